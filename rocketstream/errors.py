@@ -1,0 +1,110 @@
+"""The one error tree of rocketstream.
+
+Every error raised on purpose by this package derives from :class:`RocketStreamError` and names
+what is at fault: a file and byte offset, an option and its value, or a queue and an offset range.
+Lower-layer exceptions (``OSError``, ``struct.error``, ``zlib.error`` ...) are mapped to these at the
+boundary with ``raise ... from exc`` so callers need to catch only this tree::
+
+    RocketStreamError
+    ├── StoreError                 a store on disk (carries path and offset)
+    │   ├── NotAStoreError         the path is not a store root
+    │   ├── StoreConfigError       settings conflict with the files / with the persisted settings
+    │   ├── StoreLockedError       another process holds the writer lock
+    │   ├── ReadOnlyStoreError     a write was attempted through a read-only handle
+    │   └── CorruptStoreError      bytes on disk that do not decode (bad magic, CRC, lengths)
+    ├── OffsetFileError            consumerOffset.json / offsets.json that does not parse
+    ├── OptionError                a bad option value (Spark source, CLI) — names the option
+    ├── AllocationError            invalid input to a rebalance strategy
+    └── DataLossError              requested offsets are gone (retention) or beyond the end
+"""
+
+from __future__ import annotations
+
+
+class RocketStreamError(Exception):
+    """Root of every error raised by rocketstream."""
+
+
+class StoreError(RocketStreamError):
+    """An error about a store on disk; ``path`` and ``offset`` say where, when known."""
+
+    def __init__(self, message: str, *, path: object = None, offset: int | None = None) -> None:
+        self.path = None if path is None else str(path)
+        self.offset = offset
+        where = ""
+        if self.path is not None:
+            where = f" [file {self.path}"
+            where += f", offset {offset}]" if offset is not None else "]"
+        elif offset is not None:
+            where = f" [offset {offset}]"
+        super().__init__(message + where)
+
+
+class NotAStoreError(StoreError):
+    """The path does not hold a RocketMQ store (no commitlog/ directory, or not a directory)."""
+
+
+class StoreConfigError(StoreError):
+    """Store settings conflict with the files on disk or with the settings persisted in the store."""
+
+
+class StoreLockedError(StoreError):
+    """Another process already holds the store's writer lock."""
+
+
+class ReadOnlyStoreError(StoreError):
+    """A write was attempted through a store opened read-only."""
+
+
+class CorruptStoreError(StoreError):
+    """Bytes on disk that cannot be decoded: wrong magic, CRC mismatch, impossible lengths."""
+
+
+class OffsetFileError(RocketStreamError):
+    """A consumer offset file (consumerOffset.json, offsets.json) that cannot be parsed."""
+
+    def __init__(self, message: str, *, path: object = None, position: int | None = None) -> None:
+        self.path = None if path is None else str(path)
+        self.position = position
+        where = ""
+        if self.path is not None:
+            where = f" [file {self.path}"
+            where += f", character {position}]" if position is not None else "]"
+        elif position is not None:
+            where = f" [character {position}]"
+        super().__init__(message + where)
+
+
+class OptionError(RocketStreamError, ValueError):
+    """A bad option value; ``option`` names the option to fix."""
+
+    def __init__(self, option: str, message: str, value: object = None) -> None:
+        self.option = option
+        self.value = value
+        shown = "" if value is None else f" (got {value!r})"
+        super().__init__(f"option '{option}': {message}{shown}")
+
+
+class AllocationError(RocketStreamError, ValueError):
+    """Invalid input to a queue allocation strategy (empty consumer id, no queues, ...)."""
+
+
+class DataLossError(RocketStreamError):
+    """Offsets that can no longer be read: removed by retention, or beyond the queue's end."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        topic: str | None = None,
+        broker_name: str | None = None,
+        queue_id: int | None = None,
+        lost_from: int | None = None,
+        lost_to: int | None = None,
+    ) -> None:
+        self.topic = topic
+        self.broker_name = broker_name
+        self.queue_id = queue_id
+        self.lost_from = lost_from
+        self.lost_to = lost_to
+        super().__init__(message)

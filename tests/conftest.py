@@ -1,0 +1,1 @@
+"""Shared fixtures. Spark fixtures live in tests/spark/conftest.py."""
