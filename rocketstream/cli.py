@@ -1,0 +1,359 @@
+"""`rocketstream` — mqadmin-style commands over a store root.
+
+Every command takes ``--store PATH`` (default: ``storePathRootDir`` of conf/broker.conf) and ``--json``
+for machine-readable output. Inspection commands open the store read-only, so they are safe to run
+against a live writer or a copy of a production broker's store. Errors from the package become one
+clean line on stderr and exit status 2; ``check`` exits 1 when it finds problems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from rocketstream.errors import OptionError, RocketStreamError
+
+EXAMPLES = {
+    "produce": "rocketstream produce --topic TopicTest --count 10000 --body-size 256 --tags TagA,TagB --queues 4",
+    "topic-list": "rocketstream topic-list --json",
+    "topic-status": "rocketstream topic-status --topic TopicTest",
+    "consumer-progress": "rocketstream consumer-progress --group demo-group --topic TopicTest",
+    "query-msg": "rocketstream query-msg --topic TopicTest --queue-id 0 --offset 42 --json\n"
+    "  rocketstream query-msg --msg-id 7F00000100002A9F0000000000000000",
+    "check": "rocketstream check --store /data/rocketmq/store",
+    "demo": "rocketstream demo",
+}
+
+PRODUCE_BATCH = 256
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _open_store(args: argparse.Namespace, *, read_only: bool):
+    from rocketstream.store import MessageStore
+
+    if read_only:
+        return MessageStore.open(args.store, read_only=True)
+    return MessageStore.open(args.store, config=_writer_config(args.store))
+
+
+def _writer_config(store: Path):
+    """The conf/broker.conf settings when writing to the configured store, else defaults for ``store``."""
+    from rocketstream.store.config import StoreConfig, default_broker_conf
+
+    conf = default_broker_conf()
+    if conf is not None and conf.exists():
+        cfg = StoreConfig.from_broker_conf(conf)
+        if Path(cfg.store_path_root_dir).resolve() == Path(store).resolve():
+            return cfg
+        return _replace(cfg, store_path_root_dir=Path(store), broker_name=Path(store).resolve().name)
+    return StoreConfig(store_path_root_dir=Path(store))
+
+
+def _replace(cfg, **changes):
+    import dataclasses
+
+    return dataclasses.replace(cfg, **changes)
+
+
+def _default_store() -> Path:
+    from rocketstream.store.config import StoreConfig, default_broker_conf
+
+    conf = default_broker_conf()
+    if conf is not None and conf.exists():
+        return Path(StoreConfig.from_broker_conf(conf).store_path_root_dir)
+    return Path("storage")
+
+
+def _emit(args: argparse.Namespace, payload: Any, render: Callable[[Any], str]) -> None:
+    if args.json:
+        print(json.dumps(payload, indent=2, sort_keys=False))
+    else:
+        print(render(payload))
+
+
+def _table(rows: Sequence[dict], columns: Sequence[str]) -> str:
+    if not rows:
+        return "(none)"
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
+    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in columns) for r in rows]
+    return "\n".join(lines)
+
+
+def record_to_row(rec, broker_name: str) -> dict[str, Any]:
+    """A decoded record as the row fields of DESIGN.md (timestamps epoch ms, body base64)."""
+    return {
+        "topic": rec.topic,
+        "brokerName": broker_name,
+        "queueId": rec.queue_id,
+        "queueOffset": rec.queue_offset,
+        "commitLogOffset": rec.physical_offset,
+        "storeSize": rec.total_size,
+        "msgId": rec.msg_id,
+        "offsetMsgId": rec.offset_msg_id,
+        "tags": rec.tags,
+        "keys": rec.keys,
+        "body": base64.b64encode(rec.uncompressed_body()).decode("ascii"),
+        "properties": dict(rec.properties),
+        "bornTimestamp": rec.born_timestamp,
+        "bornHost": str(rec.born_host),
+        "storeTimestamp": rec.store_timestamp,
+        "storeHost": str(rec.store_host),
+        "sysFlag": rec.sys_flag,
+        "bodyCRC": rec.body_crc,
+        "reconsumeTimes": rec.reconsume_times,
+        "flag": rec.flag,
+        "preparedTransactionOffset": rec.prepared_transaction_offset,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# commands
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from rocketstream.store import Message
+
+    if args.count < 0:
+        raise OptionError("--count", "must be >= 0", args.count)
+    if args.body_size < 0:
+        raise OptionError("--body-size", "must be >= 0", args.body_size)
+    if args.queues <= 0:
+        raise OptionError("--queues", "must be >= 1", args.queues)
+    tags = [t for t in (args.tags or "").split(",") if t] or [None]
+    rng = random.Random(args.seed)
+    produced = 0
+    first_queue_offsets: dict[int, int] = {}
+    with _open_store(args, read_only=False) as store:
+        store.create_topic(args.topic, args.queues)
+        pending: dict[int, list] = {q: [] for q in range(args.queues)}
+
+        def flush_queue(q: int) -> None:
+            nonlocal produced
+            batch = pending[q]
+            if not batch:
+                return
+            result = store.put_messages(batch, queue_id=q)
+            if result.status.name != "PUT_OK":
+                raise RocketStreamError(f"put to {args.topic}/{q} failed: {result.status.name}")
+            first_queue_offsets.setdefault(q, result.queue_offset)
+            produced += len(batch)
+            bar.update(len(batch))
+            pending[q] = []
+
+        with tqdm(total=args.count, unit="msg", disable=args.json or not sys.stderr.isatty()) as bar:
+            for i in range(args.count):
+                q = i % args.queues
+                body = _body(i, args.body_size, rng)
+                pending[q].append(
+                    Message(topic=args.topic, body=body, tags=tags[i % len(tags)], keys=f"key-{i}")
+                )
+                if len(pending[q]) >= PRODUCE_BATCH:
+                    flush_queue(q)
+            for q in range(args.queues):
+                flush_queue(q)
+        store.flush()
+    payload = {"topic": args.topic, "produced": produced, "queues": args.queues}
+    _emit(args, payload, lambda p: f"produced {p['produced']} messages to {p['topic']} over {p['queues']} queues")
+    return 0
+
+
+def _body(i: int, size: int, rng: random.Random) -> bytes:
+    head = f"message-{i} ".encode()
+    if size <= len(head):
+        return head[:size]
+    return head + rng.randbytes(size - len(head))
+
+
+def cmd_topic_list(args: argparse.Namespace) -> int:
+    with _open_store(args, read_only=True) as store:
+        topics = store.topics()
+    _emit(args, {"topics": topics}, lambda p: "\n".join(p["topics"]) or "(no topics)")
+    return 0
+
+
+def cmd_topic_status(args: argparse.Namespace) -> int:
+    with _open_store(args, read_only=True) as store:
+        queue_ids = store.queue_ids(args.topic)
+        if not queue_ids:
+            raise OptionError("--topic", "no such topic in the store", args.topic)
+        rows = []
+        for q in queue_ids:
+            last = store.last_store_timestamp(args.topic, q)
+            rows.append(
+                {
+                    "brokerName": store.broker_name,
+                    "queueId": q,
+                    "minOffset": store.min_offset(args.topic, q),
+                    "maxOffset": store.max_offset(args.topic, q),
+                    "lastUpdateTimestamp": last if last is not None else 0,
+                }
+            )
+    _emit(
+        args,
+        {"topic": args.topic, "queues": rows},
+        lambda p: _table(p["queues"], ["brokerName", "queueId", "minOffset", "maxOffset", "lastUpdateTimestamp"]),
+    )
+    return 0
+
+
+def cmd_consumer_progress(args: argparse.Namespace) -> int:
+    from rocketstream.store.offsets import ConsumerOffsetManager
+
+    with _open_store(args, read_only=True) as store:
+        offsets = ConsumerOffsetManager(store.root, read_only=True)
+        table = offsets.table()
+        rows = []
+        for key in sorted(table):
+            parts = key.split("@")
+            if len(parts) != 2 or parts[1] != args.group:
+                continue
+            topic = parts[0]
+            if args.topic and topic != args.topic:
+                continue
+            for q, consumer_offset in sorted(table[key].items()):
+                broker_offset = store.max_offset(topic, q) if q in store.queue_ids(topic) else 0
+                rows.append(
+                    {
+                        "topic": topic,
+                        "brokerName": store.broker_name,
+                        "queueId": q,
+                        "brokerOffset": broker_offset,
+                        "consumerOffset": consumer_offset,
+                        "diff": max(broker_offset - consumer_offset, 0),
+                    }
+                )
+    if not rows:
+        raise OptionError("--group", "the group has no committed offsets in this store", args.group)
+    total = sum(r["diff"] for r in rows)
+    _emit(
+        args,
+        {"group": args.group, "queues": rows, "diffTotal": total},
+        lambda p: _table(p["queues"], ["topic", "brokerName", "queueId", "brokerOffset", "consumerOffset", "diff"])
+        + f"\n\nDiff Total: {p['diffTotal']}",
+    )
+    return 0
+
+
+def cmd_query_msg(args: argparse.Namespace) -> int:
+    with _open_store(args, read_only=True) as store:
+        if args.msg_id:
+            rec = store.message_by_msg_id(args.msg_id)
+        else:
+            if args.topic is None or args.queue_id is None or args.offset is None:
+                raise OptionError("--msg-id", "give either --msg-id or all of --topic, --queue-id and --offset")
+            result = store.get_message("rocketstream-cli", args.topic, args.queue_id, args.offset, 1)
+            if not result.messages:
+                raise OptionError(
+                    "--offset",
+                    f"no message at {args.topic}/{args.queue_id}/{args.offset} ({result.status.name}; "
+                    f"queue holds offsets [{result.min_offset}, {result.max_offset}))",
+                    args.offset,
+                )
+            rec = result.messages[0]
+        row = record_to_row(rec, store.broker_name)
+    _emit(args, row, lambda r: "\n".join(f"{k:26} {v}" for k, v in r.items()))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    with _open_store(args, read_only=True) as store:
+        report = store.check()
+    payload = report.to_dict() if hasattr(report, "to_dict") else {"ok": report.ok, "problems": report.problems}
+
+    def render(p: dict) -> str:
+        if p["ok"]:
+            return "OK: " + ", ".join(f"{k}={v}" for k, v in p.items() if k not in ("ok", "problems"))
+        return "PROBLEMS FOUND:\n" + "\n".join(f"- {x}" for x in p["problems"])
+
+    _emit(args, payload, render)
+    return 0 if report.ok else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rocketstream.demo import run_demo
+
+    return run_demo(store=args.store, count=args.count, json_output=args.json)
+
+
+# ---------------------------------------------------------------------------------------------
+# parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rocketstream",
+        description="Inspect and write a RocketMQ-compatible broker store.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  " + EXAMPLES["topic-status"],
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", type=Path, default=None, help="store root (default: storePathRootDir of conf/broker.conf)")
+    common.add_argument("--json", action="store_true", help="machine-readable JSON output")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, func, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(
+            name,
+            parents=[common],
+            help=help_text,
+            description=help_text,
+            epilog="example:\n  " + EXAMPLES[name],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.set_defaults(func=func)
+        return p
+
+    p = add("produce", cmd_produce, "Write messages (keys and UNIQ_KEY set per message) to a topic.")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--body-size", type=int, default=256)
+    p.add_argument("--tags", default=None, help="comma-separated tags, assigned round-robin")
+    p.add_argument("--queues", type=int, default=4, help="number of queues of the topic (default 4)")
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+
+    add("topic-list", cmd_topic_list, "List the topics in the store.")
+    p = add("topic-status", cmd_topic_status, "Per queue: brokerName, queueId, minOffset, maxOffset, lastUpdateTimestamp.")
+    p.add_argument("--topic", required=True)
+    p = add("consumer-progress", cmd_consumer_progress, "Per queue of a consumer group: broker offset, consumer offset, diff.")
+    p.add_argument("--group", required=True)
+    p.add_argument("--topic", default=None)
+    p = add("query-msg", cmd_query_msg, "Show one message by queue offset or by message id.")
+    p.add_argument("--topic")
+    p.add_argument("--queue-id", type=int)
+    p.add_argument("--offset", type=int)
+    p.add_argument("--msg-id")
+    add("check", cmd_check, "Verify CRCs and CommitLog/ConsumeQueue agreement; exit 1 when they disagree.")
+    p = add("demo", cmd_demo, "Produce a sample topic and aggregate it with a Spark streaming query (AvailableNow).")
+    p.add_argument("--count", type=int, default=20000, help="messages to produce (default 20000)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.store is None:
+        args.store = _default_store()
+    try:
+        return args.func(args)
+    except RocketStreamError as exc:
+        print(f"rocketstream {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"rocketstream {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
