@@ -43,11 +43,3 @@ def java_split(s: str, literal: str) -> list[str]:
         parts.pop()
     return parts
 
-
-def java_hash(s: str) -> int:
-    """``String.hashCode()``: h = 31*h + code unit over UTF-16, wrapped to a signed int32."""
-    units = s.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
