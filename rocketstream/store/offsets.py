@@ -1,0 +1,691 @@
+"""Consumer offset files: the broker's ``config/consumerOffset.json`` and the client's ``offsets.json``.
+
+RocketMQ writes both with fastjson 1.x's pretty printer, which is not JSON (spec section 7): integer map
+keys are bare and the closing brace of such a map sits on its own line (``{0:250,1:248\\n\\t\\t}``), and
+the broadcasting store uses whole objects as map keys. This module holds a tolerant parser for that
+dialect, a printer that reproduces RocketMQ 4.9.8's bytes, and the two stores with RocketMQ's file
+discipline (write ``.tmp``, copy the current file to ``.bak``, rename) plus an fcntl lock so that several
+processes can commit without losing each other's updates.
+
+Positions in :class:`OffsetFileError` are 0-based character indexes into the decoded text (byte indexes
+when the file is not valid UTF-8).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import operator
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NamedTuple, NoReturn
+
+from rocketstream.errors import OffsetFileError, OptionError, ReadOnlyStoreError, StoreError
+
+__all__ = [
+    "FrozenObject",
+    "MessageQueueKey",
+    "ConsumerOffsetDocument",
+    "parse_fastjson",
+    "dump_fastjson",
+    "load_consumer_offsets",
+    "load_consumer_offset_document",
+    "dump_consumer_offsets",
+    "load_local_offsets",
+    "dump_local_offsets",
+    "ConsumerOffsetManager",
+    "LocalOffsetStore",
+    "default_local_offset_dir",
+]
+
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+_MAX_DEPTH = 128  # far deeper than any offset file; keeps hostile input from exhausting the stack
+
+# --------------------------------------------------------------------------------------------- parser
+
+_WS = frozenset(" \t\n\r\f\v")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_STRING_RUN = re.compile(r'[^"\\]*')
+_HEX = frozenset("0123456789abcdefABCDEF")
+# fastjson's reader also accepts \' and \xHH; both are harmless to accept.
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "'": "'", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_LITERALS = (("true", True), ("false", False), ("null", None))
+
+
+class FrozenObject(Mapping):
+    """A JSON object used as a map key (``offsets.json`` keys are MessageQueue objects); hashable."""
+
+    __slots__ = ("_d", "_hash")
+
+    def __init__(self, items: Mapping) -> None:
+        self._d = {k: _freeze(v) for k, v in items.items()}
+        self._hash = hash(frozenset(self._d.items()))
+
+    def __getitem__(self, key: object) -> object:
+        return self._d[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"FrozenObject({self._d!r})"
+
+
+def _freeze(value: object) -> object:
+    if isinstance(value, Mapping) and not isinstance(value, FrozenObject):
+        return FrozenObject(value)
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+class _Parser:
+    """Recursive descent over fastjson's dialect; records where every object entry starts."""
+
+    def __init__(self, text: str, path: object) -> None:
+        self.t = text
+        self.n = len(text)
+        self.path = path
+        # (id(object), key) -> (key position, value position); used to point errors at entries
+        self.positions: dict[tuple[int, object], tuple[int, int]] = {}
+
+    def fail(self, message: str, pos: int) -> NoReturn:
+        raise OffsetFileError(message, path=self.path, position=pos)
+
+    def ws(self, i: int) -> int:
+        t, n = self.t, self.n
+        while i < n and t[i] in _WS:
+            i += 1
+        return i
+
+    def document(self) -> object:
+        i = self.ws(1 if self.t.startswith("\ufeff") else 0)
+        if i >= self.n:
+            self.fail("empty document", i)
+        value, i = self.value(i, 0)
+        i = self.ws(i)
+        if i != self.n:
+            self.fail("unexpected text after the end of the document", i)
+        return value
+
+    def value(self, i: int, depth: int) -> tuple[object, int]:
+        if i >= self.n:
+            self.fail("unexpected end of input, expected a value", i)
+        c = self.t[i]
+        if c == "{":
+            return self.obj(i, depth + 1)
+        if c == "[":
+            return self.array(i, depth + 1)
+        if c == '"':
+            return self.string(i)
+        if c in "-0123456789":
+            return self.number(i)
+        for word, val in _LITERALS:
+            if self.t.startswith(word, i):
+                return val, i + len(word)
+        self.fail(f"unexpected character {c!r}, expected a value", i)
+
+    def key(self, i: int, depth: int) -> tuple[object, int]:
+        if i >= self.n:
+            self.fail("unexpected end of input, expected an object key", i)
+        c = self.t[i]
+        if c == '"':
+            return self.string(i)
+        if c in "-0123456789":
+            return self.number(i)
+        if c == "{" or c == "[":  # object-valued keys: fastjson writes Map<MessageQueue, Long> so
+            value, end = self.value(i, depth)
+            return _freeze(value), end
+        self.fail(f"unexpected character {c!r}, expected an object key", i)
+
+    def obj(self, i: int, depth: int) -> tuple[dict, int]:
+        if depth > _MAX_DEPTH:
+            self.fail(f"nesting deeper than {_MAX_DEPTH} levels", i)
+        t, start, result = self.t, i, {}
+        i = self.ws(i + 1)
+        if i < self.n and t[i] == "}":
+            return result, i + 1
+        while True:
+            key_pos = i
+            key, i = self.key(i, depth)
+            i = self.ws(i)
+            if i >= self.n or t[i] != ":":
+                self.fail("expected ':' after an object key", i)
+            i = self.ws(i + 1)
+            value_pos = i
+            value, i = self.value(i, depth)
+            result[key] = value  # a repeated key: the later entry wins, as in fastjson
+            self.positions[(id(result), key)] = (key_pos, value_pos)
+            i = self.ws(i)
+            if i >= self.n:
+                self.fail(f"unexpected end of input inside the object opened at character {start}", i)
+            if t[i] == "}":
+                return result, i + 1
+            if t[i] != ",":
+                self.fail("expected ',' or '}' in an object", i)
+            i = self.ws(i + 1)
+
+    def array(self, i: int, depth: int) -> tuple[list, int]:
+        if depth > _MAX_DEPTH:
+            self.fail(f"nesting deeper than {_MAX_DEPTH} levels", i)
+        t, start, result = self.t, i, []
+        i = self.ws(i + 1)
+        if i < self.n and t[i] == "]":
+            return result, i + 1
+        while True:
+            value, i = self.value(i, depth)
+            result.append(value)
+            i = self.ws(i)
+            if i >= self.n:
+                self.fail(f"unexpected end of input inside the array opened at character {start}", i)
+            if t[i] == "]":
+                return result, i + 1
+            if t[i] != ",":
+                self.fail("expected ',' or ']' in an array", i)
+            i = self.ws(i + 1)
+
+    def number(self, i: int) -> tuple[int | float, int]:
+        m = _NUMBER.match(self.t, i)
+        if m is None:
+            self.fail("malformed number", i)
+        s = m.group()
+        try:
+            value = float(s) if any(c in s for c in ".eE") else int(s)
+        except ValueError:  # Python refuses int() of > 4300 digits
+            self.fail("number too long", i)
+        return value, m.end()
+
+    def hex_at(self, i: int, width: int) -> int | None:
+        digits = self.t[i : i + width]
+        if len(digits) != width or not all(c in _HEX for c in digits):
+            return None
+        return int(digits, 16)
+
+    def string(self, i: int) -> tuple[str, int]:
+        t, n, start, parts = self.t, self.n, i, []
+        i += 1
+        while True:
+            m = _STRING_RUN.match(t, i)
+            parts.append(m.group())
+            i = m.end()
+            if i >= n:
+                self.fail(f"unterminated string opened at character {start}", i)
+            if t[i] == '"':
+                return "".join(parts), i + 1
+            esc = t[i + 1] if i + 1 < n else ""
+            if esc in _ESCAPES:
+                parts.append(_ESCAPES[esc])
+                i += 2
+            elif esc in ("u", "x"):
+                width = 4 if esc == "u" else 2
+                code = self.hex_at(i + 2, width)
+                if code is None:
+                    self.fail(f"malformed \\{esc} escape", i)
+                i += 2 + width
+                if 0xD800 <= code < 0xDC00 and t.startswith("\\u", i):
+                    low = self.hex_at(i + 2, 4)
+                    if low is not None and 0xDC00 <= low < 0xE000:  # a surrogate pair is one character
+                        code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                        i += 6
+                parts.append(chr(code))
+            elif esc == "":
+                self.fail(f"unterminated string opened at character {start}", n)
+            else:
+                self.fail(f"unknown escape \\{esc}", i)
+
+
+def _decode(text: str | bytes, path: object) -> str:
+    if isinstance(text, str):
+        return text
+    try:
+        return bytes(text).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise OffsetFileError(f"not valid UTF-8 (byte {exc.start})", path=path, position=exc.start) from exc
+
+
+def parse_fastjson(text: str | bytes, *, path: object = None) -> object:
+    """Parse fastjson's dialect: JSON plus bare numeric keys and object/array keys (as FrozenObject/tuple).
+
+    Returns dict/list/str/int/float/bool/None. Any malformed input raises OffsetFileError(path, position).
+    """
+    return _Parser(_decode(text, path), path).document()
+
+
+# -------------------------------------------------------------------------------------------- printer
+
+# lone surrogates are escaped too so that any Python str survives a UTF-8 round trip
+_ESCAPE_RE = re.compile(r'[\x00-\x1f"\\\ud800-\udfff]')
+_SHORT = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _quote(s: str) -> str:
+    return '"' + _ESCAPE_RE.sub(lambda m: _SHORT.get(m.group(), f"\\u{ord(m.group()):04X}"), s) + '"'
+
+
+def _write(value: object, level: int, out: list[str]) -> None:
+    if isinstance(value, Mapping):
+        _write_map(value, level, out)
+    elif isinstance(value, bool):
+        out.append("true" if value else "false")
+    elif isinstance(value, int):
+        out.append(str(int(value)))
+    elif isinstance(value, float):
+        out.append(repr(value))
+    elif isinstance(value, str):
+        out.append(_quote(value))
+    elif value is None:
+        out.append("null")
+    else:  # lists and tuples: fastjson prints arrays inline even in pretty mode
+        out.append("[")
+        for j, item in enumerate(value):  # type: ignore[arg-type]
+            if j:
+                out.append(",")
+            _write(item, level, out)
+        out.append("]")
+
+
+def _write_map(m: Mapping, level: int, out: list[str]) -> None:
+    if not m:
+        out.append("{}")
+        return
+    inner = "\n" + "\t" * (level + 1)
+    out.append("{")
+    for j, (key, value) in enumerate(m.items()):
+        if j:
+            out.append(",")
+        if isinstance(key, str):  # string keys start on a new line; other keys follow directly
+            out.append(inner)
+            out.append(_quote(key))
+        else:
+            _write(key, level + 1, out)
+        out.append(":")
+        _write(value, level + 1, out)
+    out.append("\n" + "\t" * level + "}")
+
+
+def dump_fastjson(value: object) -> str:
+    """Print ``value`` as fastjson's PrettyFormat does (TAB indent, bare non-string keys), in the
+    mappings' iteration order; no trailing newline."""
+    out: list[str] = []
+    _write(value, 0, out)
+    return "".join(out)
+
+
+# ------------------------------------------------------------------------ consumerOffset.json documents
+
+
+class ConsumerOffsetDocument(NamedTuple):
+    table: dict[str, dict[int, int]]  # "topic@group" -> {queueId: next offset}, file order
+    data_version: dict[str, object] | None  # 5.x only; None for a 4.x document
+
+
+def _as_int(value: object, bounds: tuple[int, int]) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not bounds[0] <= value <= bounds[1]:
+        return None
+    return value
+
+
+def _where(p: _Parser, container: object, key: object, which: int) -> int:
+    return p.positions[(id(container), key)][which]
+
+
+def load_consumer_offset_document(text: str | bytes, *, path: object = None) -> ConsumerOffsetDocument:
+    """Parse a 4.x or 5.x consumerOffset.json; ``groupTopicMap`` (derived) and unknown fields are ignored."""
+    p = _Parser(_decode(text, path), path)
+    doc = p.document()
+    if not isinstance(doc, dict):
+        p.fail("the document is not an object", 0)
+    raw = doc.get("offsetTable", {})
+    if not isinstance(raw, dict):
+        p.fail("'offsetTable' is not an object", _where(p, doc, "offsetTable", 1))
+    table: dict[str, dict[int, int]] = {}
+    for key, queues in raw.items():
+        if not isinstance(key, str) or "@" not in key:
+            p.fail(f"offset table key {key!r} is not 'topic@group'", _where(p, raw, key, 0))
+        if not isinstance(queues, dict):
+            p.fail(f"offsets of {key!r} are not an object", _where(p, raw, key, 1))
+        table[key] = _queue_map(p, key, queues)
+    version = doc.get("dataVersion")
+    if version is not None and not isinstance(version, dict):
+        p.fail("'dataVersion' is not an object", _where(p, doc, "dataVersion", 1))
+    return ConsumerOffsetDocument(table, version)
+
+
+def _queue_map(p: _Parser, key: str, queues: dict) -> dict[int, int]:
+    result: dict[int, int] = {}
+    for qid, offset in queues.items():
+        # standard-JSON writers quote the queue ids; fastjson itself converts "3" to 3 on read
+        qid_int = int(qid) if isinstance(qid, str) and re.fullmatch(r"-?[0-9]{1,10}", qid) else qid
+        if _as_int(qid_int, _INT32) is None:
+            p.fail(f"queue id {qid!r} of {key!r} is not an int32", _where(p, queues, qid, 0))
+        if _as_int(offset, _INT64) is None:
+            p.fail(f"offset {offset!r} of {key!r} queue {qid} is not an int64", _where(p, queues, qid, 1))
+        result[qid_int] = offset
+    return result
+
+
+def load_consumer_offsets(text: str | bytes, *, path: object = None) -> dict[str, dict[int, int]]:
+    """``"topic@group" -> {queueId: offset}`` from consumerOffset.json text (4.x or 5.x)."""
+    return load_consumer_offset_document(text, path=path).table
+
+
+def dump_consumer_offsets(
+    table: Mapping[str, Mapping[int, int]],
+    *,
+    data_version: Mapping[str, object] | None = None,
+    sort_keys: bool = True,
+) -> str:
+    """RocketMQ 4.9.8's exact consumerOffset.json text (with ``dataVersion`` first when given, as 5.x).
+
+    Queue ids are written ascending; ``topic@group`` keys sorted unless ``sort_keys=False`` (then in the
+    mapping's order, which reproduces a file read with :func:`load_consumer_offsets` byte for byte).
+    """
+    keys = sorted(table) if sort_keys else list(table)
+    doc: dict[str, object] = {}
+    if data_version is not None:  # bean fields are sorted: dataVersion < offsetTable
+        doc["dataVersion"] = {k: data_version[k] for k in sorted(data_version)}
+    doc["offsetTable"] = {k: {q: table[k][q] for q in sorted(table[k])} for k in keys}
+    return dump_fastjson(doc)
+
+
+# ------------------------------------------------------------------------------ offsets.json documents
+
+
+class MessageQueueKey(NamedTuple):
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
+def _mq_key(mq: object) -> MessageQueueKey:
+    """Accept MessageQueueKey, a (topic, broker, queue) tuple, or anything with those attributes."""
+    if isinstance(mq, tuple) and len(mq) == 3:
+        topic, broker, qid = mq
+    else:
+        topic, broker, qid = (getattr(mq, a, None) for a in ("topic", "broker_name", "queue_id"))
+    if not isinstance(topic, str) or not isinstance(broker, str):
+        raise OptionError("offsets", "keys must carry topic and broker_name strings", mq)
+    return MessageQueueKey(topic, broker, _check_int("offsets", qid, _INT32))
+
+
+def load_local_offsets(text: str | bytes, *, path: object = None) -> dict[MessageQueueKey, int]:
+    """Parse a broadcasting-mode offsets.json (object keys with brokerName, queueId, topic)."""
+    p = _Parser(_decode(text, path), path)
+    doc = p.document()
+    if not isinstance(doc, dict):
+        p.fail("the document is not an object", 0)
+    raw = doc.get("offsetTable", {})
+    if not isinstance(raw, dict):
+        p.fail("'offsetTable' is not an object", _where(p, doc, "offsetTable", 1))
+    result: dict[MessageQueueKey, int] = {}
+    for key, offset in raw.items():
+        at = _where(p, raw, key, 0)
+        if not isinstance(key, FrozenObject):
+            p.fail(f"offset table key {key!r} is not a MessageQueue object", at)
+        topic, broker, qid = key.get("topic"), key.get("brokerName"), key.get("queueId")
+        if not isinstance(topic, str) or not isinstance(broker, str) or _as_int(qid, _INT32) is None:
+            p.fail("MessageQueue key needs string topic, string brokerName and int queueId", at)
+        if _as_int(offset, _INT64) is None:
+            p.fail(f"offset {offset!r} is not an int64", _where(p, raw, key, 1))
+        result[MessageQueueKey(topic, broker, qid)] = offset
+    return result
+
+
+def dump_local_offsets(offsets: Mapping[MessageQueueKey, int]) -> str:
+    """offsets.json text exactly as the 4.9.8 client writes it, entries in the mapping's order."""
+    table = {
+        FrozenObject({"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}): off
+        for mq, off in offsets.items()
+    }
+    return dump_fastjson({"offsetTable": table})
+
+
+# ------------------------------------------------------------------------------------------ file I/O
+
+
+def _check_int(name: str, value: object, bounds: tuple[int, int]) -> int:
+    try:
+        number = operator.index(value)  # accepts numpy integers, refuses floats and strings
+    except TypeError:
+        raise OptionError(name, "must be an integer", value) from None
+    if isinstance(value, bool) or not bounds[0] <= number <= bounds[1]:
+        raise OptionError(name, f"must be an integer in [{bounds[0]}, {bounds[1]}]", value)
+    return number
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    """File content, or None when the file does not exist."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"cannot read offset file: {exc.strerror}", path=path) from exc
+
+
+def _load_with_bak(path: Path, parse):  # -> (value or None, raw main bytes when they parsed)
+    """RocketMQ's load rule: main file; if missing, empty or unparsable, the ``.bak`` next to it.
+
+    Returns (value, main_bytes): value None when neither file exists; main_bytes is the main file's
+    content when that is what parsed (it becomes the next ``.bak``), else None.
+    """
+    raw = _read_bytes(path)
+    main_error: OffsetFileError | None = None
+    if raw is not None and raw.strip():
+        try:
+            return parse(raw, path=path), raw
+        except OffsetFileError as exc:
+            main_error = exc
+    bak = path.with_name(path.name + ".bak")
+    bak_raw = _read_bytes(bak)
+    if bak_raw is not None and bak_raw.strip():
+        try:
+            return parse(bak_raw, path=bak), None
+        except OffsetFileError as exc:
+            if main_error is None:
+                raise
+            raise OffsetFileError(
+                f"offset file and its backup are both unusable: {main_error}; backup: {exc}",
+                path=path,
+                position=main_error.position,
+            ) from main_error
+    if main_error is not None:  # a corrupt file and no backup: never pretend the table is empty
+        raise main_error
+    return None, None
+
+
+@contextmanager
+def _exclusive_lock(lock_path: Path) -> Iterator[None]:
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StoreError(f"cannot open lock file: {exc.strerror}", path=lock_path) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # flock, not lockf: also excludes other handles in this process
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock; the kernel does it too if we are killed
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _replace_file(path: Path, text: str, previous: bytes | None) -> None:
+    """4.9.8's string2File, made crash safe: .tmp (fsynced), previous content to .bak, rename.
+
+    The main file is complete at every instant: the old version until the rename, the new one after.
+    ``previous`` is the main file's content only when it parsed, so a corrupt file never overwrites a
+    good backup.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        _write_file(tmp, text.encode("utf-8"))
+        if previous is not None:
+            _write_file(path.with_name(path.name + ".bak"), previous)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        raise StoreError(f"cannot write offset file: {exc.strerror}", path=path) from exc
+
+
+# ----------------------------------------------------------------------------------- broker offsets
+
+
+class ConsumerOffsetManager:
+    """The broker's committed offsets in ``<store_root>/config/consumerOffset.json``.
+
+    Every call reads the file afresh, so several processes (a writer broker, Spark drivers, the CLI)
+    can share it; commits are read-modify-write under ``consumerOffset.json.lock``.
+    """
+
+    def __init__(self, store_root: str | Path, *, read_only: bool = False) -> None:
+        self.config_dir = Path(store_root) / "config"
+        self.path = self.config_dir / "consumerOffset.json"
+        self.bak_path = self.config_dir / "consumerOffset.json.bak"
+        self.lock_path = self.config_dir / "consumerOffset.json.lock"
+        self.read_only = read_only
+
+    def _load(self) -> tuple[ConsumerOffsetDocument, bytes | None]:
+        doc, raw = _load_with_bak(self.path, load_consumer_offset_document)
+        return (doc or ConsumerOffsetDocument({}, None)), raw
+
+    def table(self) -> dict[str, dict[int, int]]:
+        """``"topic@group" -> {queueId: offset}`` from disk (main file, else .bak); {} when neither exists."""
+        return self._load()[0].table
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """Committed (next-to-consume) offset, -1 when the group never committed this queue."""
+        return self.table().get(f"{topic}@{group}", {}).get(queue_id, -1)
+
+    def offsets_of(self, group: str, topic: str) -> dict[int, int]:
+        queues = self.table().get(f"{topic}@{group}", {})
+        return {q: queues[q] for q in sorted(queues)}
+
+    def groups(self) -> list[str]:
+        """Groups with offsets; a 5.x broadcast key ``topic@g@broadcast`` yields group ``g@broadcast``."""
+        return sorted({key.split("@", 1)[1] for key in self.table()})
+
+    def topics_of(self, group: str) -> list[str]:
+        return sorted(k.split("@", 1)[0] for k in self.table() if k.split("@", 1)[1] == group)
+
+    def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        """Set ``offsets`` (queueId -> next offset) of ``group`` on ``topic``; other entries are kept."""
+        self.commit_many({(group, topic): offsets})
+
+    def commit_many(self, updates: Mapping[tuple[str, str], Mapping[int, int]]) -> None:
+        """Several (group, topic) commits in one atomic rewrite."""
+        self._refuse_if_read_only()
+        checked: dict[str, dict[int, int]] = {}
+        for (group, topic), offsets in updates.items():
+            key = _table_key(group, topic)
+            queues = {_check_int("queue_id", q, _INT32): _check_int("offset", o, _INT64) for q, o in offsets.items()}
+            if queues:  # an empty commit changes nothing and must not create a "t@g":{} entry
+                checked.setdefault(key, {}).update(queues)
+        if not checked:
+            return
+
+        def apply(table: dict[str, dict[int, int]]) -> None:
+            for key, queues in checked.items():
+                table.setdefault(key, {}).update(queues)
+
+        self._rewrite(apply)
+
+    def remove_group(self, group: str) -> None:
+        """Drop every ``topic@group`` entry of ``group`` (exactly two parts, as RocketMQ's removeOffset)."""
+        self._refuse_if_read_only()
+
+        def apply(table: dict[str, dict[int, int]]) -> None:
+            for key in [k for k in table if len(k.split("@")) == 2 and k.split("@")[1] == group]:
+                del table[key]
+
+        self._rewrite(apply)
+
+    def _refuse_if_read_only(self) -> None:
+        if self.read_only:
+            raise ReadOnlyStoreError("consumer offsets cannot be committed through a read-only store", path=self.path)
+
+    def _rewrite(self, apply) -> None:
+        try:
+            self.config_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create config directory: {exc.strerror}", path=self.config_dir) from exc
+        with _exclusive_lock(self.lock_path):
+            doc, raw = self._load()
+            table = {k: dict(v) for k, v in doc.table.items()}
+            apply(table)
+            if table == doc.table and (raw is not None or not self.path.exists()):
+                return  # nothing changed, and the main file is healthy (or there is none to heal)
+            version = None
+            if doc.data_version is not None:  # 5.x document: advance its version as the broker would
+                version = dict(doc.data_version)
+                counter = version.get("counter")
+                version["counter"] = counter + 1 if _as_int(counter, _INT64) is not None else 1
+                version["timestamp"] = int(time.time() * 1000)
+            _replace_file(self.path, dump_consumer_offsets(table, data_version=version), raw)
+
+
+def _table_key(group: str, topic: str) -> str:
+    if not isinstance(topic, str) or not topic or "@" in topic:
+        raise OptionError("topic", "must be a non-empty string without '@'", topic)
+    if not isinstance(group, str) or not group:  # '@' allowed: 5.x commits "<group>@broadcast"
+        raise OptionError("group", "must be a non-empty string", group)
+    return f"{topic}@{group}"
+
+
+# ------------------------------------------------------------------------------- broadcasting offsets
+
+
+def default_local_offset_dir() -> Path:
+    """The Java client's default when system property rocketmq.client.localOffsetStoreDir is unset."""
+    return Path.home() / ".rocketmq_offsets"
+
+
+class LocalOffsetStore:
+    """A BROADCASTING consumer's offsets: ``<base_dir>/<client_id>/<group>/offsets.json``."""
+
+    def __init__(self, base_dir: str | Path, client_id: str, group: str) -> None:
+        self.dir = Path(base_dir) / client_id / group
+        self.path = self.dir / "offsets.json"
+
+    def read(self) -> dict[MessageQueueKey, int]:
+        """Offsets from offsets.json, else its .bak; {} when neither exists."""
+        return _load_with_bak(self.path, load_local_offsets)[0] or {}
+
+    def read_offset(self, mq: object) -> int:
+        """Offset of one queue (MessageQueueKey, tuple or MessageQueue-like), -1 when absent."""
+        return self.read().get(_mq_key(mq), -1)
+
+    def persist(self, offsets: Mapping[object, int]) -> None:
+        """Overlay ``offsets`` on the file's current table (queues not given are kept) and rewrite it."""
+        updates = {_mq_key(mq): _check_int("offset", off, _INT64) for mq, off in offsets.items()}
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create offset directory: {exc.strerror}", path=self.dir) from exc
+        with _exclusive_lock(self.path.with_name("offsets.json.lock")):
+            current, raw = _load_with_bak(self.path, load_local_offsets)
+            table = dict(current or {})
+            table.update(updates)
+            _replace_file(self.path, dump_local_offsets(dict(sorted(table.items()))), raw)
