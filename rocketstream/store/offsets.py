@@ -1,11 +1,10 @@
 """Consumer offset files: the broker's ``config/consumerOffset.json`` and the client's ``offsets.json``.
 
-RocketMQ writes both with fastjson 1.x's pretty printer, which is not JSON (spec section 7): integer map
-keys are bare and the closing brace of such a map sits on its own line (``{0:250,1:248\\n\\t\\t}``), and
-the broadcasting store uses whole objects as map keys. This module holds a tolerant parser for that
-dialect, a printer that reproduces RocketMQ 4.9.8's bytes, and the two stores with RocketMQ's file
-discipline (write ``.tmp``, copy the current file to ``.bak``, rename) plus an fcntl lock so that several
-processes can commit without losing each other's updates.
+RocketMQ writes both with fastjson 1.x's pretty printer, which is not JSON (spec section 7; the dialect
+lives in :mod:`rocketstream.store.fastjson`). This module maps those documents to offset tables, byte for
+byte as RocketMQ 4.9.8 writes them, and keeps the two stores with RocketMQ's file discipline (write
+``.tmp``, copy the current file to ``.bak``, rename) plus an fcntl lock so that several processes can
+commit without losing each other's updates.
 
 Positions in :class:`OffsetFileError` are 0-based character indexes into the decoded text (byte indexes
 when the file is not valid UTF-8).
@@ -18,12 +17,13 @@ import operator
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple, NoReturn
+from typing import NamedTuple, TypeVar
 
 from rocketstream.errors import OffsetFileError, OptionError, ReadOnlyStoreError, StoreError
+from rocketstream.store.fastjson import FastjsonParser, FrozenObject, decode_text, dump_fastjson, parse_fastjson
 
 __all__ = [
     "FrozenObject",
@@ -43,282 +43,7 @@ __all__ = [
 
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
-_MAX_DEPTH = 128  # far deeper than any offset file; keeps hostile input from exhausting the stack
-
-# --------------------------------------------------------------------------------------------- parser
-
-_WS = frozenset(" \t\n\r\f\v")
-_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_STRING_RUN = re.compile(r'[^"\\]*')
-_HEX = frozenset("0123456789abcdefABCDEF")
-# fastjson's reader also accepts \' and \xHH; both are harmless to accept.
-_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "'": "'", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
-_LITERALS = (("true", True), ("false", False), ("null", None))
-
-
-class FrozenObject(Mapping):
-    """A JSON object used as a map key (``offsets.json`` keys are MessageQueue objects); hashable."""
-
-    __slots__ = ("_d", "_hash")
-
-    def __init__(self, items: Mapping) -> None:
-        self._d = {k: _freeze(v) for k, v in items.items()}
-        self._hash = hash(frozenset(self._d.items()))
-
-    def __getitem__(self, key: object) -> object:
-        return self._d[key]
-
-    def __iter__(self) -> Iterator:
-        return iter(self._d)
-
-    def __len__(self) -> int:
-        return len(self._d)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __repr__(self) -> str:
-        return f"FrozenObject({self._d!r})"
-
-
-def _freeze(value: object) -> object:
-    if isinstance(value, Mapping) and not isinstance(value, FrozenObject):
-        return FrozenObject(value)
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value
-
-
-class _Parser:
-    """Recursive descent over fastjson's dialect; records where every object entry starts."""
-
-    def __init__(self, text: str, path: object) -> None:
-        self.t = text
-        self.n = len(text)
-        self.path = path
-        # (id(object), key) -> (key position, value position); used to point errors at entries
-        self.positions: dict[tuple[int, object], tuple[int, int]] = {}
-
-    def fail(self, message: str, pos: int) -> NoReturn:
-        raise OffsetFileError(message, path=self.path, position=pos)
-
-    def ws(self, i: int) -> int:
-        t, n = self.t, self.n
-        while i < n and t[i] in _WS:
-            i += 1
-        return i
-
-    def document(self) -> object:
-        i = self.ws(1 if self.t.startswith("\ufeff") else 0)
-        if i >= self.n:
-            self.fail("empty document", i)
-        value, i = self.value(i, 0)
-        i = self.ws(i)
-        if i != self.n:
-            self.fail("unexpected text after the end of the document", i)
-        return value
-
-    def value(self, i: int, depth: int) -> tuple[object, int]:
-        if i >= self.n:
-            self.fail("unexpected end of input, expected a value", i)
-        c = self.t[i]
-        if c == "{":
-            return self.obj(i, depth + 1)
-        if c == "[":
-            return self.array(i, depth + 1)
-        if c == '"':
-            return self.string(i)
-        if c in "-0123456789":
-            return self.number(i)
-        for word, val in _LITERALS:
-            if self.t.startswith(word, i):
-                return val, i + len(word)
-        self.fail(f"unexpected character {c!r}, expected a value", i)
-
-    def key(self, i: int, depth: int) -> tuple[object, int]:
-        if i >= self.n:
-            self.fail("unexpected end of input, expected an object key", i)
-        c = self.t[i]
-        if c == '"':
-            return self.string(i)
-        if c in "-0123456789":
-            return self.number(i)
-        if c == "{" or c == "[":  # object-valued keys: fastjson writes Map<MessageQueue, Long> so
-            value, end = self.value(i, depth)
-            return _freeze(value), end
-        self.fail(f"unexpected character {c!r}, expected an object key", i)
-
-    def obj(self, i: int, depth: int) -> tuple[dict, int]:
-        if depth > _MAX_DEPTH:
-            self.fail(f"nesting deeper than {_MAX_DEPTH} levels", i)
-        t, start, result = self.t, i, {}
-        i = self.ws(i + 1)
-        if i < self.n and t[i] == "}":
-            return result, i + 1
-        while True:
-            key_pos = i
-            key, i = self.key(i, depth)
-            i = self.ws(i)
-            if i >= self.n or t[i] != ":":
-                self.fail("expected ':' after an object key", i)
-            i = self.ws(i + 1)
-            value_pos = i
-            value, i = self.value(i, depth)
-            result[key] = value  # a repeated key: the later entry wins, as in fastjson
-            self.positions[(id(result), key)] = (key_pos, value_pos)
-            i = self.ws(i)
-            if i >= self.n:
-                self.fail(f"unexpected end of input inside the object opened at character {start}", i)
-            if t[i] == "}":
-                return result, i + 1
-            if t[i] != ",":
-                self.fail("expected ',' or '}' in an object", i)
-            i = self.ws(i + 1)
-
-    def array(self, i: int, depth: int) -> tuple[list, int]:
-        if depth > _MAX_DEPTH:
-            self.fail(f"nesting deeper than {_MAX_DEPTH} levels", i)
-        t, start, result = self.t, i, []
-        i = self.ws(i + 1)
-        if i < self.n and t[i] == "]":
-            return result, i + 1
-        while True:
-            value, i = self.value(i, depth)
-            result.append(value)
-            i = self.ws(i)
-            if i >= self.n:
-                self.fail(f"unexpected end of input inside the array opened at character {start}", i)
-            if t[i] == "]":
-                return result, i + 1
-            if t[i] != ",":
-                self.fail("expected ',' or ']' in an array", i)
-            i = self.ws(i + 1)
-
-    def number(self, i: int) -> tuple[int | float, int]:
-        m = _NUMBER.match(self.t, i)
-        if m is None:
-            self.fail("malformed number", i)
-        s = m.group()
-        try:
-            value = float(s) if any(c in s for c in ".eE") else int(s)
-        except ValueError:  # Python refuses int() of > 4300 digits
-            self.fail("number too long", i)
-        return value, m.end()
-
-    def hex_at(self, i: int, width: int) -> int | None:
-        digits = self.t[i : i + width]
-        if len(digits) != width or not all(c in _HEX for c in digits):
-            return None
-        return int(digits, 16)
-
-    def string(self, i: int) -> tuple[str, int]:
-        t, n, start, parts = self.t, self.n, i, []
-        i += 1
-        while True:
-            m = _STRING_RUN.match(t, i)
-            parts.append(m.group())
-            i = m.end()
-            if i >= n:
-                self.fail(f"unterminated string opened at character {start}", i)
-            if t[i] == '"':
-                return "".join(parts), i + 1
-            esc = t[i + 1] if i + 1 < n else ""
-            if esc in _ESCAPES:
-                parts.append(_ESCAPES[esc])
-                i += 2
-            elif esc in ("u", "x"):
-                width = 4 if esc == "u" else 2
-                code = self.hex_at(i + 2, width)
-                if code is None:
-                    self.fail(f"malformed \\{esc} escape", i)
-                i += 2 + width
-                if 0xD800 <= code < 0xDC00 and t.startswith("\\u", i):
-                    low = self.hex_at(i + 2, 4)
-                    if low is not None and 0xDC00 <= low < 0xE000:  # a surrogate pair is one character
-                        code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
-                        i += 6
-                parts.append(chr(code))
-            elif esc == "":
-                self.fail(f"unterminated string opened at character {start}", n)
-            else:
-                self.fail(f"unknown escape \\{esc}", i)
-
-
-def _decode(text: str | bytes, path: object) -> str:
-    if isinstance(text, str):
-        return text
-    try:
-        return bytes(text).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise OffsetFileError(f"not valid UTF-8 (byte {exc.start})", path=path, position=exc.start) from exc
-
-
-def parse_fastjson(text: str | bytes, *, path: object = None) -> object:
-    """Parse fastjson's dialect: JSON plus bare numeric keys and object/array keys (as FrozenObject/tuple).
-
-    Returns dict/list/str/int/float/bool/None. Any malformed input raises OffsetFileError(path, position).
-    """
-    return _Parser(_decode(text, path), path).document()
-
-
-# -------------------------------------------------------------------------------------------- printer
-
-# lone surrogates are escaped too so that any Python str survives a UTF-8 round trip
-_ESCAPE_RE = re.compile(r'[\x00-\x1f"\\\ud800-\udfff]')
-_SHORT = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _quote(s: str) -> str:
-    return '"' + _ESCAPE_RE.sub(lambda m: _SHORT.get(m.group(), f"\\u{ord(m.group()):04X}"), s) + '"'
-
-
-def _write(value: object, level: int, out: list[str]) -> None:
-    if isinstance(value, Mapping):
-        _write_map(value, level, out)
-    elif isinstance(value, bool):
-        out.append("true" if value else "false")
-    elif isinstance(value, int):
-        out.append(str(int(value)))
-    elif isinstance(value, float):
-        out.append(repr(value))
-    elif isinstance(value, str):
-        out.append(_quote(value))
-    elif value is None:
-        out.append("null")
-    else:  # lists and tuples: fastjson prints arrays inline even in pretty mode
-        out.append("[")
-        for j, item in enumerate(value):  # type: ignore[arg-type]
-            if j:
-                out.append(",")
-            _write(item, level, out)
-        out.append("]")
-
-
-def _write_map(m: Mapping, level: int, out: list[str]) -> None:
-    if not m:
-        out.append("{}")
-        return
-    inner = "\n" + "\t" * (level + 1)
-    out.append("{")
-    for j, (key, value) in enumerate(m.items()):
-        if j:
-            out.append(",")
-        if isinstance(key, str):  # string keys start on a new line; other keys follow directly
-            out.append(inner)
-            out.append(_quote(key))
-        else:
-            _write(key, level + 1, out)
-        out.append(":")
-        _write(value, level + 1, out)
-    out.append("\n" + "\t" * level + "}")
-
-
-def dump_fastjson(value: object) -> str:
-    """Print ``value`` as fastjson's PrettyFormat does (TAB indent, bare non-string keys), in the
-    mappings' iteration order; no trailing newline."""
-    out: list[str] = []
-    _write(value, 0, out)
-    return "".join(out)
+T = TypeVar("T")
 
 
 # ------------------------------------------------------------------------ consumerOffset.json documents
@@ -335,13 +60,13 @@ def _as_int(value: object, bounds: tuple[int, int]) -> int | None:
     return value
 
 
-def _where(p: _Parser, container: object, key: object, which: int) -> int:
+def _where(p: FastjsonParser, container: object, key: object, which: int) -> int:
     return p.positions[(id(container), key)][which]
 
 
 def load_consumer_offset_document(text: str | bytes, *, path: object = None) -> ConsumerOffsetDocument:
     """Parse a 4.x or 5.x consumerOffset.json; ``groupTopicMap`` (derived) and unknown fields are ignored."""
-    p = _Parser(_decode(text, path), path)
+    p = FastjsonParser(decode_text(text, path), path)
     doc = p.document()
     if not isinstance(doc, dict):
         p.fail("the document is not an object", 0)
@@ -361,7 +86,7 @@ def load_consumer_offset_document(text: str | bytes, *, path: object = None) -> 
     return ConsumerOffsetDocument(table, version)
 
 
-def _queue_map(p: _Parser, key: str, queues: dict) -> dict[int, int]:
+def _queue_map(p: FastjsonParser, key: str, queues: dict) -> dict[int, int]:
     result: dict[int, int] = {}
     for qid, offset in queues.items():
         # standard-JSON writers quote the queue ids; fastjson itself converts "3" to 3 on read
@@ -420,7 +145,7 @@ def _mq_key(mq: object) -> MessageQueueKey:
 
 def load_local_offsets(text: str | bytes, *, path: object = None) -> dict[MessageQueueKey, int]:
     """Parse a broadcasting-mode offsets.json (object keys with brokerName, queueId, topic)."""
-    p = _Parser(_decode(text, path), path)
+    p = FastjsonParser(decode_text(text, path), path)
     doc = p.document()
     if not isinstance(doc, dict):
         p.fail("the document is not an object", 0)
@@ -473,7 +198,7 @@ def _read_bytes(path: Path) -> bytes | None:
         raise StoreError(f"cannot read offset file: {exc.strerror}", path=path) from exc
 
 
-def _load_with_bak(path: Path, parse):  # -> (value or None, raw main bytes when they parsed)
+def _load_with_bak(path: Path, parse: Callable[..., T]) -> tuple[T | None, bytes | None]:
     """RocketMQ's load rule: main file; if missing, empty or unparsable, the ``.bak`` next to it.
 
     Returns (value, main_bytes): value None when neither file exists; main_bytes is the main file's
@@ -626,7 +351,7 @@ class ConsumerOffsetManager:
         if self.read_only:
             raise ReadOnlyStoreError("consumer offsets cannot be committed through a read-only store", path=self.path)
 
-    def _rewrite(self, apply) -> None:
+    def _rewrite(self, apply: Callable[[dict[str, dict[int, int]]], None]) -> None:
         try:
             self.config_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
