@@ -1,0 +1,302 @@
+"""Options of the ``rocketmq`` Spark source, parsed once into a typed, frozen :class:`RocketMQOptions`.
+
+Spark hands a Python data source its options in a case-insensitive dict whose keys are lower-cased,
+so keys are matched case-insensitively here and reported back in their documented spelling. Every
+bad value is an :class:`OptionError` naming the option; an unknown key is an error listing the valid
+ones (a misspelt ``startingOffset`` must not silently read from the default position).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from rocketstream.client.offset_ranges import QueueKey, offsets_from_dict
+from rocketstream.client.subscription import SubscriptionData
+from rocketstream.errors import OptionError
+
+# ---- option keys (documented spelling) ---------------------------------------------------------
+PATH = "path"
+TOPIC = "topic"
+SUB_EXPRESSION = "subExpression"
+STARTING_OFFSETS = "startingOffsets"
+ENDING_OFFSETS = "endingOffsets"
+STARTING_TIMESTAMP = "startingTimestamp"
+ENDING_TIMESTAMP = "endingTimestamp"
+CONSUMER_GROUP = "consumerGroup"
+CONSUME_FROM_WHERE = "consumeFromWhere"
+CONSUME_TIMESTAMP = "consumeTimestamp"
+MESSAGE_MODEL = "messageModel"
+ALLOCATE_STRATEGY = "allocateStrategy"
+NUM_PARTITIONS = "numPartitions"
+MIN_PARTITIONS = "minPartitions"  # alias of numPartitions (Kafka's name)
+MAX_MESSAGES_PER_PARTITION = "maxMessagesPerPartition"
+MAX_MESSAGES_PER_TRIGGER = "maxMessagesPerTrigger"
+MAX_OFFSETS_PER_TRIGGER = "maxOffsetsPerTrigger"  # alias (Kafka's name)
+MAX_BYTES_PER_TRIGGER = "maxBytesPerTrigger"
+MIN_MESSAGES_PER_TRIGGER = "minMessagesPerTrigger"
+MIN_OFFSETS_PER_TRIGGER = "minOffsetsPerTrigger"  # alias (Kafka's name)
+MAX_TRIGGER_DELAY = "maxTriggerDelay"
+FAIL_ON_DATA_LOSS = "failOnDataLoss"
+BROKER_NAME = "brokerName"
+BROKERS = "brokers"
+# strategy arguments (only read by the strategy that needs them)
+CONSUMER_IDCS = "consumeridcs"  # MACHINE_ROOM: rooms whose queues (room@broker) are read
+VIRTUAL_NODE_CNT = "virtualNodeCnt"  # CONSISTENT_HASH
+ALLOCATE_QUEUES = "allocateQueues"  # CONFIG: "brokerName:queueId,..." the queues read
+OFFSETS_STORE_DIR = "offsetsStoreDir"  # BROADCASTING: base dir of <clientId>/<group>/offsets.json
+CLIENT_ID = "clientId"  # BROADCASTING: client id directory name
+
+ALL_OPTIONS: tuple[str, ...] = (
+    PATH, TOPIC, SUB_EXPRESSION, STARTING_OFFSETS, ENDING_OFFSETS, STARTING_TIMESTAMP, ENDING_TIMESTAMP,
+    CONSUMER_GROUP, CONSUME_FROM_WHERE, CONSUME_TIMESTAMP, MESSAGE_MODEL, ALLOCATE_STRATEGY, NUM_PARTITIONS,
+    MIN_PARTITIONS, MAX_MESSAGES_PER_PARTITION, MAX_MESSAGES_PER_TRIGGER, MAX_OFFSETS_PER_TRIGGER,
+    MAX_BYTES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY,
+    FAIL_ON_DATA_LOSS, BROKER_NAME, BROKERS, CONSUMER_IDCS, VIRTUAL_NODE_CNT, ALLOCATE_QUEUES,
+    OFFSETS_STORE_DIR, CLIENT_ID,
+)
+_CANONICAL = {k.lower(): k for k in ALL_OPTIONS}
+_ALIASES = {MIN_PARTITIONS: NUM_PARTITIONS, MAX_OFFSETS_PER_TRIGGER: MAX_MESSAGES_PER_TRIGGER,
+            MIN_OFFSETS_PER_TRIGGER: MIN_MESSAGES_PER_TRIGGER}
+
+# ---- values -------------------------------------------------------------------------------------
+EARLIEST, LATEST, GROUP = "earliest", "latest", "group"
+CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+CONSUME_FROM_WHERE_VALUES = (CONSUME_FROM_LAST_OFFSET, CONSUME_FROM_FIRST_OFFSET, CONSUME_FROM_TIMESTAMP)
+CLUSTERING, BROADCASTING = "CLUSTERING", "BROADCASTING"
+STRATEGIES = ("AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH", "CONFIG", "MACHINE_ROOM", "MACHINE_ROOM_NEARBY")
+DEFAULT_CONSUMER_GROUP = "rocketstream-spark"
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's default "15m"
+_NAME = re.compile(r"[%|A-Za-z0-9_-]{1,255}\Z")  # RocketMQ's topic / group character set
+_DURATION = re.compile(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*\Z", re.IGNORECASE)
+_DURATION_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+# A position is "earliest" | "latest" | "group" | {QueueKey: offset (-2/-1 allowed)} | a timestamp.
+OffsetSpec = "str | dict[QueueKey, int]"
+
+
+@dataclass(frozen=True)
+class RocketMQOptions:
+    """Every option of the source, validated. Queue positions stay symbolic until the driver resolves
+    them against the store (``spark/offsets`` logic lives in batch.py / stream.py)."""
+
+    topics: tuple[str, ...]
+    brokers: tuple[tuple[str, Path], ...]  # (brokerName, store root); names resolved by broker_names()
+    broker_name_given: bool
+    subscription: SubscriptionData
+    starting_offsets: str | dict[QueueKey, int] | None  # None: not given (batch: earliest, stream: group)
+    ending_offsets: str | dict[QueueKey, int] | None  # None: not given (latest)
+    starting_timestamp: int | None
+    ending_timestamp: int | None
+    consumer_group: str
+    consume_from_where: str
+    consume_timestamp_ms: int | None
+    message_model: str
+    allocate_strategy: str
+    strategy_args: tuple[tuple[str, object], ...] = field(default=())
+    num_partitions: int | None = None
+    max_messages_per_partition: int | None = None
+    max_messages_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    fail_on_data_loss: bool = True
+    offsets_store_dir: Path | None = None
+    client_id: str | None = None
+
+    @property
+    def broadcasting(self) -> bool:
+        return self.message_model == BROADCASTING
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOptions:
+    """Validate ``options`` (keys in any case) for a batch (``streaming=False``) or streaming read."""
+    given: dict[str, str] = {}
+    for key, value in options.items():
+        canonical = _CANONICAL.get(str(key).lower())
+        if canonical is None:
+            raise OptionError(str(key), f"unknown option; valid options: {', '.join(ALL_OPTIONS)}")
+        canonical = _ALIASES.get(canonical, canonical)
+        if canonical in given:
+            raise OptionError(canonical, "given twice (directly and through its alias)", value)
+        given[canonical] = "" if value is None else str(value)
+    if streaming:
+        for key in (ENDING_OFFSETS, ENDING_TIMESTAMP):
+            if key in given:
+                raise OptionError(key, "is for batch queries only; a stream has no end")
+
+    strategy = _choice(given, ALLOCATE_STRATEGY, STRATEGIES, "AVG", prefix_ok="MACHINE_ROOM_NEARBY-")
+    return RocketMQOptions(
+        topics=_topics(given),
+        brokers=_brokers(given),
+        broker_name_given=BROKER_NAME in given,
+        subscription=SubscriptionData.parse_option(given.get(SUB_EXPRESSION, "*"), SUB_EXPRESSION),
+        starting_offsets=_position(given, STARTING_OFFSETS, (EARLIEST, LATEST, GROUP)),
+        ending_offsets=_position(given, ENDING_OFFSETS, (LATEST,)),
+        starting_timestamp=_int(given, STARTING_TIMESTAMP, minimum=0),
+        ending_timestamp=_int(given, ENDING_TIMESTAMP, minimum=0),
+        consumer_group=_name(given, CONSUMER_GROUP, DEFAULT_CONSUMER_GROUP),
+        consume_from_where=_choice(given, CONSUME_FROM_WHERE, CONSUME_FROM_WHERE_VALUES, CONSUME_FROM_LAST_OFFSET),
+        consume_timestamp_ms=_consume_timestamp(given),
+        message_model=_choice(given, MESSAGE_MODEL, (CLUSTERING, BROADCASTING), CLUSTERING),
+        allocate_strategy=strategy,
+        strategy_args=_strategy_args(given, strategy),
+        num_partitions=_int(given, NUM_PARTITIONS, minimum=1),
+        max_messages_per_partition=_int(given, MAX_MESSAGES_PER_PARTITION, minimum=1),
+        max_messages_per_trigger=_int(given, MAX_MESSAGES_PER_TRIGGER, minimum=1),
+        max_bytes_per_trigger=_int(given, MAX_BYTES_PER_TRIGGER, minimum=1),
+        min_messages_per_trigger=_int(given, MIN_MESSAGES_PER_TRIGGER, minimum=1),
+        max_trigger_delay_ms=_duration(given, MAX_TRIGGER_DELAY),
+        fail_on_data_loss=_bool(given, FAIL_ON_DATA_LOSS, True),
+        offsets_store_dir=Path(given[OFFSETS_STORE_DIR]).expanduser() if given.get(OFFSETS_STORE_DIR) else None,
+        client_id=given.get(CLIENT_ID) or None,
+    )
+
+
+# ---- value parsers ------------------------------------------------------------------------------
+
+def _topics(given: Mapping[str, str]) -> tuple[str, ...]:
+    raw = given.get(TOPIC)
+    if raw is None or not raw.strip():
+        raise OptionError(TOPIC, "is required: one topic or a comma-separated list")
+    topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
+    for t in topics:
+        if not _NAME.match(t):
+            raise OptionError(TOPIC, f"topic {t!r} has characters outside [%|a-zA-Z0-9_-]", raw)
+    if not topics:
+        raise OptionError(TOPIC, "names no topic", raw)
+    return topics
+
+
+def _brokers(given: Mapping[str, str]) -> tuple[tuple[str, Path], ...]:
+    raw, path = given.get(BROKERS), given.get(PATH)
+    if raw is None:
+        if not path:
+            raise OptionError(PATH, f"is required: .load('<store root>') or option '{BROKERS}'")
+        name = given.get(BROKER_NAME, "")
+        if BROKER_NAME in given and not _NAME.match(name):
+            raise OptionError(BROKER_NAME, "must be a non-empty RocketMQ name", name)
+        return ((name, Path(path).expanduser()),)
+    if path:
+        raise OptionError(BROKERS, f"give either '{BROKERS}' or a load() path, not both", raw)
+    if BROKER_NAME in given:
+        raise OptionError(BROKER_NAME, f"cannot be combined with '{BROKERS}' (which names every broker)")
+    result: dict[str, Path] = {}
+    for piece in (p.strip() for p in raw.split(",")):
+        name, sep, root = piece.partition("=")
+        name, root = name.strip(), root.strip()
+        if not sep or not name or not root or not _NAME.match(name):
+            raise OptionError(BROKERS, "expected 'broker-a=/path/a,broker-b=/path/b'", raw)
+        if name in result:
+            raise OptionError(BROKERS, f"broker {name!r} listed twice", raw)
+        result[name] = Path(root).expanduser()
+    return tuple(result.items())
+
+
+def _position(given: Mapping[str, str], key: str, words: tuple[str, ...]) -> str | dict[QueueKey, int] | None:
+    raw = given.get(key)
+    if raw is None:
+        return None
+    text = raw.strip()
+    if text.lower() in words:
+        return text.lower()
+    if not text.startswith("{"):
+        raise OptionError(key, f"expected one of {', '.join(words)} or a JSON object of offsets", raw)
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OptionError(key, f"is not valid JSON: {exc}", raw) from exc
+    return offsets_from_dict(obj, option=key, allow_special=True)
+
+
+def _int(given: Mapping[str, str], key: str, *, minimum: int) -> int | None:
+    raw = given.get(key)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise OptionError(key, "must be an integer", raw) from None
+    if value < minimum:
+        raise OptionError(key, f"must be >= {minimum}", raw)
+    return value
+
+
+def _bool(given: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = given.get(key)
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise OptionError(key, "must be true or false", raw)
+
+
+def _choice(given: Mapping[str, str], key: str, values: tuple[str, ...], default: str, prefix_ok: str = "") -> str:
+    raw = given.get(key)
+    if raw is None:
+        return default
+    value = raw.strip().upper()
+    if value in values or (prefix_ok and value.startswith(prefix_ok) and value[len(prefix_ok):] in values):
+        return value
+    raise OptionError(key, f"must be one of {', '.join(values)}", raw)
+
+
+def _name(given: Mapping[str, str], key: str, default: str) -> str:
+    raw = given.get(key)
+    if raw is None:
+        return default
+    if not _NAME.match(raw):
+        raise OptionError(key, "must be 1-255 characters of [%|a-zA-Z0-9_-]", raw)
+    return raw
+
+
+def _duration(given: Mapping[str, str], key: str) -> int:
+    raw = given.get(key)
+    if raw is None:
+        return DEFAULT_MAX_TRIGGER_DELAY_MS
+    m = _DURATION.match(raw)
+    if not m:
+        raise OptionError(key, "must be a duration such as '500ms', '30s', '15m', '1h' (bare number = ms)", raw)
+    return int(m.group(1)) * _DURATION_MS[m.group(2).lower() if m.group(2) else None]
+
+
+def _consume_timestamp(given: Mapping[str, str]) -> int | None:
+    """``consumeTimestamp`` is ``yyyyMMddHHmmss`` in local time (RocketMQ's client); default: 30 min ago."""
+    raw = given.get(CONSUME_TIMESTAMP)
+    if raw is None:
+        return None
+    try:
+        if not re.fullmatch(r"\d{14}", raw.strip()):
+            raise ValueError
+        return int(datetime.strptime(raw.strip(), "%Y%m%d%H%M%S").timestamp() * 1000)
+    except ValueError:
+        raise OptionError(CONSUME_TIMESTAMP, "must be yyyyMMddHHmmss (14 digits, local time)", raw) from None
+
+
+def _strategy_args(given: Mapping[str, str], strategy: str) -> tuple[tuple[str, object], ...]:
+    args: dict[str, object] = {}
+    if strategy == "CONSISTENT_HASH" and VIRTUAL_NODE_CNT in given:
+        args["virtual_node_cnt"] = _int(given, VIRTUAL_NODE_CNT, minimum=0)
+    if strategy == "MACHINE_ROOM":
+        rooms = [r.strip() for r in given.get(CONSUMER_IDCS, "").split(",") if r.strip()]
+        if not rooms:
+            raise OptionError(CONSUMER_IDCS, "MACHINE_ROOM needs the machine rooms to read, e.g. 'room1,room2'")
+        args["consumeridcs"] = frozenset(rooms)
+    if strategy == "CONFIG":
+        raw = given.get(ALLOCATE_QUEUES, "")
+        queues = []
+        for piece in (p.strip() for p in raw.split(",") if p.strip()):
+            broker, sep, qid = piece.rpartition(":")
+            if not sep or not qid.isdigit():
+                raise OptionError(ALLOCATE_QUEUES, "expected 'queueId' or 'brokerName:queueId' items", raw)
+            queues.append((broker, int(qid)))
+        if not queues:
+            raise OptionError(ALLOCATE_QUEUES, "CONFIG needs the queues to read, e.g. 'broker-a:0,broker-a:1'")
+        args["config_queues"] = tuple(queues)
+    return tuple(sorted(args.items()))

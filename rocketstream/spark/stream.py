@@ -1,0 +1,153 @@
+"""Micro-batch streaming: offsets, admission control, AvailableNow, and committing to the broker table.
+
+Lifecycle (PySpark 4.3): ``initialOffset``, ``latestOffset``, ``partitions``, ``commit`` and
+``reportLatestOffset`` run in one long-lived Python process per query; ``read`` runs in executors from
+the pickled reader. Offsets are ``{topic: {brokerName: {queueId: next offset}}}`` with keys in a fixed
+order, because Spark compares checkpointed offsets as JSON strings.
+
+Committing: ``commit(end)`` lags one batch (Spark calls it while planning the next batch, and not at
+all on ``query.stop()``). When ``latestOffset(start, ...)`` runs, every batch up to ``start`` has
+completed, so ``start`` is committed there too; the last call of a query (AvailableNow's final
+planning, or the trigger before a stop) then leaves the broker table equal to the checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from rocketstream.errors import DataLossError
+from rocketstream.client.offset_ranges import QueueKey, offsets_from_dict, offsets_to_dict, rate_limit
+from rocketstream.spark import positions
+from rocketstream.spark.batch import ReadTask, plan_tasks, read_task
+from rocketstream.spark.options import RocketMQOptions
+from rocketstream.spark.schema import Projection
+
+log = logging.getLogger(__name__)
+Offsets = dict[QueueKey, int]
+
+
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: RocketMQOptions, projection: Projection) -> None:
+        self.options = options
+        self.projection = projection
+        self.brokers = positions.resolve_broker_names(options)
+        self._initial: dict | None = None
+        self._target: Offsets | None = None  # AvailableNow: never read past these offsets
+        self._last_trigger = time.monotonic()  # for maxTriggerDelay
+
+    # ---- offsets ------------------------------------------------------------------------------
+    def initialOffset(self) -> dict:
+        # Spark may call this twice; "latest" must not move between the calls.
+        if self._initial is None:
+            with positions.open_stores(self.brokers) as stores:
+                bounds = positions.queue_bounds(stores, self.options.topics)
+                starts = positions.starting_offsets(self.options, stores, bounds, default="group")
+            self._initial = offsets_to_dict(starts)
+        return self._initial
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        o = self.options
+        if o.min_messages_per_trigger is not None:
+            return ReadMinRows(o.min_messages_per_trigger)
+        if o.max_messages_per_trigger is not None:
+            return ReadMaxRows(o.max_messages_per_trigger)
+        if o.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(o.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        with positions.open_stores(self.brokers) as stores:
+            self._target = {q: b.max for q, b in positions.queue_bounds(stores, self.options.topics).items()}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = _parse(start)
+        positions.commit_offsets(self.options, begin)  # every batch up to start has completed
+        with positions.open_stores(self.brokers) as stores:
+            bounds = positions.queue_bounds(stores, self.options.topics)
+            begin = self._checked_starts(begin, bounds)
+            latest = {q: b.max for q, b in bounds.items()}
+            if self._target is not None:
+                latest = {q: min(m, self._target.get(q, begin[q])) for q, m in latest.items()}
+            latest = {q: max(m, begin[q]) for q, m in latest.items()}
+            end = self._admit(begin, latest, limit, stores)
+        if end != begin:
+            self._last_trigger = time.monotonic()
+        return offsets_to_dict(end)
+
+    def _checked_starts(self, begin: Offsets, bounds: Mapping[QueueKey, positions.QueueBounds]) -> Offsets:
+        # New queues start at their min without alarm; known ones follow the data-loss rules.
+        known = {q: o for q, o in begin.items() if q in bounds}
+        checked = positions.check_starts(known, bounds, self.options.fail_on_data_loss)
+        return {q: checked.get(q, bounds[q].min) for q in bounds}
+
+    def _admit(self, begin: Offsets, latest: Offsets, limit: ReadLimit, stores: Mapping[str, object]) -> Offsets:
+        if isinstance(limit, ReadAllAvailable):
+            return latest
+        o = self.options
+        min_rows = None
+        if isinstance(limit, ReadMinRows):
+            overdue = (time.monotonic() - self._last_trigger) * 1000 >= o.max_trigger_delay_ms
+            min_rows = None if overdue else limit.min_rows
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else o.max_messages_per_trigger
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else o.max_bytes_per_trigger
+
+        def sizes(q: QueueKey, a: int, b: int) -> np.ndarray:
+            units = stores[q.broker_name].read_cq_units(q.topic, q.queue_id, a, b)  # type: ignore[attr-defined]
+            return np.asarray(units["size"], dtype=np.int64)
+
+        return rate_limit(begin, latest, max_messages=max_rows, max_bytes=max_bytes,
+                          bytes_fn=sizes if max_bytes is not None else None, min_messages=min_rows)
+
+    def reportLatestOffset(self) -> dict | None:
+        with positions.open_stores(self.brokers) as stores:
+            bounds = positions.queue_bounds(stores, self.options.topics)
+        return offsets_to_dict({q: b.max for q, b in bounds.items()})
+
+    # ---- batches ------------------------------------------------------------------------------
+    def partitions(self, start: dict, end: dict) -> list[ReadTask]:
+        begin, stop = _parse(start), _parse(end)
+        if begin == stop:
+            return []
+        with positions.open_stores(self.brokers) as stores:
+            bounds = positions.queue_bounds(stores, self.options.topics)
+            for q in stop:
+                if q not in bounds:
+                    raise DataLossError(
+                        f"{q} of the planned batch no longer exists in the store",
+                        topic=q.topic, broker_name=q.broker_name, queue_id=q.queue_id,
+                    )
+            known = {q: begin[q] for q in stop if q in begin}
+            checked = positions.check_starts(known, bounds, self.options.fail_on_data_loss)
+            starts = {q: checked.get(q, bounds[q].min) for q in stop}
+        starts = {q: min(starts[q], stop[q]) for q in stop}  # retention may have passed the whole range
+        sub = self.options.subscription
+        tags = None if sub.sub_all else frozenset(sub.tags)
+        return plan_tasks(self.options, self.brokers, starts, stop, self.projection, tags)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ReadTask)
+        return read_task(partition, self.projection)
+
+    def commit(self, end: dict) -> None:
+        positions.commit_offsets(self.options, _parse(end))
+
+    def stop(self) -> None:
+        pass  # nothing held open between calls
+
+
+def _parse(offset: Mapping) -> Offsets:
+    return offsets_from_dict(dict(offset), option="offset", allow_special=False)
