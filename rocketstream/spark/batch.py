@@ -172,8 +172,8 @@ def _time_bounds(f: Filter) -> tuple[int, int] | None:
     if not isinstance(value, datetime):
         return None
     if value.tzinfo is None:
-        # Spark hands TIMESTAMP literals over as naive local-time datetimes (as in collect()).
-        value = value.astimezone()
+        # Spark sends filter literals as variants: TIMESTAMP arrives UTC-aware, TIMESTAMP_NTZ naive "as UTC".
+        value = value.replace(tzinfo=timezone.utc)
     delta = value.astimezone(timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)
     us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     if isinstance(f, EqualTo):

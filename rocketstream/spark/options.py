@@ -117,15 +117,16 @@ class RocketMQOptions:
 
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOptions:
     """Validate ``options`` (keys in any case) for a batch (``streaming=False``) or streaming read."""
-    given: dict[str, str] = {}
+    given = _Given()
     for key, value in options.items():
-        canonical = _CANONICAL.get(str(key).lower())
-        if canonical is None:
+        spelled = _CANONICAL.get(str(key).lower())
+        if spelled is None:
             raise OptionError(str(key), f"unknown option; valid options: {', '.join(ALL_OPTIONS)}")
-        canonical = _ALIASES.get(canonical, canonical)
+        canonical = _ALIASES.get(spelled, spelled)
         if canonical in given:
-            raise OptionError(canonical, "given twice (directly and through its alias)", value)
+            raise OptionError(canonical, f"given twice (directly and through its alias {spelled})", value)
         given[canonical] = "" if value is None else str(value)
+        given.spelled[canonical] = spelled
     if streaming:
         for key in (ENDING_OFFSETS, ENDING_TIMESTAMP):
             if key in given:
@@ -160,6 +161,17 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
 
 
 # ---- value parsers ------------------------------------------------------------------------------
+
+class _Given(dict):
+    """Options by canonical key; ``spelled`` keeps the name the user used (an alias) for messages."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spelled: dict[str, str] = {}
+
+    def label(self, key: str) -> str:
+        return self.spelled.get(key, key)
+
 
 def _topics(given: Mapping[str, str]) -> tuple[str, ...]:
     raw = given.get(TOPIC)
@@ -222,10 +234,14 @@ def _int(given: Mapping[str, str], key: str, *, minimum: int) -> int | None:
     try:
         value = int(raw.strip())
     except ValueError:
-        raise OptionError(key, "must be an integer", raw) from None
+        raise OptionError(_label(given, key), "must be an integer", raw) from None
     if value < minimum:
-        raise OptionError(key, f"must be >= {minimum}", raw)
+        raise OptionError(_label(given, key), f"must be >= {minimum}", raw)
     return value
+
+
+def _label(given: Mapping[str, str], key: str) -> str:
+    return given.label(key) if isinstance(given, _Given) else key
 
 
 def _bool(given: Mapping[str, str], key: str, default: bool) -> bool:
@@ -292,8 +308,8 @@ def _strategy_args(given: Mapping[str, str], strategy: str) -> tuple[tuple[str, 
         raw = given.get(ALLOCATE_QUEUES, "")
         queues = []
         for piece in (p.strip() for p in raw.split(",") if p.strip()):
-            broker, sep, qid = piece.rpartition(":")
-            if not sep or not qid.isdigit():
+            broker, _, qid = piece.rpartition(":")
+            if not qid.isdigit():
                 raise OptionError(ALLOCATE_QUEUES, "expected 'queueId' or 'brokerName:queueId' items", raw)
             queues.append((broker, int(qid)))
         if not queues:
