@@ -132,7 +132,7 @@ def group_offsets(
     options: RocketMQOptions, stores: Mapping[str, object], bounds: Mapping[QueueKey, QueueBounds]
 ) -> Offsets:
     """The consumer group's committed offsets; for queues without one, consumeFromWhere (spec 8.8)."""
-    committed = read_committed(options)
+    committed = read_committed(options, bounds)
     result: Offsets = {}
     for q, b in bounds.items():
         last = committed.get(q, -1)
@@ -180,47 +180,26 @@ def check_starts(starts: Mapping[QueueKey, int], bounds: Mapping[QueueKey, Queue
     return checked
 
 
-def read_committed(options: RocketMQOptions) -> Offsets:
-    """Committed offsets of the group: broker tables (CLUSTERING) or the local offsets.json (BROADCASTING)."""
-    result: Offsets = {}
-    if options.broadcasting:
-        for key, offset in _local_store(options).read().items():
-            result[QueueKey(key.topic, key.broker_name, key.queue_id)] = offset
-        return result
-    from rocketstream.store.offsets import ConsumerOffsetManager
+def offset_store(options: RocketMQOptions, *, read_only: bool = False):  # -> client OffsetStore
+    """The group's offset store: broker tables (CLUSTERING) or the local offsets.json (BROADCASTING,
+    where the broker never learns broadcast offsets)."""
+    from rocketstream.client.offset_store import OffsetStore
 
-    for broker, root in resolve_broker_names(options):
-        manager = ConsumerOffsetManager(Path(root), read_only=True)
-        for topic in options.topics:
-            for qid, offset in manager.offsets_of(options.consumer_group, topic).items():
-                result[QueueKey(topic, broker, int(qid))] = int(offset)
-    return result
+    if options.broadcasting:
+        client_id = options.client_id or f"{_local_ip()}@DEFAULT"  # a broadcasting client's usual directory
+        return OffsetStore.broadcasting(client_id, options.offsets_store_dir, read_only=read_only)
+    return OffsetStore.clustering(dict(resolve_broker_names(options)), read_only=read_only)
+
+
+def read_committed(options: RocketMQOptions, queues) -> Offsets:
+    """Committed offsets of the group per queue, -1 where it has none."""
+    return offset_store(options, read_only=True).read(options.consumer_group, queues)
 
 
 def commit_offsets(options: RocketMQOptions, offsets: Mapping[QueueKey, int]) -> None:
-    """Write ``offsets`` for the group: each broker's config/consumerOffset.json (CLUSTERING) or the
-    client's offsets.json (BROADCASTING, where the broker never learns broadcast offsets)."""
-    if not offsets:
-        return
-    if options.broadcasting:
-        _local_store(options).persist(dict(offsets))
-        return
-    from rocketstream.store.offsets import ConsumerOffsetManager
-
-    roots = dict(resolve_broker_names(options))
-    by_broker: dict[str, dict[tuple[str, str], dict[int, int]]] = {}
-    for q, o in offsets.items():
-        by_broker.setdefault(q.broker_name, {}).setdefault((options.consumer_group, q.topic), {})[q.queue_id] = int(o)
-    for broker, updates in sorted(by_broker.items()):
-        ConsumerOffsetManager(Path(roots[broker])).commit_many(updates)  # one atomic rewrite per broker
-
-
-def _local_store(options: RocketMQOptions):  # -> LocalOffsetStore
-    from rocketstream.store.offsets import LocalOffsetStore, default_local_offset_dir
-
-    base = options.offsets_store_dir or default_local_offset_dir()
-    client_id = options.client_id or f"{_local_ip()}@DEFAULT"  # a broadcasting client's usual directory
-    return LocalOffsetStore(base, client_id, options.consumer_group)
+    """Write ``offsets`` for the group (one atomic rewrite per broker table)."""
+    if offsets:
+        offset_store(options).commit(options.consumer_group, offsets)
 
 
 def _local_ip() -> str:
