@@ -1,0 +1,269 @@
+"""The commit log: every message of every topic, appended to ``commitlog/`` (spec 1 and 2).
+
+Writer: ``append`` encodes a whole batch, then copies it into the mapping with two slice
+assignments: everything but the first record's TOTALSIZE, then that TOTALSIZE. A concurrent reader
+(another process mapping the same file) that finds a non-zero TOTALSIZE at the end it knows
+therefore finds the whole batch behind it; a zero TOTALSIZE means "nothing more yet".
+
+Reader: the readable end is found by walking record headers from the last end it knew
+(``max_offset``); readers normally go through consume-queue units instead and validate each
+unit against the header it points to (``check_units``).
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rocketstream.errors import CorruptStoreError, StoreError
+from rocketstream.store import format as fmt
+from rocketstream.store.format import HostAddress, MessageRecord
+from rocketstream.store.mapped_file import MappedFile, MappedFileQueue
+from rocketstream.store.messages import PreparedMessage
+
+_II = struct.Struct(">ii")
+_Q = struct.Struct(">q")
+MIN_RECORD_SIZE = fmt.record_size(0, 0, 0)
+
+
+@dataclass
+class AppendResult:
+    physical_offset: int          # of the first record
+    sizes: list[int]
+    queue_offset: int             # of the first record (0 for PREPARED / ROLLBACK)
+    store_timestamp: int
+
+    @property
+    def wrote_bytes(self) -> int:
+        return sum(self.sizes)
+
+
+class CommitLog:
+    def __init__(self, root: Path, file_size: int, *, read_only: bool, store_host: HostAddress) -> None:
+        self.directory = root / "commitlog"
+        self.file_size = file_size
+        self.read_only = read_only
+        self.store_host = store_host
+        self.queue = MappedFileQueue(self.directory, file_size, writable=not read_only)
+        self.topic_queue_table: dict[str, int] = {}   # "topic-queueId" -> next queue offset
+        self.last_store_timestamp = 0
+        self._read_end = 0    # reader: end of the records seen so far
+        self.lock = threading.RLock()
+
+    def load(self) -> None:
+        if not self.read_only:
+            self.queue.remove_stale_tmp()
+        self.queue.load()
+
+    # --- geometry -----------------------------------------------------------------------------
+    def min_offset(self) -> int:
+        if self.read_only:
+            self.queue.refresh()
+        return self.queue.min_offset()
+
+    def max_offset(self) -> int:
+        """Writer: its write position. Reader: end of the complete records visible now."""
+        if self.read_only:
+            return self._scan_reader_end()
+        return self.queue.max_offset()
+
+    def find_file(self, offset: int) -> MappedFile | None:
+        mf = self.queue.find(offset)
+        if mf is None and self.read_only:
+            last = self.queue.last
+            if last is None or offset >= last.end_offset or offset < last.file_from_offset:
+                self.queue.refresh()
+                mf = self.queue.find(offset)
+        return mf
+
+    def buffer_for(self, offset: int) -> tuple[int, np.ndarray]:
+        """(fileFromOffset, uint8 view over the whole mapped file) of the file covering ``offset``."""
+        mf = self.find_file(offset)
+        if mf is None:
+            raise StoreError(f"no commit-log file covers offset {offset}", path=self.directory, offset=offset)
+        return mf.file_from_offset, mf.array
+
+    # --- writing ------------------------------------------------------------------------------
+    def append(self, msgs: list[PreparedMessage], now_ms: int) -> AppendResult:
+        """Append one batch (all records contiguous in one file). Caller checked the size fits."""
+        total = sum(m.size for m in msgs)
+        with self.lock:
+            mf = self.queue.last_file_for(self.queue.max_offset())
+            if total + fmt.END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
+                self._write_blank(mf)
+                mf = self.queue.last_file_for(mf.end_offset)
+            first = msgs[0]
+            key = f"{first.topic}-{first.queue_id}"
+            queue_offset = self.topic_queue_table.get(key, 0) if first.dispatch else 0
+            store_ts = max(now_ms, self.last_store_timestamp)
+            base = mf.file_from_offset + mf.wrote_position
+            parts = []
+            phys = base
+            qoff = queue_offset
+            host = self.store_host
+            for m in msgs:
+                rec = fmt.encode_record(
+                    topic=m.topic, queue_id=m.queue_id, body=m.body, properties=m.props_bytes, flag=m.flag,
+                    queue_offset=qoff, physical_offset=phys, sys_flag=m.sys_flag, born_timestamp=m.born_timestamp,
+                    born_host=m.born_host, store_timestamp=store_ts, store_host=host)
+                parts.append(rec)
+                phys += len(rec)
+                if m.dispatch:
+                    qoff += 1
+            data = b"".join(parts)
+            if len(data) != total:  # the size formula and the encoder disagree: a bug, not user input
+                raise StoreError(f"encoded batch is {len(data)} bytes, expected {total}", offset=base)
+            pos = mf.wrote_position
+            mm = mf.mm
+            mm[pos + 4:pos + total] = data[4:]
+            mm[pos:pos + 4] = data[:4]          # TOTALSIZE last: see the module docstring
+            mf.wrote_position = pos + total
+            if first.dispatch:
+                self.topic_queue_table[key] = qoff
+            self.last_store_timestamp = store_ts
+            return AppendResult(base, [len(p) for p in parts], queue_offset, store_ts)
+
+    def _write_blank(self, mf: MappedFile) -> None:
+        pos = mf.wrote_position
+        blank = fmt.encode_blank(mf.file_size - pos)
+        mf.mm[pos + 4:pos + 8] = blank[4:]
+        mf.mm[pos:pos + 4] = blank[:4]
+        mf.wrote_position = mf.file_size
+
+    def flush(self) -> None:
+        """msync every file with unflushed bytes (newest first; older ones are already flushed)."""
+        for mf in reversed(self.queue.files):
+            if mf.flushed_position >= mf.wrote_position:
+                break
+            mf.flush()
+
+    # --- reading ------------------------------------------------------------------------------
+    def read_record(self, offset: int, size: int | None = None, *, check_crc: bool = False) -> MessageRecord:
+        mf = self.find_file(offset)
+        if mf is None:
+            raise StoreError(f"no commit-log file covers offset {offset}", path=self.directory, offset=offset)
+        rec = fmt.decode_record(mf.mm, offset - mf.file_from_offset, check_crc=check_crc, path=mf.path,
+                                base_offset=mf.file_from_offset)
+        if rec is None:
+            raise CorruptStoreError("end-of-file blank record where a message was expected",
+                                    path=mf.path, offset=offset)
+        if rec.physical_offset != offset or (size is not None and rec.total_size != size):
+            raise CorruptStoreError(f"record header (PHYSICALOFFSET {rec.physical_offset}, TOTALSIZE "
+                                    f"{rec.total_size}) does not match the expected offset {offset}"
+                                    + (f" / size {size}" if size is not None else ""), path=mf.path, offset=offset)
+        return rec
+
+    def store_timestamp_at(self, offset: int) -> int:
+        """STORETIMESTAMP of the record at ``offset``; -1 when no file covers it (pickupStoreTimestamp)."""
+        mf = self.find_file(offset)
+        if mf is None:
+            return -1
+        pos = offset - mf.file_from_offset
+        if pos + 64 > mf.file_size:
+            return -1
+        (sys_flag,) = struct.unpack_from(">i", mf.mm, pos + fmt.POS_SYS_FLAG)
+        at = pos + 48 + (20 if sys_flag & fmt.FLAG_BORNHOST_V6 else 8)
+        return _Q.unpack_from(mf.mm, at)[0]
+
+    def iter_records(self, start: int, *, check_crc: bool) -> Iterator[tuple[int, MessageRecord | None]]:
+        """(offset, record) from ``start`` to the end of the last file; (offset, None) for a blank.
+
+        Raises CorruptStoreError at the first record that does not decode (recovery stops there).
+        Zero bytes where a record should start end the iteration (the unwritten tail).
+        """
+        offset = start
+        while True:
+            mf = self.find_file(offset)
+            if mf is None:
+                return
+            pos = offset - mf.file_from_offset
+            if pos + 8 > mf.file_size:
+                raise CorruptStoreError("record position leaves no room for a header", path=mf.path, offset=offset)
+            total, magic = _II.unpack_from(mf.mm, pos)
+            if total == 0 and magic == 0:
+                return
+            rec = fmt.decode_record(mf.mm, pos, check_crc=check_crc, path=mf.path, base_offset=mf.file_from_offset)
+            if rec is None:
+                if total != mf.file_size - pos:
+                    raise CorruptStoreError(f"blank record TOTALSIZE {total} does not reach the end of the file "
+                                            f"({mf.file_size - pos} bytes left)", path=mf.path, offset=offset)
+                yield offset, None
+                offset = mf.end_offset
+                continue
+            if rec.physical_offset != offset:
+                raise CorruptStoreError(f"PHYSICALOFFSET field {rec.physical_offset} does not match the record's "
+                                        "position", path=mf.path, offset=offset)
+            if pos + rec.total_size + fmt.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+                raise CorruptStoreError("record leaves less than 8 bytes before the end of the file",
+                                        path=mf.path, offset=offset)
+            yield offset, rec
+            offset += rec.total_size
+
+    def _peek_size(self, mf: MappedFile, pos: int) -> int:
+        """Reader end scan: size of the complete record at ``pos``, -1 for a blank, 0 for 'no record'."""
+        if pos + 8 > mf.file_size:
+            return 0
+        total, magic = _II.unpack_from(mf.mm, pos)
+        if magic == fmt.BLANK_MAGIC:
+            return -1 if total == mf.file_size - pos else 0
+        if magic not in (fmt.MAGIC_V1, fmt.MAGIC_V2) or total < MIN_RECORD_SIZE \
+                or pos + total + fmt.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+            return 0
+        if _Q.unpack_from(mf.mm, pos + fmt.POS_PHYSICAL_OFFSET)[0] != mf.file_from_offset + pos:
+            return 0
+        return total
+
+    def _scan_reader_end(self) -> int:
+        self.queue.refresh()
+        offset = max(self._read_end, self.queue.min_offset())
+        while True:
+            mf = self.queue.find(offset)
+            if mf is None:
+                if self.queue.refresh():
+                    continue
+                break
+            size = self._peek_size(mf, offset - mf.file_from_offset)
+            if size == 0:
+                break
+            offset = mf.end_offset if size < 0 else offset + size
+        self._read_end = offset
+        return offset
+
+    # --- validation of consume-queue units ----------------------------------------------------
+    def check_units(self, units: np.ndarray) -> int:
+        """Index of the first unit whose record header disagrees (magic, TOTALSIZE, PHYSICALOFFSET),
+        or -1 when all agree. Vectorized per commit-log file."""
+        if len(units) == 0:
+            return -1
+        offsets = units["offset"].astype(np.int64)
+        sizes = units["size"].astype(np.int64)
+        bad = np.zeros(len(units), dtype=bool)
+        file_ids = offsets // self.file_size
+        breaks = np.flatnonzero(np.diff(file_ids)) + 1
+        for lo, hi in zip(np.r_[0, breaks], np.r_[breaks, len(units)]):
+            mf = self.find_file(int(offsets[lo]))
+            if mf is None:
+                bad[lo:hi] = True
+                continue
+            rel = offsets[lo:hi] - mf.file_from_offset
+            in_file = (rel >= 0) & (rel + np.maximum(sizes[lo:hi], 0) <= mf.file_size) & (sizes[lo:hi] >= 36)
+            safe = np.where(in_file, rel, 0)
+            arr = mf.array
+            total = _gather(arr, safe, 4, ">i4")
+            magic = _gather(arr, safe + 4, 4, ">i4")
+            phys = _gather(arr, safe + fmt.POS_PHYSICAL_OFFSET, 8, ">i8")
+            ok = in_file & (total == sizes[lo:hi]) & (phys == offsets[lo:hi]) \
+                & ((magic == fmt.MAGIC_V1) | (magic == fmt.MAGIC_V2))
+            bad[lo:hi] = ~ok
+        hits = np.flatnonzero(bad)
+        return int(hits[0]) if len(hits) else -1
+
+
+def _gather(arr: np.ndarray, positions: np.ndarray, width: int, dtype: str) -> np.ndarray:
+    idx = positions[:, None] + np.arange(width)
+    return np.ascontiguousarray(arr[idx]).view(dtype).reshape(-1).astype(np.int64)

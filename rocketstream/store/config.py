@@ -1,0 +1,242 @@
+"""Store settings: the ``StoreConfig`` value object, broker.conf parsing, and the sizes persisted
+in ``config/rocketstream.json`` so a store cannot be reopened with other mapped-file sizes.
+
+Size resolution at open (``resolve_sizes``), per dimension (commit log, consume queue):
+
+* persisted value (``config/rocketstream.json``), else the length of the existing files, else the
+  requested value (the caller's ``StoreConfig``; RocketMQ's defaults when no config was given);
+* persisted and detected disagree -> the files were damaged or swapped: ``CorruptStoreError``;
+* the caller passed an explicit config whose size differs from the store's -> ``StoreConfigError``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from rocketstream.errors import CorruptStoreError, StoreConfigError
+from rocketstream.store.format import CQ_UNIT_SIZE, DELAY_LEVELS_MS, HostAddress, parse_delay_levels
+
+DEFAULT_COMMIT_LOG_FILE_SIZE = 1073741824
+DEFAULT_CONSUME_QUEUE_FILE_SIZE = 6000000
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+SETTINGS_FILE = "config/rocketstream.json"
+FORMAT_VERSION = 1
+FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+# A record needs 91 bytes at least plus room for the 8-byte blank; below this rolling degenerates.
+MIN_COMMIT_LOG_FILE_SIZE = 256
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Store settings in RocketMQ's meaning (property names in ``from_broker_conf``)."""
+
+    store_path_root_dir: Path = Path("storage")
+    broker_name: str = "broker-a"
+    mapped_file_size_commit_log: int = DEFAULT_COMMIT_LOG_FILE_SIZE
+    mapped_file_size_consume_queue: int = DEFAULT_CONSUME_QUEUE_FILE_SIZE
+    flush_disk_type: str = "ASYNC_FLUSH"
+    file_reserved_time_hours: float = 72
+    check_crc_on_recover: bool = True
+    compress_msg_body_over: int = 4096
+    max_message_size: int = 4194304
+    store_host: HostAddress = HostAddress("127.0.0.1", 10911)
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    # getMessage limits (spec 6.3/6.4); we always apply the "in memory" limits.
+    max_transfer_bytes_on_message_in_memory: int = 262144
+    max_transfer_count_on_message_in_memory: int = 32
+    max_filter_message_bytes: int = 16000
+    default_topic_queue_nums: int = 4
+    delay_levels_ms: tuple[int, ...] = field(default=DELAY_LEVELS_MS, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "store_path_root_dir", Path(self.store_path_root_dir))
+        if self.flush_disk_type not in FLUSH_TYPES:
+            raise StoreConfigError(f"flushDiskType must be one of {FLUSH_TYPES}, got {self.flush_disk_type!r}")
+        if self.mapped_file_size_commit_log < MIN_COMMIT_LOG_FILE_SIZE:
+            raise StoreConfigError(f"mappedFileSizeCommitLog must be >= {MIN_COMMIT_LOG_FILE_SIZE}, "
+                                   f"got {self.mapped_file_size_commit_log}")
+        cq = self.mapped_file_size_consume_queue
+        if cq < CQ_UNIT_SIZE or cq % CQ_UNIT_SIZE:
+            raise StoreConfigError(f"mappedFileSizeConsumeQueue must be a positive multiple of {CQ_UNIT_SIZE}, "
+                                   f"got {cq}")
+        if self.message_delay_level != DEFAULT_DELAY_LEVELS:
+            object.__setattr__(self, "delay_levels_ms", parse_delay_levels(self.message_delay_level))
+
+    @property
+    def sync_flush(self) -> bool:
+        return self.flush_disk_type == "SYNC_FLUSH"
+
+    @classmethod
+    def from_broker_conf(cls, path: str | Path) -> StoreConfig:
+        """Read RocketMQ property names from a broker.conf; unknown keys are ignored (broker options).
+
+        A relative ``storePathRootDir`` is resolved against the conf file's parent's parent (the
+        repository root when the file is ``<repo>/conf/broker.conf``).
+        """
+        path = Path(path)
+        try:
+            props = _parse_properties(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise StoreConfigError(f"cannot read broker config: {exc}", path=path) from exc
+        kw: dict[str, object] = {}
+
+        def number(key: str, kind=int):
+            try:
+                return kind(props[key])
+            except ValueError:
+                raise StoreConfigError(f"option {key}: not a number: {props[key]!r}", path=path) from None
+
+        if "storePathRootDir" in props:
+            root = Path(os.path.expanduser(props["storePathRootDir"]))
+            kw["store_path_root_dir"] = root if root.is_absolute() else path.resolve().parent.parent / root
+        if "brokerName" in props:
+            kw["broker_name"] = props["brokerName"]
+        for key, attr, kind in (("mappedFileSizeCommitLog", "mapped_file_size_commit_log", int),
+                                ("mappedFileSizeConsumeQueue", "mapped_file_size_consume_queue", int),
+                                ("fileReservedTime", "file_reserved_time_hours", float),
+                                ("compressMsgBodyOverHowmuch", "compress_msg_body_over", int),
+                                ("maxMessageSize", "max_message_size", int),
+                                ("maxTransferBytesOnMessageInMemory", "max_transfer_bytes_on_message_in_memory", int),
+                                ("maxTransferCountOnMessageInMemory", "max_transfer_count_on_message_in_memory", int)):
+            if key in props:
+                kw[attr] = number(key, kind)
+        if "flushDiskType" in props:
+            kw["flush_disk_type"] = props["flushDiskType"]
+        if "checkCRCOnRecover" in props:
+            kw["check_crc_on_recover"] = props["checkCRCOnRecover"].lower() == "true"
+        if "messageDelayLevel" in props:
+            kw["message_delay_level"] = props["messageDelayLevel"]
+        host = props.get("brokerIP1", "127.0.0.1")
+        port = number("listenPort") if "listenPort" in props else 10911
+        kw["store_host"] = HostAddress(host, port)
+        try:
+            return cls(**kw)  # type: ignore[arg-type]
+        except StoreConfigError as exc:
+            raise StoreConfigError(str(exc), path=path) from exc
+
+
+def default_broker_conf() -> Path:
+    """``conf/broker.conf`` under the current directory, else next to the installed package."""
+    candidates = [Path.cwd() / "conf" / "broker.conf",
+                  Path(__file__).resolve().parent.parent.parent / "conf" / "broker.conf"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise StoreConfigError("no conf/broker.conf found (looked in " + ", ".join(map(str, candidates)) + ")")
+
+
+def _parse_properties(text: str) -> dict[str, str]:
+    """Java .properties subset: ``key=value`` / ``key: value`` lines, ``#``/``!`` comments."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut < 0:
+            out[line] = ""
+            continue
+        out[line[:cut].strip()] = line[cut + 1:].strip()
+    return out
+
+
+# --- persisted sizes --------------------------------------------------------------------------
+def load_settings(root: Path) -> dict[str, int] | None:
+    path = root / SETTINGS_FILE
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreConfigError(f"cannot read store settings: {exc}", path=path) from exc
+    try:
+        data = json.loads(raw)
+        out = {k: int(data[k]) for k in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue")}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreConfigError(f"store settings file does not parse: {exc}", path=path) from exc
+    return out
+
+
+def save_settings(root: Path, config: StoreConfig) -> None:
+    path = root / SETTINGS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"formatVersion": FORMAT_VERSION,
+                       "mappedFileSizeCommitLog": config.mapped_file_size_commit_log,
+                       "mappedFileSizeConsumeQueue": config.mapped_file_size_consume_queue}, indent=2)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _data_files(directory: Path) -> list[Path]:
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [directory / n for n in sorted(names) if n.isdigit() and len(n) == 20]
+
+
+def _detect(files: list[Path], what: str) -> int | None:
+    """The common length of ``files``; a file of another length is damage (CorruptStoreError)."""
+    size = None
+    first = None
+    for f in files:
+        try:
+            n = f.stat().st_size
+        except FileNotFoundError:  # deleted by a live writer's retention meanwhile
+            continue
+        if size is None:
+            size, first = n, f
+        elif n != size:
+            raise CorruptStoreError(f"{what} file has length {n} but {first.name} has {size}; "
+                                    "all files of a queue must have the same length", path=f)
+    return size
+
+
+def _cq_files(root: Path) -> list[Path]:
+    base = root / "consumequeue"
+    out: list[Path] = []
+    try:
+        topics = sorted(os.listdir(base))
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    for topic in topics:
+        try:
+            queues = os.listdir(base / topic)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for q in sorted(queues):
+            out += _data_files(base / topic / q)
+    return out
+
+
+def resolve_sizes(root: Path, config: StoreConfig, *, explicit: bool) -> StoreConfig:
+    """Return ``config`` with the store's mapped-file sizes (module docstring gives the rules)."""
+    persisted = load_settings(root) or {}
+    detected = {"mappedFileSizeCommitLog": _detect(_data_files(root / "commitlog"), "commit-log"),
+                "mappedFileSizeConsumeQueue": _detect(_cq_files(root), "consume-queue")}
+    requested = {"mappedFileSizeCommitLog": config.mapped_file_size_commit_log,
+                 "mappedFileSizeConsumeQueue": config.mapped_file_size_consume_queue}
+    chosen: dict[str, int] = {}
+    for key in requested:
+        p, d, r = persisted.get(key), detected[key], requested[key]
+        if p is not None and d is not None and p != d:
+            raise CorruptStoreError(f"files have length {d} but the store was created with {key}={p}",
+                                    path=root / SETTINGS_FILE)
+        have = p if p is not None else d
+        if have is not None and explicit and r != have:
+            raise StoreConfigError(f"store uses {key}={have} but the configuration asks for {r}; "
+                                   "open it without a config (sizes are detected) or use the same sizes",
+                                   path=root)
+        chosen[key] = have if have is not None else r
+    try:
+        return replace(config, mapped_file_size_commit_log=chosen["mappedFileSizeCommitLog"],
+                       mapped_file_size_consume_queue=chosen["mappedFileSizeConsumeQueue"])
+    except StoreConfigError as exc:
+        raise StoreConfigError(f"store files have unusable sizes: {exc}", path=root) from exc

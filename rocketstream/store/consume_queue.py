@@ -1,0 +1,255 @@
+"""One consume queue: dense 20-byte units (commitLogOffset, size, tagsCode) in
+``consumequeue/<topic>/<queueId>/`` (spec 3).
+
+Writes put every unit of a batch in place except the size field of the batch's first unit, then
+that size field (4 aligned bytes). Readers take "size > 0" as "unit present", so a reader that sees
+the first unit of a batch sees all of it, and a CQ unit never points at an unwritten record because
+the commit-log bytes were copied before ``put`` was called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from rocketstream.errors import CorruptStoreError
+from rocketstream.store.format import CQ_DTYPE, CQ_UNIT_SIZE
+from rocketstream.store.mapped_file import MappedFile, MappedFileQueue
+
+PREFILL_SIZE = 0x7FFFFFFF   # size of a pre-fill ("blank") unit, spec 3.1
+UNIT = CQ_UNIT_SIZE
+
+
+def units_of(mf: MappedFile) -> np.ndarray:
+    """CQ_DTYPE view over a whole mapped CQ file (no copy)."""
+    return mf.array.view(CQ_DTYPE)
+
+
+def _valid_prefix(mf: MappedFile, start: int) -> int:
+    """Byte position of the first invalid unit at or after ``start`` (file_size if none)."""
+    units = units_of(mf)[start // UNIT:]
+    valid = (units["offset"] >= 0) & (units["size"] > 0)
+    if valid.all():
+        return mf.file_size
+    return start + int(np.argmin(valid)) * UNIT
+
+
+class ConsumeQueue:
+    def __init__(self, root: Path, topic: str, queue_id: int, file_size: int, *, read_only: bool,
+                 check_units: Callable[[np.ndarray], int]) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.directory = root / "consumequeue" / topic / str(queue_id)
+        self.file_size = file_size
+        self.read_only = read_only
+        self.queue = MappedFileQueue(self.directory, file_size, writable=not read_only)
+        self.min_logic_offset = 0       # bytes
+        self.max_physic_offset = 0      # end (offset + size) of the last real unit
+        self._check_units = check_units
+        self._min_key: tuple[str, int] | None = None
+
+    # --- load / recover -----------------------------------------------------------------------
+    def load(self) -> None:
+        if not self.read_only:
+            self.queue.remove_stale_tmp()
+        self.queue.load()
+        if self.read_only and self.queue.files:
+            self.queue.last.wrote_position = 0
+            self._refresh_reader()
+
+    def recover(self) -> None:
+        """Spec 3.8: scan from the third-to-last file to the first invalid unit; cut there."""
+        files = self.queue.files
+        if not files:
+            return
+        idx = max(len(files) - 3, 0)
+        process = files[idx].file_from_offset
+        while True:
+            mf = files[idx]
+            end = _valid_prefix(mf, 0)
+            process = mf.file_from_offset + end
+            if end < mf.file_size or idx + 1 >= len(files):
+                break
+            idx += 1
+        self.queue.truncate_dirty(process)
+        self.max_physic_offset = self._last_real_unit_end()
+
+    def _last_real_unit_end(self) -> int:
+        for mf in reversed(self.queue.files):
+            units = units_of(mf)[:mf.wrote_position // UNIT]
+            real = np.flatnonzero(units["size"] != PREFILL_SIZE)
+            if len(real):
+                u = units[real[-1]]
+                return int(u["offset"]) + int(u["size"])
+        return 0
+
+    def truncate_dirty_logic_files(self, phy_offset: int) -> None:
+        """Drop units pointing at or beyond ``phy_offset`` (the recovered commit-log end)."""
+        while self.queue.files:
+            mf = self.queue.last
+            units = units_of(mf)
+            first = units[0]
+            if first["size"] > 0 and first["offset"] >= phy_offset and first["size"] != PREFILL_SIZE:
+                self.queue.truncate_dirty(mf.file_from_offset)   # deletes it
+                continue
+            keep = (units["offset"] >= 0) & (units["size"] > 0) & (units["offset"] < phy_offset)
+            n = len(units) if keep.all() else int(np.argmin(keep))
+            mf.set_positions(n * UNIT)
+            mf.zero_tail(n * UNIT)
+            break
+        if not self.queue.files:
+            self.min_logic_offset = 0
+        self.max_physic_offset = self._last_real_unit_end()
+
+    def correct_min_offset(self, min_commit_log_offset: int) -> None:
+        """First unit of the first file pointing at existing commit-log data becomes the minimum.
+
+        4.x scans the first file; like 5.x, when no unit qualifies and the first file is the last
+        one, the queue becomes empty (min = max). Pre-fill units never qualify.
+        """
+        mf = self.queue.first
+        if mf is None:
+            self.min_logic_offset = 0
+            return
+        units = units_of(mf)[:mf.wrote_position // UNIT]
+        ok = (units["offset"] >= min_commit_log_offset) & (units["size"] > 0) & (units["size"] != PREFILL_SIZE)
+        if ok.any():
+            self.min_logic_offset = mf.file_from_offset + int(np.argmax(ok)) * UNIT
+        elif mf is self.queue.last:
+            self.min_logic_offset = self.queue.max_offset()
+        else:
+            self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset)
+
+    # --- offsets ------------------------------------------------------------------------------
+    def _refresh_reader(self) -> None:
+        """Reader: map new files, drop deleted ones, and find the last file's end by unit scan."""
+        while True:
+            self.queue.refresh()
+            files = self.queue.files
+            if not files:
+                return
+            for mf in files[:-1]:
+                mf.wrote_position = mf.file_size
+            last = files[-1]
+            last.wrote_position = _valid_prefix(last, last.wrote_position)
+            if not last.is_full or not self.queue.refresh():
+                break
+        key = (files[0].path.name, self._cl_min)
+        if key != self._min_key:
+            self.correct_min_offset(self._cl_min)
+            self._min_key = key
+
+    _cl_min = 0
+
+    def refresh(self, commit_log_min: int) -> None:
+        """Reader only: re-read the directory and the end; recompute min for ``commit_log_min``."""
+        self._cl_min = commit_log_min
+        self._refresh_reader()
+
+    def min_offset(self) -> int:
+        low = max(self.min_logic_offset, self.queue.min_offset())
+        return min(low, self.queue.max_offset()) // UNIT
+
+    def max_offset(self) -> int:
+        return self.queue.max_offset() // UNIT
+
+    # --- writing ------------------------------------------------------------------------------
+    def put(self, cq_offset: int, units: np.ndarray) -> None:
+        """Write ``units`` (CQ_DTYPE) at logical offset ``cq_offset`` (spec 3.3, idempotent)."""
+        ends = units["offset"].astype(np.int64) + units["size"]
+        skip = int(np.searchsorted(ends, self.max_physic_offset, side="right"))
+        if skip >= len(units):
+            return                        # already dispatched (recovery replay)
+        units, cq_offset = units[skip:], cq_offset + skip
+        expect = cq_offset * UNIT
+        current = self.queue.max_offset()
+        prefill = b""
+        if not self.queue.files:
+            if cq_offset:
+                start = expect - expect % self.file_size
+                prefill = np.array([(0, PREFILL_SIZE, 0)] * ((expect - start) // UNIT), dtype=CQ_DTYPE).tobytes()
+                self.min_logic_offset = expect
+                current = start
+        elif expect < current:
+            dup = (current - expect) // UNIT
+            if dup >= len(units):
+                return                    # duplicates of units already present
+            units, expect = units[dup:], current
+        elif expect > current:
+            raise CorruptStoreError(f"queue offset gap: unit for logical offset {cq_offset} but the queue ends at "
+                                    f"{current // UNIT}", path=self.directory, offset=current)
+        data = bytearray(prefill + units.tobytes())
+        first_size = bytes(data[8:12])
+        data[8:12] = bytes(4)
+        self._write(current, data)
+        mf0 = self.queue.find(current)
+        p0 = current - mf0.file_from_offset
+        mf0.mm[p0 + 8:p0 + 12] = first_size        # publish the batch (module docstring)
+        self.max_physic_offset = int(ends[-1])
+
+    def _write(self, at: int, data: bytearray) -> None:
+        i = 0
+        while i < len(data):
+            mf = self.queue.last_file_for(at)
+            p = at - mf.file_from_offset
+            if p != mf.wrote_position:
+                raise CorruptStoreError(f"consume-queue write at position {p} but the file ends at "
+                                        f"{mf.wrote_position}", path=mf.path, offset=at)
+            n = min(len(data) - i, mf.file_size - p)
+            mf.mm[p:p + n] = data[i:i + n]
+            mf.wrote_position = p + n
+            i += n
+            at += n
+
+    def flush(self) -> None:
+        for mf in reversed(self.queue.files):
+            if mf.flushed_position >= mf.wrote_position:
+                break
+            mf.flush()
+
+    # --- reading ------------------------------------------------------------------------------
+    def raw_units(self, start: int, end: int) -> np.ndarray:
+        """Copy of units [start, end) (logical offsets), unvalidated; files must cover the range."""
+        parts = []
+        at, stop = start * UNIT, end * UNIT
+        while at < stop:
+            mf = self.queue.find(at)
+            if mf is None:
+                raise CorruptStoreError(f"no consume-queue file covers logical offset {at // UNIT}",
+                                        path=self.directory, offset=at)
+            p = at - mf.file_from_offset
+            n = min(stop - at, mf.file_size - p)
+            parts.append(units_of(mf)[p // UNIT:(p + n) // UNIT])
+            at += n
+        if not parts:
+            return np.empty(0, dtype=CQ_DTYPE)
+        return np.concatenate(parts)
+
+    def read_units(self, start: int, end: int) -> np.ndarray:
+        """Units [start, end) clamped to [min, max), each checked against its record header."""
+        start = max(start, self.min_offset())
+        end = min(end, self.max_offset())
+        if end <= start:
+            return np.empty(0, dtype=CQ_DTYPE)
+        for attempt in (0, 1):
+            units = self.raw_units(start, end)
+            bad = self._check_units(units)
+            if bad < 0:
+                return units
+        at = (start + bad) * UNIT
+        mf = self.queue.find(at)
+        u = units[bad]
+        raise CorruptStoreError(f"consume-queue unit {start + bad} (commitLogOffset {int(u['offset'])}, size "
+                                f"{int(u['size'])}) does not match the record header it points to",
+                                path=mf.path if mf else self.directory, offset=at)
+
+    def unit(self, index: int) -> tuple[int, int, int]:
+        u = self.raw_units(index, index + 1)[0]
+        return int(u["offset"]), int(u["size"]), int(u["tags_code"])
+
+    def file_end_index(self, index: int) -> int:
+        """First logical offset of the CQ file after the one holding ``index`` (rollNextFile)."""
+        per_file = self.file_size // UNIT
+        return index + per_file - index % per_file

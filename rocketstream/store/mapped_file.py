@@ -1,0 +1,273 @@
+"""Fixed-size memory-mapped files named by their 20-digit start offset, and the queue of them.
+
+A ``MappedFileQueue`` is one directory (``commitlog/`` or ``consumequeue/<topic>/<queueId>/``) of
+equally sized files ``00000000000000000000``, ``<fileSize>``, ... (spec 2.2). Writers append at
+``wrote_position`` of the last file; readers only ever see whole files because a new file is created
+as ``<name>.tmp``, sized with ftruncate, and renamed into place.
+
+Mappings are never closed explicitly while the store is open: numpy views handed to readers keep
+the mmap exported, and an unlinked file stays readable through its mapping until the last view
+goes away (Linux semantics). Dropping the ``MappedFile`` is enough to release it.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+
+from rocketstream.errors import CorruptStoreError, StoreError
+
+NAME_LENGTH = 20
+_ZERO_CHUNK = 4 << 20
+
+
+def file_name(offset: int) -> str:
+    """20-digit zero-padded decimal name of the file starting at ``offset``."""
+    return f"{offset:020d}"
+
+
+class MappedFile:
+    """One mapped file. ``wrote_position`` is the end of data (a reader's view of it may lag)."""
+
+    def __init__(self, path: Path, file_size: int, *, writable: bool) -> None:
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = int(path.name)
+        self.writable = writable
+        try:
+            with open(path, "r+b" if writable else "rb") as f:
+                actual = os.fstat(f.fileno()).st_size
+                if actual != file_size:
+                    raise CorruptStoreError(f"file has length {actual}, expected {file_size}", path=path)
+                self.mm = mmap.mmap(f.fileno(), file_size,
+                                    access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+        except OSError as exc:
+            raise StoreError(f"cannot map file: {exc}", path=path) from exc
+        self.array: np.ndarray = np.frombuffer(self.mm, dtype=np.uint8)
+        self.wrote_position = file_size  # "as if full" until recovery says otherwise (spec 2.4)
+        self.flushed_position = file_size
+
+    @property
+    def end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def flush(self) -> None:
+        """msync the dirty range [flushed_position, wrote_position) (page-aligned start)."""
+        if not self.writable or self.wrote_position <= self.flushed_position:
+            return
+        start = self.flushed_position - self.flushed_position % mmap.PAGESIZE
+        self.mm.flush(start, self.wrote_position - start)
+        self.flushed_position = self.wrote_position
+
+    def zero_tail(self, position: int) -> None:
+        """Zero every non-zero byte in [position, file_size): removes a torn write for good."""
+        pos = position
+        while pos < self.file_size:
+            end = min(pos + _ZERO_CHUNK, self.file_size)
+            chunk = self.array[pos:end]
+            if chunk.any():
+                self.mm[pos:end] = bytes(end - pos)
+            pos = end
+
+    def set_positions(self, position: int) -> None:
+        self.wrote_position = self.flushed_position = position
+
+    def release(self) -> None:
+        """Close the mapping if nobody holds a view into it; otherwise leave it to the GC."""
+        try:
+            del self.array
+            self.mm.close()
+        except (BufferError, AttributeError):
+            pass
+
+
+class MappedFileQueue:
+    """The ordered files of one directory; offsets are virtual (fileFromOffset + position)."""
+
+    def __init__(self, directory: Path, file_size: int, *, writable: bool) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.writable = writable
+        self.files: list[MappedFile] = []
+
+    # --- loading ------------------------------------------------------------------------------
+    def _list_names(self) -> list[str]:
+        try:
+            names = os.listdir(self.directory)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        out = []
+        for name in names:
+            if name.startswith(".") or name.endswith(".tmp"):
+                continue  # hidden files and a writer's half-created next file
+            if len(name) != NAME_LENGTH or not name.isdigit():
+                raise CorruptStoreError(f"unexpected file name {name!r} (expected a 20-digit offset)",
+                                        path=self.directory / name)
+            if int(name) % self.file_size:
+                raise CorruptStoreError(f"file offset {int(name)} is not a multiple of the file size "
+                                        f"{self.file_size}", path=self.directory / name)
+            out.append(name)
+        out.sort()
+        return out
+
+    def load(self) -> None:
+        """Map every file (spec 2.4); a gap between files is corruption."""
+        for mf in self.files:
+            mf.release()
+        self.files = []
+        for name in self._list_names():
+            self._append_mapped(self.directory / name)
+
+    def _append_mapped(self, path: Path) -> MappedFile:
+        mf = MappedFile(path, self.file_size, writable=self.writable)
+        if self.files and mf.file_from_offset != self.files[-1].end_offset:
+            raise CorruptStoreError(f"gap in the file sequence: expected a file at offset "
+                                    f"{self.files[-1].end_offset}", path=path)
+        self.files.append(mf)
+        return mf
+
+    def refresh(self) -> bool:
+        """Reader side: drop files a writer deleted at the front, map new files at the end.
+
+        Returns True when new files were mapped.
+        """
+        names = self._list_names()
+        present = set(names)
+        while self.files and self.files[0].path.name not in present:
+            self.files.pop(0)
+        last = self.files[-1].file_from_offset if self.files else -1
+        grew = False
+        for name in names:
+            if int(name) > last:
+                try:
+                    mf = self._append_mapped(self.directory / name)
+                except StoreError:
+                    if not (self.directory / name).exists():
+                        break  # deleted between listdir and open
+                    raise
+                mf.wrote_position = 0  # unknown yet: the owner scans for the end
+                grew = True
+        if not self.files and names:  # everything we knew was deleted: start over
+            self.load()
+            grew = True
+        return grew
+
+    # --- geometry -----------------------------------------------------------------------------
+    @property
+    def first(self) -> MappedFile | None:
+        return self.files[0] if self.files else None
+
+    @property
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    def min_offset(self) -> int:
+        return self.files[0].file_from_offset if self.files else 0
+
+    def max_offset(self) -> int:
+        last = self.last
+        return last.file_from_offset + last.wrote_position if last else 0
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The file covering ``offset`` (spec 2.7), or None."""
+        files = self.files
+        if not files or offset < files[0].file_from_offset or offset >= files[-1].end_offset:
+            return None
+        idx = (offset - files[0].file_from_offset) // self.file_size
+        mf = files[idx]
+        if mf.file_from_offset <= offset < mf.end_offset:
+            return mf
+        for mf in files:  # a gap would make the index arithmetic wrong; fall back to a scan
+            if mf.file_from_offset <= offset < mf.end_offset:
+                return mf
+        return None
+
+    # --- writing ------------------------------------------------------------------------------
+    def create_file(self, from_offset: int) -> MappedFile:
+        """Create ``<name>.tmp`` at full size, rename it into place, and map it."""
+        if not self.writable:
+            raise StoreError("cannot create files in a read-only store", path=self.directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        final = self.directory / file_name(from_offset)
+        tmp = final.with_name(final.name + ".tmp")
+        try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.ftruncate(fd, self.file_size)
+            finally:
+                os.close(fd)
+            os.rename(tmp, final)
+        except OSError as exc:
+            raise StoreError(f"cannot create mapped file: {exc}", path=final) from exc
+        mf = self._append_mapped(final)
+        mf.set_positions(0)
+        return mf
+
+    def last_file_for(self, offset: int) -> MappedFile:
+        """The file to append at virtual ``offset``: the last file, or a new one (spec 2.5)."""
+        last = self.last
+        if last is None:
+            return self.create_file(offset - offset % self.file_size)
+        if last.is_full:
+            return self.create_file(last.end_offset)
+        return last
+
+    def truncate_dirty(self, offset: int) -> None:
+        """Files beyond ``offset`` are deleted; the one containing it ends there (zeroed after)."""
+        keep: list[MappedFile] = []
+        for mf in self.files:
+            if mf.end_offset <= offset:
+                keep.append(mf)
+            elif mf.file_from_offset <= offset:
+                mf.set_positions(offset - mf.file_from_offset)
+                if self.writable:
+                    mf.zero_tail(mf.wrote_position)
+                keep.append(mf)
+            else:
+                self._delete(mf)
+        self.files = keep
+
+    def delete_first(self, count: int = 1) -> list[Path]:
+        gone = []
+        for _ in range(count):
+            mf = self.files.pop(0)
+            self._delete(mf)
+            gone.append(mf.path)
+        return gone
+
+    def _delete(self, mf: MappedFile) -> None:
+        if not self.writable:
+            raise StoreError("cannot delete files in a read-only store", path=mf.path)
+        # No explicit unmap: a reader thread may still hold a view; the mapping dies with its last user.
+        try:
+            os.unlink(mf.path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreError(f"cannot delete file: {exc}", path=mf.path) from exc
+
+    def remove_stale_tmp(self) -> None:
+        """A writer crash can leave a half-created ``.tmp`` next file; it never held data."""
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return
+        for name in names:
+            if name.endswith(".tmp") and name[:-4].isdigit():
+                os.unlink(self.directory / name)
+
+    def flush(self) -> None:
+        for mf in self.files:
+            mf.flush()
+
+    def release(self) -> None:
+        for mf in self.files:
+            mf.release()
+        self.files = []

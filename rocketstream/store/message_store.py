@@ -1,0 +1,337 @@
+"""``MessageStore``: the facade over commit log, consume queues, recovery and retention.
+
+Flush model: ASYNC_FLUSH (default) leaves dirty pages to the OS and msyncs on ``flush()``,
+``close()`` and whenever the commit log rolls to a new file (no background thread). SYNC_FLUSH
+msyncs the commit log before ``put_*`` returns. Either way the bytes are in the shared mapping
+before ``put_*`` returns, so other processes see them at once.
+
+Readers (``read_only=True``) take no lock and write nothing. They find the end of each consume
+queue by scanning for the first unit with size 0 (a writer publishes a batch by writing its first
+unit's size last), and check every unit they return against the record header it points to.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from rocketstream.errors import NotAStoreError, ReadOnlyStoreError, StoreError
+from rocketstream.store import format as fmt
+from rocketstream.store.checkpoint import StoreCheckpoint
+from rocketstream.store.commit_log import CommitLog
+from rocketstream.store.config import StoreConfig, default_broker_conf, resolve_sizes, save_settings, SETTINGS_FILE
+from rocketstream.store.consume_queue import ConsumeQueue
+from rocketstream.store.dispatch import Dispatcher
+from rocketstream.store.format import CQ_DTYPE, MessageRecord
+from rocketstream.store.messages import (IllegalMessage, Message, PreparedMessage, PutMessageResult,
+                                         PutMessageStatus, prepare)
+from rocketstream.store.queries import QueryMixin
+from rocketstream.store.recovery import StoreLock, recover
+from rocketstream.store.topic_config import TopicConfigTable
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MessageStore(QueryMixin):
+    """Open with ``MessageStore.open(root, read_only=...)``; use as a context manager."""
+
+    def __init__(self, root: Path, config: StoreConfig, *, read_only: bool) -> None:
+        self.root = root
+        self.config = config
+        self.read_only = read_only
+        self.broker_name = config.broker_name
+        self.commit_log = CommitLog(root, config.mapped_file_size_commit_log, read_only=read_only,
+                                    store_host=config.store_host)
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = self.commit_log.lock
+        self._store_lock: StoreLock | None = None
+        self.checkpoint: StoreCheckpoint | None = None
+        self.topic_config = TopicConfigTable(root, read_only=read_only)
+        self._round_robin: dict[str, int] = {}
+        self._closed = False
+        self._dispatcher: Dispatcher | None = None
+
+    # --- opening ------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, root: str | Path | None = None, *, read_only: bool = False, config: StoreConfig | None = None,
+             create: bool | None = None) -> MessageStore:
+        """Open a store. Sizes come from the store itself (see config.resolve_sizes); a ``config``
+        passed explicitly must agree with them. ``create``: None = create when the directory is
+        missing or empty; False = never; True = always allowed."""
+        explicit = config is not None
+        if config is None:
+            config = StoreConfig() if root is not None else StoreConfig.from_broker_conf(default_broker_conf())
+        root = Path(root if root is not None else config.store_path_root_dir)
+        config = replace(config, store_path_root_dir=root)
+        is_store = root.is_dir() and (root / "commitlog").is_dir()
+        if not is_store:
+            if read_only or create is False:
+                raise NotAStoreError("not a RocketMQ store (no commitlog/ directory)", path=root)
+            if root.exists() and (not root.is_dir() or (create is None and any(root.iterdir()))):
+                raise NotAStoreError("refusing to create a store in a non-empty directory without commitlog/ "
+                                     "(pass create=True to force)", path=root)
+        config = resolve_sizes(root, config, explicit=explicit)
+        store = cls(root, config, read_only=read_only)
+        if read_only:
+            store._start_reader()
+        else:
+            store._start_writer()
+        return store
+
+    def _start_reader(self) -> None:
+        self.commit_log.load()
+        self.checkpoint = StoreCheckpoint(self.root / "checkpoint", read_only=True)
+        self.topic_config.load()
+
+    def _start_writer(self) -> None:
+        for d in ("commitlog", "consumequeue", "config"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+        self._store_lock = StoreLock(self.root)
+        self._store_lock.acquire()
+        try:
+            abnormal = (self.root / "abort").exists()
+            self.commit_log.load()
+            for topic, queue_id in self._queue_dirs():
+                self._load_queue(topic, queue_id)
+            self.checkpoint = StoreCheckpoint(self.root / "checkpoint", read_only=False)
+            self._dispatcher = Dispatcher(self._queue_for_dispatch, self.checkpoint, self.config.delay_levels_ms)
+            recover(self.commit_log, list(self._queues.values()), self._dispatcher, self.checkpoint,
+                    abnormal=abnormal, check_crc=self.config.check_crc_on_recover)
+            cl_min = self.commit_log.queue.min_offset()
+            for (topic, queue_id), cq in self._queues.items():
+                self.commit_log.topic_queue_table[f"{topic}-{queue_id}"] = cq.max_offset()
+                cq.correct_min_offset(cl_min)
+            if not (self.root / SETTINGS_FILE).exists():
+                save_settings(self.root, self.config)
+            self.topic_config.load()
+            (self.root / "abort").touch()
+        except BaseException:
+            self._store_lock.release()
+            raise
+
+    def _queue_dirs(self) -> list[tuple[str, int]]:
+        base = self.root / "consumequeue"
+        out = []
+        try:
+            topics = sorted(os.listdir(base))
+        except FileNotFoundError:
+            return out
+        for topic in topics:
+            try:
+                names = os.listdir(base / topic)
+            except NotADirectoryError:
+                continue
+            out += [(topic, int(q)) for q in names if q.isdigit()]   # non-numeric dirs skipped (spec 2.1)
+        return sorted(out)
+
+    def _load_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = ConsumeQueue(self.root, topic, queue_id, self.config.mapped_file_size_consume_queue,
+                          read_only=self.read_only, check_units=self.commit_log.check_units)
+        cq.load()
+        self._queues[(topic, queue_id)] = cq
+        return cq
+
+    def _queue_for_dispatch(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self._queues.get((topic, queue_id))
+        return cq if cq is not None else self._load_queue(topic, queue_id)
+
+    def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The queue, or None when it has no directory. Readers refresh it on every call."""
+        cq = self._queues.get((topic, queue_id))
+        if not self.read_only:
+            return cq
+        if cq is None:
+            if not (self.root / "consumequeue" / topic / str(queue_id)).is_dir():
+                return None
+            cq = self._load_queue(topic, queue_id)
+        cq.refresh(self.commit_log.min_offset())
+        return cq
+
+    # --- closing ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Writer: flush, write the checkpoint, remove ``abort``, unlock. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if not self.read_only:
+                self.flush()
+                self.checkpoint.close()
+                try:
+                    os.unlink(self.root / "abort")
+                except FileNotFoundError:
+                    pass
+        finally:
+            self._closed = True
+            self.commit_log.queue.release()
+            for cq in self._queues.values():
+                cq.queue.release()
+            if self._store_lock is not None:
+                self._store_lock.release()
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyStoreError("store is open read-only", path=self.root)
+        if self._closed:
+            raise StoreError("store is closed", path=self.root)
+
+    # --- writing ------------------------------------------------------------------------------
+    def create_topic(self, topic: str, queue_nums: int = 4) -> None:
+        self._check_writable()
+        with self._lock:
+            self.topic_config.ensure(topic, queue_nums)
+
+    def put_message(self, msg: Message, queue_id: int | None = None) -> PutMessageResult:
+        """Store one message. ``queue_id`` None: round robin over the topic's queues."""
+        self._check_writable()
+        with self._lock:
+            if queue_id is None:
+                nums = self.topic_config.queue_nums(msg.topic) or self.config.default_topic_queue_nums
+                queue_id = self._round_robin.get(msg.topic, 0) % nums
+                self._round_robin[msg.topic] = queue_id + 1
+            try:
+                pm = prepare(msg, queue_id, store_host=self.config.store_host,
+                             compress_over=self.config.compress_msg_body_over,
+                             max_message_size=self.config.max_message_size, delay_levels=self.config.delay_levels_ms)
+            except IllegalMessage as exc:
+                return PutMessageResult(exc.status, reason=exc.reason)
+            return self._put([pm], msg.topic, queue_id)
+
+    def put_messages(self, msgs: Sequence[Message], queue_id: int) -> PutMessageResult:
+        """Store a batch: one topic, one queue, records contiguous in one commit-log file."""
+        self._check_writable()
+        if not msgs:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason="empty batch")
+        topic = msgs[0].topic
+        if any(m.topic != topic for m in msgs):
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason="a batch must have one topic")
+        cfg = self.config
+        try:
+            pms = [prepare(m, queue_id, store_host=cfg.store_host, compress_over=None,
+                           max_message_size=cfg.max_message_size, delay_levels=cfg.delay_levels_ms, batch=True)
+                   for m in msgs]
+        except IllegalMessage as exc:
+            return PutMessageResult(exc.status, reason=exc.reason)
+        with self._lock:
+            return self._put(pms, topic, queue_id)
+
+    def _put(self, pms: list[PreparedMessage], topic: str, queue_id: int) -> PutMessageResult:
+        total = sum(m.size for m in pms)
+        if total + fmt.END_FILE_MIN_BLANK_LENGTH > self.commit_log.file_size:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                    reason=f"{total} bytes do not fit in a commit-log file of "
+                                           f"{self.commit_log.file_size} bytes")
+        have = self.topic_config.queue_nums(topic)
+        if have is None or have <= queue_id:   # auto-create / widen the topic (autoCreateTopicEnable)
+            self.topic_config.ensure(topic, max(queue_id + 1, have or self.config.default_topic_queue_nums))
+        files_before = len(self.commit_log.queue.files)
+        result = self.commit_log.append(pms, _now_ms())
+        self._dispatcher.dispatch_append(pms, result)
+        if self.config.sync_flush:
+            self.commit_log.flush()
+            self.checkpoint.physic_msg_timestamp = result.store_timestamp
+        elif len(self.commit_log.queue.files) != files_before and files_before:
+            self.flush()   # rolled to a new file: persist the full one and move the checkpoint on
+        host = self.config.store_host
+        offsets = np.cumsum([result.physical_offset] + result.sizes[:-1])
+        return PutMessageResult(PutMessageStatus.PUT_OK, msg_ids=[m.uniq_key for m in pms],
+                                offset_msg_ids=[fmt.offset_msg_id(host, int(o)) for o in offsets],
+                                queue_offset=result.queue_offset, physical_offset=result.physical_offset,
+                                wrote_bytes=result.wrote_bytes, store_timestamp=result.store_timestamp,
+                                count=len(pms))
+
+    def flush(self) -> None:
+        """msync commit log and consume queues, then advance and msync the checkpoint."""
+        self._check_writable()
+        with self._lock:
+            self.commit_log.flush()
+            for cq in self._queues.values():
+                cq.flush()
+            ts = self.commit_log.last_store_timestamp
+            if ts:
+                self.checkpoint.physic_msg_timestamp = ts
+                self.checkpoint.logics_msg_timestamp = ts
+            self.checkpoint.flush()
+
+    # --- metadata -----------------------------------------------------------------------------
+    def topics(self) -> list[str]:
+        if self.read_only:
+            self.topic_config.load()
+        names = {t for t, _ in self._queue_dirs()} | set(self.topic_config.table)
+        return sorted(names)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        ids = {q for t, q in self._queue_dirs() if t == topic}
+        ids |= set(range(self.topic_config.queue_nums(topic) or 0))
+        return sorted(ids)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._queue(topic, queue_id)
+        return cq.min_offset() if cq else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._queue(topic, queue_id)
+        return cq.max_offset() if cq else 0
+
+    def commit_log_min_offset(self) -> int:
+        return self.commit_log.min_offset()
+
+    def commit_log_max_offset(self) -> int:
+        return self.commit_log.max_offset()
+
+    def last_store_timestamp(self, topic: str, queue_id: int) -> int | None:
+        cq = self._queue(topic, queue_id)
+        if cq is None or cq.max_offset() <= cq.min_offset():
+            return None
+        ts = self.commit_log.store_timestamp_at(cq.unit(cq.max_offset() - 1)[0])
+        return ts if ts >= 0 else None
+
+    # --- reading (bulk) -----------------------------------------------------------------------
+    def read_cq_units(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray:
+        cq = self._queue(topic, queue_id)
+        return cq.read_units(start, end) if cq else np.empty(0, dtype=CQ_DTYPE)
+
+    def read_range(self, topic: str, queue_id: int, start: int, end: int, *, broker_name: str | None = None,
+                   columns: Sequence[str] | None = None, tags: Collection[str] | None = None,
+                   batch_bytes: int = 2 << 20) -> Iterator:
+        """Arrow RecordBatches for queue offsets [start, end) (end clamped to the queue's max).
+
+        Raises StoreError when ``start`` is below the queue's min offset (data removed by retention).
+        """
+        from rocketstream.store import bulk_read
+
+        cq = self._queue(topic, queue_id)
+        lo = cq.min_offset() if cq else 0
+        if start < lo:
+            raise StoreError(f"{topic}/{queue_id}: start offset {start} is below the min offset {lo} "
+                             "(removed by retention)", path=cq.directory if cq else self.root, offset=start)
+        units = cq.read_units(start, end) if cq else np.empty(0, dtype=CQ_DTYPE)
+        return bulk_read.read_range_batches(self.commit_log, units, start, topic=topic, queue_id=queue_id,
+                                            broker_name=broker_name or self.broker_name,
+                                            store_host_default=self.config.store_host, columns=columns,
+                                            tags=tags, batch_bytes=batch_bytes)
+
+    def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> MessageRecord:
+        return self.commit_log.read_record(commit_log_offset, size)
+
+    @property
+    def offsets(self):
+        """The broker's consumer offset table (config/consumerOffset.json)."""
+        from rocketstream.store.offsets import ConsumerOffsetManager
+
+        return ConsumerOffsetManager(self.root, read_only=self.read_only)
+
+    def __repr__(self) -> str:
+        return f"MessageStore({str(self.root)!r}, read_only={self.read_only})"

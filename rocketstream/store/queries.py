@@ -1,0 +1,199 @@
+"""Read-side queries of ``MessageStore``: getMessage (spec 6), search by time (spec 3.6), lookups by
+message id, consistency check and retention (the last two live in check.py / retention.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rocketstream.errors import CorruptStoreError, OptionError, StoreError
+from rocketstream.store import format as fmt
+from rocketstream.store.format import MessageRecord
+from rocketstream.store.messages import GetMessageResult, GetMessageStatus
+
+if TYPE_CHECKING:
+    from rocketstream.store.check import CheckReport
+
+
+class QueryMixin:
+    """Methods of MessageStore that only read (except ``delete_expired_files``)."""
+
+    # --- getMessage ---------------------------------------------------------------------------
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    tags: Collection[str] | None = None) -> GetMessageResult:
+        """RocketMQ 4.x getMessage (spec 6.2-6.4) over one CQ file, with the in-memory transfer
+        limits (256 KiB / 32 messages by default; every page is treated as in memory).
+
+        ``tags``: None, empty or containing "*" means all; otherwise a message passes when its
+        tagsCode is one of the tags' hashes and its TAGS string is one of ``tags``.
+        """
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        lo, hi = cq.min_offset(), cq.max_offset()
+
+        def result(status: GetMessageStatus, next_offset: int, msgs=None) -> GetMessageResult:
+            return GetMessageResult(status, next_offset, lo, hi, msgs or [])
+
+        if hi == 0:
+            return result(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0)
+        if offset < lo:
+            return result(GetMessageStatus.OFFSET_TOO_SMALL, lo)
+        if offset == hi:
+            return result(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset)
+        if offset > hi:
+            return result(GetMessageStatus.OFFSET_OVERFLOW_BADLY, hi)
+        file_end = cq.file_end_index(offset)
+        if cq.queue.find(offset * fmt.CQ_UNIT_SIZE) is None:
+            return result(GetMessageStatus.OFFSET_FOUND_NULL, file_end)
+        cfg = self.config
+        limit = max(cfg.max_filter_message_bytes, max_msg_nums * fmt.CQ_UNIT_SIZE) // fmt.CQ_UNIT_SIZE
+        units = cq.raw_units(offset, min(file_end, hi, offset + limit))
+        wanted = None if not tags or "*" in tags else set(tags)
+        codes = None if wanted is None else {fmt.tags_code(t) for t in wanted}
+        cl = self.commit_log
+        cl_min = cl.min_offset()
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        msgs: list[MessageRecord] = []
+        size_sum = 0
+        next_phy_file_start = -1
+        examined = len(units)
+        for i, (phys, size, code) in enumerate(units.tolist()):
+            if msgs and (len(msgs) >= max_msg_nums
+                         or size_sum + size > cfg.max_transfer_bytes_on_message_in_memory
+                         or len(msgs) > cfg.max_transfer_count_on_message_in_memory - 1):
+                examined = i
+                break
+            if phys < next_phy_file_start:
+                continue
+            if codes is not None and code not in codes:
+                continue
+            if phys < cl_min or cl.find_file(phys) is None:
+                if not msgs:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_phy_file_start = phys - phys % cl.file_size + cl.file_size
+                continue
+            rec = cl.read_record(phys, size)
+            if wanted is not None and rec.tags not in wanted:
+                continue
+            msgs.append(rec)
+            size_sum += size
+            status = GetMessageStatus.FOUND
+            next_phy_file_start = -1
+        return result(status, offset + examined, msgs)
+
+    # --- search by time -----------------------------------------------------------------------
+    def _unit_time(self, cq, index: int, cl_min: int) -> int:
+        """Store time of unit ``index``; -1 when it points below the commit log (too early)."""
+        phys = cq.unit(index)[0]
+        if phys < cl_min:
+            return -1
+        return self.commit_log.store_timestamp_at(phys)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """4.x "nearest" semantics (spec 3.6): an exact match, else the closer neighbour (ties to the
+        earlier one; only one side present -> that side). We binary-search the whole queue instead
+        of one CQ file chosen by file mtime; since store times never decrease this is the same as
+        choosing the file by its units' timestamps."""
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset(), cq.max_offset()
+        if hi <= lo:
+            return lo
+        cl_min = self.commit_log.min_offset()
+        left = right = None
+        left_t = right_t = 0
+        low, high = lo, hi - 1
+        while low <= high:
+            mid = (low + high) // 2
+            t = self._unit_time(cq, mid, cl_min)
+            if t == timestamp_ms:
+                return mid
+            if t > timestamp_ms:
+                right, right_t, high = mid, t, mid - 1
+            else:
+                left, left_t, low = mid, t, mid + 1
+        if left is None:
+            return right if right is not None else lo
+        if right is None:
+            return left
+        return left if timestamp_ms - left_t <= right_t - timestamp_ms else right
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int, boundary: str = "lower") -> int:
+        """5.x searchOffset: LOWER = first message stored at or after the time (max offset when
+        none); UPPER = last message stored at or before it (min offset when none). Clamped to
+        [min, max]."""
+        if boundary not in ("lower", "upper"):
+            raise OptionError("boundary", "must be 'lower' or 'upper'", boundary)
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset(), cq.max_offset()
+        cl_min = self.commit_log.min_offset()
+        a, b = lo, hi
+        while a < b:   # first index whose time is > (upper) or >= (lower) the target
+            mid = (a + b) // 2
+            t = self._unit_time(cq, mid, cl_min)
+            if t < timestamp_ms or (boundary == "upper" and t == timestamp_ms):
+                a = mid + 1
+            else:
+                b = mid
+        return a if boundary == "lower" else max(a - 1, lo)
+
+    # --- lookups ------------------------------------------------------------------------------
+    def message_by_msg_id(self, msg_id: str) -> MessageRecord:
+        """An offset message id decodes to its physical offset; otherwise ``msg_id`` is taken as a
+        UNIQ_KEY and found by searching the commit-log bytes (newest file first)."""
+        cl = self.commit_log
+        text = msg_id.strip().upper()
+        try:
+            _, phys = fmt.decode_offset_msg_id(text)
+        except OptionError:
+            phys = None
+        if phys is not None and cl.min_offset() <= phys < cl.max_offset():
+            rec = self._record_if_any(phys)
+            if rec is not None and rec.offset_msg_id == text:
+                return rec
+        needle = f"{fmt.PROPERTY_UNIQ_KEY}\x01{msg_id.strip()}\x02".encode()
+        end = cl.max_offset()
+        for mf in reversed(list(cl.queue.files)):
+            limit = min(mf.file_size, max(end - mf.file_from_offset, 0))
+            hit = mf.mm.rfind(needle, 0, limit)
+            while hit >= 0:
+                rec = self._record_containing(mf, hit)
+                if rec is not None and rec.uniq_key == msg_id.strip():
+                    return rec
+                hit = mf.mm.rfind(needle, 0, hit)
+        raise StoreError(f"no message with id {msg_id!r}", path=cl.directory)
+
+    def _record_if_any(self, phys: int) -> MessageRecord | None:
+        """The record starting exactly at ``phys``, or None when the bytes there are not one."""
+        try:
+            return self.commit_log.read_record(phys)
+        except CorruptStoreError:
+            return None   # not a record start: the id was a UNIQ_KEY that happens to look like one
+
+    def _record_containing(self, mf, pos: int) -> MessageRecord | None:
+        target = mf.file_from_offset + pos
+        for offset, rec in self.commit_log.iter_records(mf.file_from_offset, check_crc=False):
+            if rec is None or offset > target:
+                return None
+            if offset + rec.total_size > target:
+                return rec
+        return None
+
+    # --- check and retention ------------------------------------------------------------------
+    def check(self) -> CheckReport:
+        """Verify every record's CRC and that consume queues and commit log agree (see check.py)."""
+        from rocketstream.store.check import check_store
+
+        return check_store(self)
+
+    def delete_expired_files(self, now_ms: int | None = None, reserved_hours: float | None = None) -> list[Path]:
+        """Retention (spec 2.8); see retention.py."""
+        from rocketstream.store.retention import delete_expired_files
+
+        return delete_expired_files(self, now_ms, reserved_hours)
