@@ -282,7 +282,8 @@ class RocketMQBatchReader(DataSourceReader):
         return plan_tasks(o, brokers, starts, ends, self.projection, tags, pushed.time_range_us)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ReadTask)
+        if not isinstance(partition, ReadTask):
+            return iter(())  # Spark plans one InputPartition(None) when partitions() is empty
         return read_task(partition, self.projection)
 
 

@@ -25,6 +25,8 @@ class RocketMQDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> str:
+        # Spark asks for the schema at load() (unless one is given): fail on bad options there, early.
+        parse_options(self.options, streaming=False)
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -48,6 +48,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: dict | None = None
         self._target: Offsets | None = None  # AvailableNow: never read past these offsets
         self._last_trigger = time.monotonic()  # for maxTriggerDelay
+        self._committed: Offsets | None = None  # last offsets written to the group's offset store
 
     # ---- offsets ------------------------------------------------------------------------------
     def initialOffset(self) -> dict:
@@ -75,7 +76,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = _parse(start)
-        positions.commit_offsets(self.options, begin)  # every batch up to start has completed
+        self._commit(begin)  # every batch up to start has completed
         with positions.open_stores(self.brokers) as stores:
             bounds = positions.queue_bounds(stores, self.options.topics)
             begin = self._checked_starts(begin, bounds)
@@ -139,11 +140,18 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan_tasks(self.options, self.brokers, starts, stop, self.projection, tags)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ReadTask)
+        if not isinstance(partition, ReadTask):
+            return iter(())
         return read_task(partition, self.projection)
 
     def commit(self, end: dict) -> None:
-        positions.commit_offsets(self.options, _parse(end))
+        self._commit(_parse(end))
+
+    def _commit(self, offsets: Offsets) -> None:
+        # An idle stream plans a trigger every few milliseconds: rewrite the table only on change.
+        if offsets != self._committed:
+            positions.commit_offsets(self.options, offsets)
+            self._committed = dict(offsets)
 
     def stop(self) -> None:
         pass  # nothing held open between calls

@@ -16,7 +16,7 @@ from rocketstream.spark import batch as batch_mod
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
 
-from ._stores import TOPIC, fill, max_offsets, store_rows
+from spark_stores import TOPIC, fill, max_offsets, store_rows
 
 ORDER = ["brokerName", "queueId", "queueOffset"]
 
@@ -194,7 +194,7 @@ def test_offsets_beyond_the_end_fail_clearly(spark, stores):
 
 
 def test_bad_options_fail_the_query_naming_the_option(spark, stores):
-    with pytest.raises(Exception, match="startingOffsetz"):
+    with pytest.raises(Exception, match="(?i)startingOffsetz"):
         load(spark, stores["a"], startingOffsetz="earliest").count()
     with pytest.raises(Exception, match="numPartitions"):
         load(spark, stores["a"], numPartitions="zero").count()

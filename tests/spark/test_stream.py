@@ -16,7 +16,7 @@ from rocketstream.spark.schema import projection_for
 from rocketstream.spark.stream import RocketMQStreamReader
 from rocketstream.store.offsets import ConsumerOffsetManager, LocalOffsetStore
 
-from ._stores import TOPIC, fill, max_offsets
+from spark_stores import TOPIC, fill, max_offsets
 
 
 def reader(root: Path, **extra: str) -> RocketMQStreamReader:
