@@ -198,6 +198,11 @@ class CommitLog:
             if rec.physical_offset != offset:
                 raise CorruptStoreError(f"PHYSICALOFFSET field {rec.physical_offset} does not match the record's "
                                         "position", path=mf.path, offset=offset)
+            if check_crc and _props_length(rec) > 0 and mf.mm[pos + rec.total_size - 1] != 0x02:
+                # BODYCRC does not cover the properties; every writer ends them with \x02, so a
+                # different last byte is a torn tail (spec 1.6).
+                raise CorruptStoreError("PROPERTIES do not end with \\x02 (torn record)", path=mf.path,
+                                        offset=offset)
             if pos + rec.total_size + fmt.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
                 raise CorruptStoreError("record leaves less than 8 bytes before the end of the file",
                                         path=mf.path, offset=offset)
@@ -262,6 +267,13 @@ class CommitLog:
             bad[lo:hi] = ~ok
         hits = np.flatnonzero(bad)
         return int(hits[0]) if len(hits) else -1
+
+
+def _props_length(rec: MessageRecord) -> int:
+    fixed = fmt.record_size(len(rec.body), len(rec.topic.encode("utf-8")), 0,
+                            born_v6=bool(rec.sys_flag & fmt.FLAG_BORNHOST_V6),
+                            store_v6=bool(rec.sys_flag & fmt.FLAG_STOREHOST_V6), v2=rec.magic == fmt.MAGIC_V2)
+    return rec.total_size - fixed
 
 
 def _gather(arr: np.ndarray, positions: np.ndarray, width: int, dtype: str) -> np.ndarray:

@@ -92,7 +92,7 @@ class ConsumeQueue:
             units = units_of(mf)
             first = units[0]
             if first["size"] > 0 and first["offset"] >= phy_offset and first["size"] != PREFILL_SIZE:
-                self.queue.truncate_dirty(mf.file_from_offset)   # deletes it
+                self.queue.delete_last()
                 continue
             keep = (units["offset"] >= 0) & (units["size"] > 0) & (units["offset"] < phy_offset)
             n = len(units) if keep.all() else int(np.argmin(keep))

@@ -242,6 +242,11 @@ class MappedFileQueue:
             gone.append(mf.path)
         return gone
 
+    def delete_last(self) -> Path:
+        mf = self.files.pop()
+        self._delete(mf)
+        return mf.path
+
     def _delete(self, mf: MappedFile) -> None:
         if not self.writable:
             raise StoreError("cannot delete files in a read-only store", path=mf.path)
