@@ -245,6 +245,8 @@ class _BatchReader:
                 arr = pa.array(offsets)
             elif name == "storeSize":
                 arr = pa.array(sizes.astype(np.int32))
+            elif name == "msgId" and uniq is not None and uniq.null_count == 0:
+                arr = uniq  # every record carries a UNIQ_KEY: no offset ids needed
             elif name in ("msgId", "offsetMsgId"):
                 if offset_ids is None:
                     offset_ids = vz.offset_msg_ids(buf, h["store_host_pos"], h["store_v6"], offsets)

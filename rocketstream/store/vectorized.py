@@ -35,7 +35,8 @@ from rocketstream.store.format import (
 HEADER_V4_DTYPE = np.dtype([
     ("total_size", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
     ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"), ("born_timestamp", ">i8"),
-    ("born_host", "V8"), ("store_timestamp", ">i8"), ("store_host", "V8"), ("reconsume_times", ">i4"),
+    ("born_ip", "V4"), ("born_port", ">i4"), ("store_timestamp", ">i8"), ("store_ip", "V4"), ("store_port", ">i4"),
+    ("reconsume_times", ">i4"),
     ("prepared_transaction_offset", ">i8"), ("body_len", ">i4"),
 ])
 HEADER_V4_SIZE = HEADER_V4_DTYPE.itemsize  # 88
@@ -47,7 +48,8 @@ _TAIL_DTYPE = np.dtype([("reconsume_times", ">i4"), ("prepared_transaction_offse
 _SYSFLAG_LOW_BYTE = 39  # SYSFLAG is big-endian at 36..39; the IPv6 bits live in its last byte
 _V6_HOST_EXTRA = 12
 
-_HEX_PAIRS = np.array([[ord(c) for c in f"{i:02X}"] for i in range(256)], dtype=np.uint8)
+# Two ASCII hex digits per byte value, packed so that viewing uint16 as bytes gives "HL" in order.
+_HEX_PAIRS = np.frombuffer("".join(f"{i:02X}" for i in range(256)).encode(), dtype=np.uint16)
 _INT32_MAX = 2**31 - 1
 
 
@@ -61,6 +63,21 @@ def as_uint8(buf: object) -> np.ndarray:
 def _windows(buf: np.ndarray, width: int) -> np.ndarray:
     """Read-only ``(len - width + 1, width)`` view whose row i is ``buf[i:i+width]``."""
     return np.lib.stride_tricks.sliding_window_view(buf, width)
+
+
+def _unaligned(buf: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """View whose element i is the ``dtype`` value stored at ``buf[i:i+itemsize]`` (stride 1 byte)."""
+    return np.ndarray(shape=(len(buf) - dtype.itemsize + 1,), dtype=dtype, buffer=buf, strides=(1,))
+
+
+def _gather_values(buf: np.ndarray, positions: np.ndarray, dtype: str, ok: np.ndarray) -> np.ndarray:
+    """The ``dtype`` value at each position (big-endian as stored), native-endian; like _gather_rows."""
+    dt = np.dtype(dtype)
+    fits = (positions >= 0) & (positions <= len(buf) - dt.itemsize)
+    ok &= fits
+    if len(buf) < dt.itemsize:
+        return np.zeros(len(positions), dtype=dt.newbyteorder("="))
+    return _unaligned(buf, dt)[np.where(fits, positions, 0)].astype(dt.newbyteorder("="))
 
 
 def _gather_rows(buf: np.ndarray, positions: np.ndarray, width: int, ok: np.ndarray) -> np.ndarray:
@@ -92,7 +109,7 @@ def decode_headers(buf: object, rel_positions: np.ndarray) -> dict[str, np.ndarr
     pos = np.asarray(rel_positions, dtype=np.int64)
     n = len(pos)
     ok = np.ones(n, dtype=bool)
-    low = _gather_rows(data, pos + _SYSFLAG_LOW_BYTE, 1, ok.copy())[:, 0]
+    low = _gather_values(data, pos + _SYSFLAG_LOW_BYTE, "u1", ok.copy())
     born_v6 = (low & FLAG_BORNHOST_V6) != 0
     store_v6 = (low & FLAG_STOREHOST_V6) != 0
     out: dict[str, np.ndarray] = {}
@@ -101,14 +118,12 @@ def decode_headers(buf: object, rel_positions: np.ndarray) -> dict[str, np.ndarr
         rows = _gather_rows(data, pos, HEADER_V4_SIZE, ok)
         head = rows.view(HEADER_V4_DTYPE)[:, 0]
         for name in ("total_size", "magic", "body_crc", "queue_id", "flag", "sys_flag", "reconsume_times",
-                     "body_len"):
+                     "body_len", "born_port", "store_port"):
             out[name] = head[name].astype(np.int32)
         for name in ("queue_offset", "physical_offset", "born_timestamp", "store_timestamp",
                      "prepared_transaction_offset"):
             out[name] = head[name].astype(np.int64)
         born_len = store_len = np.int64(8)
-        out["born_port"] = rows[:, 52:56].copy().view(">i4")[:, 0].astype(np.int32)
-        out["store_port"] = rows[:, 68:72].copy().view(">i4")[:, 0].astype(np.int32)
     else:
         fixed = _gather_rows(data, pos, _FIXED_SIZE, ok).view(_FIXED_DTYPE)[:, 0]
         for name in ("total_size", "magic", "body_crc", "queue_id", "flag", "sys_flag"):
@@ -118,14 +133,14 @@ def decode_headers(buf: object, rel_positions: np.ndarray) -> dict[str, np.ndarr
         born_len = np.where(born_v6, 8 + _V6_HOST_EXTRA, 8).astype(np.int64)
         store_len = np.where(store_v6, 8 + _V6_HOST_EXTRA, 8).astype(np.int64)
         store_ts_pos = pos + _FIXED_SIZE + born_len
-        out["store_timestamp"] = _gather_rows(data, store_ts_pos, 8, ok).view(">i8")[:, 0].astype(np.int64)
+        out["store_timestamp"] = _gather_values(data, store_ts_pos, ">i8", ok)
         tail = _gather_rows(data, store_ts_pos + 8 + store_len, _TAIL_DTYPE.itemsize, ok).view(_TAIL_DTYPE)[:, 0]
         out["reconsume_times"] = tail["reconsume_times"].astype(np.int32)
         out["prepared_transaction_offset"] = tail["prepared_transaction_offset"].astype(np.int64)
         out["body_len"] = tail["body_len"].astype(np.int32)
         for side, v6, host_pos in (("born", born_v6, pos + _FIXED_SIZE), ("store", store_v6, store_ts_pos + 8)):
             port_pos = host_pos + np.where(v6, 16, 4)
-            out[f"{side}_port"] = _gather_rows(data, port_pos, 4, ok).view(">i4")[:, 0].astype(np.int32)
+            out[f"{side}_port"] = _gather_values(data, port_pos, ">i4", ok)
     out["born_v6"] = born_v6
     out["store_v6"] = store_v6
     out["born_host_pos"] = pos + _FIXED_SIZE
@@ -135,11 +150,12 @@ def decode_headers(buf: object, rel_positions: np.ndarray) -> dict[str, np.ndarr
     v2 = out["magic"] == MAGIC_V2
     # TOPIC length: int8 (V1) or int16 (V2), signed as Java reads it; PROPERTIES length: int16.
     tl_pos = body_pos + np.maximum(body_len, 0)
-    tl_raw = _gather_rows(data, tl_pos, 2, ok)
-    topic_len = np.where(v2, tl_raw.view(">i2")[:, 0], tl_raw[:, 0].view(np.int8)).astype(np.int64)
+    tl_raw = _gather_values(data, tl_pos, ">u2", ok)
+    # V1 reads only the first byte (as int8); a V2 record needs both bytes in bounds (checked above).
+    topic_len = np.where(v2, tl_raw.astype(np.int16), (tl_raw >> 8).astype(np.uint8).view(np.int8)).astype(np.int64)
     topic_pos = tl_pos + np.where(v2, 2, 1)
     pl_pos = topic_pos + np.maximum(topic_len, 0)
-    props_len = _gather_rows(data, pl_pos, 2, ok).view(">i2")[:, 0].astype(np.int64)
+    props_len = _gather_values(data, pl_pos, ">i2", ok).astype(np.int64)
     props_pos = pl_pos + 2
     ok &= props_pos + np.maximum(props_len, 0) <= len(data)
     out.update(body_pos=body_pos, body_len=body_len, topic_pos=topic_pos, topic_len=topic_len,
@@ -242,7 +258,7 @@ def repeat_string(value: str, n: int) -> pa.Array:
 
 def hex_upper_rows(matrix: np.ndarray) -> np.ndarray:
     """``(n, w)`` uint8 → ``(n, 2w)`` uint8 ASCII of upper-case hex, high nibble first."""
-    return _HEX_PAIRS[matrix].reshape(len(matrix), -1)
+    return np.take(_HEX_PAIRS, matrix).view(np.uint8).reshape(len(matrix), -1)
 
 
 # --- hosts and message ids ----------------------------------------------------------------------
@@ -262,6 +278,14 @@ def host_strings(buf: object, host_pos: np.ndarray, v6: np.ndarray) -> pa.Array:
     n = len(host_pos)
     if n == 0:
         return pa.array([], type=pa.string())
+    if not v6.any():
+        # ip + port as one integer per record; usually a single value (the broker) or a few.
+        keys = _gather_values(data, host_pos, ">u8", np.ones(n, dtype=bool))
+        if np.all(keys == keys[0]):
+            return repeat_string(_format_host(int(keys[0]).to_bytes(8, "big") + bytes(13)), n)
+        encoded = pa.array(keys).dictionary_encode()
+        texts = [_format_host(k.to_bytes(8, "big") + bytes(13)) for k in encoded.dictionary.to_pylist()]
+        return pa.array(texts, type=pa.string()).take(encoded.indices)
     rows = np.zeros((n, 21), dtype=np.uint8)
     rows[:, :20] = _host_matrix(data, host_pos, v6)
     rows[~v6, 8:20] = 0
@@ -287,10 +311,13 @@ def offset_msg_ids(buf: object, store_host_pos: np.ndarray, store_v6: np.ndarray
     n = len(store_host_pos)
     phys = np.asarray(physical_offsets, dtype=np.int64).astype(">i8").view(np.uint8).reshape(n, 8)
     if not store_v6.any():
-        raw = np.empty((n, 16), dtype=np.uint8)
-        raw[:, :8] = _host_matrix(data, store_host_pos, store_v6)[:, :8]
-        raw[:, 8:] = phys
-        text = hex_upper_rows(raw)
+        hosts = _gather_values(data, store_host_pos, ">u8", np.ones(n, dtype=bool))
+        text = np.empty((n, 32), dtype=np.uint8)
+        if np.all(hosts == hosts[0]):  # one broker address: its 16 hex digits once
+            text[:, :16] = np.frombuffer(f"{int(hosts[0]):016X}".encode(), dtype=np.uint8)
+        else:
+            text[:, :16] = hex_upper_rows(hosts.astype(">u8").view(np.uint8).reshape(n, 8))
+        text[:, 16:] = hex_upper_rows(phys)
         return binary_from_parts(text, np.arange(n + 1, dtype=np.int64) * 32, pa.string())
     raw = np.zeros((n, 28), dtype=np.uint8)
     hosts = _host_matrix(data, store_host_pos, store_v6)
@@ -305,65 +332,141 @@ def offset_msg_ids(buf: object, store_host_pos: np.ndarray, store_v6: np.ndarray
 
 
 # --- properties ---------------------------------------------------------------------------------
+_MAX_PAIRWISE_ENTRIES = 32  # above this many properties in one record, find duplicates by hashing
+_PREFIX_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
+
+
+def _string_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets as int64 rebased to 0, data bytes) of a string/binary array."""
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int32)[arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    return offsets - offsets[0], data[offsets[0]:offsets[-1]]
+
+
+def _name_prefixes(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """First (up to) 8 bytes of each name as a little-endian uint64, zero beyond the name's end.
+    Together with the length it identifies names of <= 8 bytes exactly (TAGS, KEYS, UNIQ_KEY)."""
+    if len(blob) < 8:
+        blob = np.concatenate([blob, np.zeros(8 - len(blob), dtype=np.uint8)])
+    # Loads near the end start earlier by `back` bytes; shifting right drops those bytes.
+    clipped = np.minimum(starts, len(blob) - 8)
+    heads = _unaligned(blob, np.dtype("<u8"))[clipped]
+    back = (starts - clipped).astype(np.uint64) * np.uint64(8)
+    return (heads >> back) & _PREFIX_MASKS[np.minimum(lengths, 8)]
+
+
 def parse_properties(props: pa.Array, wanted: Sequence[str] = ()) -> tuple[pa.MapArray, dict[str, pa.Array]]:
-    """Properties strings (``name\\x01value\\x02``...) to a ``map<string, string>`` array, plus one
+    """Properties strings (``name\x01value\x02``...) to a ``map<string, string>`` array, plus one
     string column per name in ``wanted`` (null where the record lacks it).
 
-    Same rules as ``format.decode_properties``: split on \\x02, then at the first \\x01; segments with
+    Same rules as ``format.decode_properties``: split on \x02, then at the first \x01; segments with
     an empty name or value are dropped; a later duplicate name wins. ``props`` must be a string
-    array (UTF-8 already validated).
+    array (UTF-8 already validated; \x01/\x02 never occur inside multi-byte UTF-8 sequences, so
+    splitting bytes equals splitting characters).
+
+    Works on the bytes of all records at once: segment ends are the \x02 positions (a final
+    segment without \x02 gets one appended first), names end at the first \x01 of their segment.
+    Duplicate names are found by comparing (length, 8-byte prefix) of neighbours within a record.
     """
     n = len(props)
-    segments = pc.split_pattern(props, "\x02")
-    seg_counts = pc.list_value_length(segments).to_numpy(zero_copy_only=False)
-    flat = segments.flatten()
-    record_of = np.repeat(np.arange(n, dtype=np.int64), seg_counts)
-    sep = pc.find_substring(flat, "\x01").to_numpy(zero_copy_only=False).astype(np.int64)
-    seg_len = pc.binary_length(flat).to_numpy(zero_copy_only=False).astype(np.int64)
-    keep = (sep > 0) & (sep + 1 < seg_len)  # non-empty name and non-empty value
-    flat_offsets = np.frombuffer(flat.buffers()[1], dtype=np.int32)[flat.offset:flat.offset + len(flat) + 1]
-    seg_start = flat_offsets[:-1].astype(np.int64)[keep]
-    sep, seg_len, record_of = sep[keep], seg_len[keep], record_of[keep]
-    data = flat.buffers()[2]
-    data_np = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-    names = gather_segments(data_np, seg_start, sep, pa.string())
-    values = gather_segments(data_np, seg_start + sep + 1, seg_len - sep - 1, pa.string())
-    codes_arr = names.dictionary_encode()
-    codes = codes_arr.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    dictionary = codes_arr.dictionary.to_pylist()
-    if _has_duplicate_names(record_of, codes, len(dictionary)):
-        last = _last_occurrences(record_of, codes, len(dictionary))
-        names, values = names.filter(pa.array(last)), values.filter(pa.array(last))
-        record_of, codes = record_of[last], codes[last]
-    counts = np.bincount(record_of, minlength=n)
+    roff, blob = _string_parts(props)
+    ends = roff[1:][roff[1:] > roff[:-1]]
+    if not np.all(blob[ends - 1] == 2):
+        unterminated = pc.and_(pc.greater(pc.binary_length(props), 0), pc.invert(pc.ends_with(props, "\x02")))
+        props = pc.if_else(unterminated, pc.binary_join_element_wise(props, "\x02", ""), props)
+        roff, blob = _string_parts(props)
+    seg_end = np.flatnonzero(blob == 2)
+    seg_start = np.empty_like(seg_end)
+    seg_start[:1] = 0
+    seg_start[1:] = seg_end[:-1] + 1
+    record_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(np.searchsorted(seg_end, roff)))
+    sep = _first_separators(np.flatnonzero(blob == 1), seg_start, seg_end)
+    keep = (sep > seg_start) & (sep + 1 < seg_end)  # a \x01 found, non-empty name and value
+    name_start, sep, seg_end, record_of = seg_start[keep], sep[keep], seg_end[keep], record_of[keep]
+    name_len = sep - name_start
+    prefix = _name_prefixes(blob, name_start, name_len)
+    names = gather_segments(blob, name_start, name_len, pa.string())
+    drop = _earlier_duplicates(record_of, name_len, prefix, names)
+    if drop is not None:
+        kept = ~drop
+        name_start, name_len, sep, seg_end, record_of, prefix = (
+            a[kept] for a in (name_start, name_len, sep, seg_end, record_of, prefix))
+        names = names.filter(pa.array(kept))
+    values = gather_segments(blob, sep + 1, seg_end - sep - 1, pa.string())
     offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts, out=offsets[1:])
+    np.cumsum(np.bincount(record_of, minlength=n), out=offsets[1:])
     result = pa.MapArray.from_arrays(pa.array(offsets), names, values)
     columns = {}
     for name in wanted:
-        entry = np.full(n, -1, dtype=np.int64)
-        if name in dictionary:
-            where = np.flatnonzero(codes == dictionary.index(name))
-            entry[record_of[where]] = where
-        columns[name] = values.take(pa.array(entry, mask=entry < 0))
+        raw = name.encode("utf-8")
+        target = _name_prefixes(np.frombuffer(raw, np.uint8), np.zeros(1, np.int64), np.array([len(raw)]))[0]
+        where = np.flatnonzero((name_len == len(raw)) & (prefix == target))
+        if len(raw) > 8 and len(where):
+            where = where[pc.equal(names.take(pa.array(where)), name).to_numpy(zero_copy_only=False)]
+        columns[name] = _column_of(blob, roff, record_of[where], sep[where] + 1, seg_end[where] - sep[where] - 1)
     return result, columns
 
 
-def _has_duplicate_names(record_of: np.ndarray, codes: np.ndarray, vocabulary: int) -> bool:
-    if len(codes) < 2:
-        return False
-    if vocabulary <= 63:
-        # Within a record, distinct names have distinct bits: OR of bits == SUM of bits iff no repeat.
-        bits = np.left_shift(np.uint64(1), codes.astype(np.uint64))
-        starts = np.flatnonzero(np.r_[True, record_of[1:] != record_of[:-1]])
-        return bool(np.any(np.bitwise_or.reduceat(bits, starts) != np.add.reduceat(bits, starts)))
-    key = record_of * vocabulary + codes
-    return len(np.unique(key)) != len(key)
+def _column_of(blob: np.ndarray, roff: np.ndarray, records: np.ndarray, starts: np.ndarray,
+               lengths: np.ndarray) -> pa.Array:
+    """String column with the given value of each listed record, null for the other records."""
+    n = len(roff) - 1
+    if len(records) == n:
+        return gather_segments(blob, starts, lengths, pa.string())
+    # Absent rows get an empty segment at their record's start, which keeps segments ascending.
+    all_starts = roff[:-1].copy()
+    all_lengths = np.zeros(n, dtype=np.int64)
+    all_starts[records] = starts
+    all_lengths[records] = lengths
+    dense = gather_segments(blob, all_starts, all_lengths, pa.string())
+    present = np.zeros(n, dtype=bool)
+    present[records] = True
+    validity = pa.py_buffer(np.packbits(present, bitorder="little"))
+    return pa.Array.from_buffers(pa.string(), n, [validity, *dense.buffers()[1:]], offset=dense.offset)
 
 
-def _last_occurrences(record_of: np.ndarray, codes: np.ndarray, vocabulary: int) -> np.ndarray:
-    key = (record_of * max(vocabulary, 1) + codes)[::-1]
-    _, first_in_reversed = np.unique(key, return_index=True)
+def _first_separators(s1: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray) -> np.ndarray:
+    """Position of the first \x01 (all at ``s1``) in each segment, or -1."""
+    if len(s1) == len(seg_start) and np.all((s1 >= seg_start) & (s1 < seg_end)):
+        return s1  # the usual case: exactly one \x01 per segment
+    if len(s1) == 0:
+        return np.full(len(seg_start), -1, dtype=np.int64)
+    first = s1[np.minimum(np.searchsorted(s1, seg_start), len(s1) - 1)]
+    return np.where((first >= seg_start) & (first < seg_end), first, -1)
+
+
+def _earlier_duplicates(record_of: np.ndarray, name_len: np.ndarray, prefix: np.ndarray,
+                        names: pa.Array) -> np.ndarray | None:
+    """Mask of entries overridden by a later entry of the same name in the same record, or None."""
+    if len(record_of) < 2:
+        return None
+    most = int(np.bincount(record_of).max())
+    if most > _MAX_PAIRWISE_ENTRIES:
+        return _earlier_duplicates_hashed(record_of, names)
+    drop = np.zeros(len(record_of), dtype=bool)
+    found = False
+    for d in range(1, most):
+        same = (record_of[d:] == record_of[:-d]) & (name_len[d:] == name_len[:-d]) & (prefix[d:] == prefix[:-d])
+        if not same.any():
+            continue
+        first = np.flatnonzero(same)
+        long_names = first[name_len[first] > 8]
+        if len(long_names):  # prefixes only prove equality up to 8 bytes: compare the rest
+            a, b = names.take(pa.array(long_names)), names.take(pa.array(long_names + d))
+            equal = pc.equal(a, b).to_numpy(zero_copy_only=False)
+            first = np.concatenate([first[name_len[first] <= 8], long_names[equal]])
+        if len(first):
+            drop[first] = True
+            found = True
+    return drop if found else None
+
+
+def _earlier_duplicates_hashed(record_of: np.ndarray, names: pa.Array) -> np.ndarray | None:
+    encoded = names.dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    key = (record_of * max(len(encoded.dictionary), 1) + codes)[::-1]
+    _, last_in_original = np.unique(key, return_index=True)
     keep = np.zeros(len(key), dtype=bool)
-    keep[len(key) - 1 - first_in_reversed] = True
-    return keep
+    keep[len(key) - 1 - last_in_original] = True
+    return None if keep.all() else ~keep

@@ -271,6 +271,17 @@ def test_msg_id_is_uniq_key_else_offset_msg_id() -> None:
     assert len(rows[2]["msgId"]) == 56 and rows[2]["msgId"].startswith("20010DB8")
 
 
+def test_hosts_and_offset_ids_with_several_ipv4_addresses() -> None:
+    log = FakeCommitLog(file_size=1 << 16)
+    for i in range(30):
+        log.append(topic="T", queue_id=0, properties={"TAGS": "t"}, born_host=HostAddress(f"10.0.0.{i % 4}", 1000 + i % 3),
+                   store_host=HostAddress(f"192.168.1.{i % 2}", 10911 + i % 2))
+    rows = read_rows(log, "T", 0)
+    assert rows == expected_rows(log, "T", 0)
+    assert {r["storeHost"] for r in rows} == {"192.168.1.0:10911", "192.168.1.1:10912"}
+    assert len({r["bornHost"] for r in rows}) == 12
+
+
 def test_queue_offsets_start_where_the_units_start() -> None:
     log = mixed_log()
     rows = read_rows(log, "TopicA", 0, start=7)
@@ -429,7 +440,13 @@ def test_gather_segments_handles_unsorted_and_overlapping_ranges() -> None:
 
 
 def test_parse_properties_matches_decode_properties() -> None:
-    raws = [b"", b"a\x01b", b"\x01x\x02y\x01\x02k\x01v\x01w\x02", b"k\x01v\x02k\x01w\x02", "é\x01ü\x02".encode()]
-    maps, cols = vz.parse_properties(pa.array(raws, pa.binary()).cast(pa.string()), ["k"])
+    many = b"".join(b"name%d\x01v%d\x02" % (i % 40, i) for i in range(50))  # > 32 entries: hashed duplicates
+    raws = [b"", b"a\x01b", b"\x01x\x02y\x01\x02k\x01v\x01w\x02", b"k\x01v\x02k\x01w\x02", "é\x01ü\x02".encode(),
+            b"PREFIXED_A\x011\x02PREFIXED_B\x012\x02PREFIXED_A\x013\x02", b"\x02\x02\x01\x01", many,
+            b"UNIQ_KEY\x01u\x02PREFIXED_B\x01z"]
+    maps, cols = vz.parse_properties(pa.array(raws, pa.binary()).cast(pa.string()), ["k", "PREFIXED_B", "UNIQ_KEY"])
     assert [dict(m) for m in maps.to_pylist()] == [fmt.decode_properties(r) for r in raws]
-    assert cols["k"].to_pylist() == [None, None, "v\x01w", "w", None]
+    assert [len(m) for m in maps.to_pylist()] == [len(fmt.decode_properties(r)) for r in raws]  # no duplicates kept
+    assert cols["k"].to_pylist() == [None, None, "v\x01w", "w", None, None, None, None, None]
+    assert cols["PREFIXED_B"].to_pylist() == [None] * 5 + ["2", None, None, "z"]
+    assert cols["UNIQ_KEY"].to_pylist() == [None] * 8 + ["u"]
