@@ -41,7 +41,10 @@ def check_store(store: MessageStore) -> CheckReport:
     report = CheckReport()
     cl = store.commit_log
     expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
-    end = cl.max_offset()
+    cl.min_offset()   # readers: re-list the files
+    last = cl.queue.last
+    # A reader's max_offset stops before damage; check must look past it, to the unwritten tail.
+    end = cl.max_offset() if not cl.read_only else (last.end_offset if last else 0)
     offset = cl.min_offset()
     levels = store.config.delay_levels_ms
     while offset < end:

@@ -56,7 +56,8 @@ class ConsumeQueue:
             self.queue.remove_stale_tmp()
         self.queue.load()
         if self.read_only and self.queue.files:
-            self.queue.last.wrote_position = 0
+            for mf in self.queue.files[-2:]:   # older files are full (a batch spans at most a file or two)
+                mf.wrote_position = 0
             self._refresh_reader()
 
     def recover(self) -> None:
@@ -124,17 +125,28 @@ class ConsumeQueue:
 
     # --- offsets ------------------------------------------------------------------------------
     def _refresh_reader(self) -> None:
-        """Reader: map new files, drop deleted ones, and find the last file's end by unit scan."""
+        """Reader: map new files, drop deleted ones, and find the end by scanning units.
+
+        The end is the first invalid unit, searched from the last known end across files. Files
+        after a file that is not yet full are unmapped again: a batch that spans two CQ files is
+        published by its first unit, which may sit in the earlier file.
+        """
         while True:
             self.queue.refresh()
             files = self.queue.files
             if not files:
                 return
-            for mf in files[:-1]:
-                mf.wrote_position = mf.file_size
-            last = files[-1]
-            last.wrote_position = _valid_prefix(last, last.wrote_position)
-            if not last.is_full or not self.queue.refresh():
+            cut = None
+            for i, mf in enumerate(files):
+                if mf.wrote_position < mf.file_size:
+                    mf.wrote_position = _valid_prefix(mf, mf.wrote_position)
+                    if mf.wrote_position < mf.file_size:
+                        cut = i + 1
+                        break
+            if cut is not None:
+                del files[cut:]
+                break
+            if not self.queue.refresh():    # every file full: look for a next one once more
                 break
         key = (files[0].path.name, self._cl_min)
         if key != self._min_key:

@@ -154,9 +154,6 @@ class MappedFileQueue:
                     raise
                 mf.wrote_position = 0  # unknown yet: the owner scans for the end
                 grew = True
-        if not self.files and names:  # everything we knew was deleted: start over
-            self.load()
-            grew = True
         return grew
 
     # --- geometry -----------------------------------------------------------------------------
