@@ -120,8 +120,9 @@ class CommitLog:
                 raise StoreError(f"encoded batch is {len(data)} bytes, expected {total}", offset=base)
             pos = mf.wrote_position
             mm = mf.mm
-            mm[pos + 4:pos + total] = data[4:]
-            mm[pos:pos + 4] = data[:4]          # TOTALSIZE last: see the module docstring
+            view = memoryview(data)
+            mm[pos + 4:pos + total] = view[4:]
+            mm[pos:pos + 4] = view[:4]          # TOTALSIZE last: see the module docstring
             mf.wrote_position = pos + total
             if first.dispatch:
                 self.topic_queue_table[key] = qoff

@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import re
 import time
+from functools import lru_cache
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -116,10 +117,10 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
             max_message_size: int, delay_levels: Sequence[int], batch: bool = False) -> PreparedMessage:
     """Apply the broker/producer rewrite rules; raise IllegalMessage for what the broker refuses."""
     topic = msg.topic
-    if not isinstance(topic, str) or not _TOPIC_RE.fullmatch(topic):
+    if not isinstance(topic, str) or not _valid_topic(topic):
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL,
                              f"topic {topic!r} must be 1-127 characters of [%|a-zA-Z0-9_-]")
-    body = bytes(msg.body)
+    body = msg.body if type(msg.body) is bytes else bytes(msg.body)
     if len(body) > max_message_size:
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL,
                              f"body of {len(body)} bytes exceeds maxMessageSize {max_message_size}")
@@ -168,6 +169,11 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
                            store_v6=store_host.is_v6)
     return PreparedMessage(topic, queue_id, body, props, props_bytes, msg.flag, sys_flag, born_ts, born_host,
                            size, uniq, tran in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT))
+
+
+@lru_cache(maxsize=4096)
+def _valid_topic(topic: str) -> bool:
+    return _TOPIC_RE.fullmatch(topic) is not None
 
 
 def _int_property(props: Mapping[str, str], name: str) -> int:
