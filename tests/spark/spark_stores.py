@@ -44,3 +44,17 @@ def max_offsets(root: Path, topic: str = TOPIC) -> dict[int, int]:
 
     with MessageStore.open(root, read_only=True) as store:
         return {q: store.max_offset(topic, q) for q in store.queue_ids(topic)}
+
+
+def trimmed_store(root: Path) -> Path:
+    """Two queues of 50 messages whose oldest commit-log files retention deleted: offsets [40, 50) remain."""
+    from rocketstream.store import Message, MessageStore, StoreConfig
+
+    config = StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=4096)
+    with MessageStore.open(root, create=True, config=config) as store:
+        store.create_topic(TOPIC, 2)
+        for i in range(100):
+            store.put_message(Message(topic=TOPIC, body=b"x" * 50), queue_id=i % 2)
+    with MessageStore.open(root) as store:
+        store.delete_expired_files(reserved_hours=0)
+    return root

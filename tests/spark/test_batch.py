@@ -16,7 +16,7 @@ from rocketstream.spark import batch as batch_mod
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
 
-from spark_stores import TOPIC, fill, max_offsets, store_rows
+from spark_stores import TOPIC, fill, max_offsets, store_rows, trimmed_store
 
 ORDER = ["brokerName", "queueId", "queueOffset"]
 
@@ -202,12 +202,31 @@ def test_bad_options_fail_the_query_naming_the_option(spark, stores):
         spark.read.format("rocketmq").option("topic", "NoSuchTopic").load(str(stores["a"])).count()
 
 
+@pytest.fixture(scope="module")
+def trimmed(tmp_path_factory):
+    root = trimmed_store(tmp_path_factory.mktemp("trimmed") / "broker-a")
+    assert max_offsets(root) == {0: 50, 1: 50}
+    return root
+
+
+def test_data_loss_in_batch_both_ways(spark, trimmed):
+    start = json.dumps({TOPIC: {"broker-a": {"0": 5}}})
+    with pytest.raises(Exception, match=r"messages \[5, 40\) of topic 'TopicTest' on broker 'broker-a' queue 0"):
+        load(spark, trimmed, startingOffsets=start).count()
+    rows = load(spark, trimmed, startingOffsets=start, failOnDataLoss="false").select("queueId", "queueOffset")
+    assert sorted(map(tuple, rows.collect())) == [(q, o) for q in (0, 1) for o in range(40, 50)]
+    assert load(spark, trimmed).count() == 20  # earliest is the current min: no alarm
+
+
 def test_auto_discovery_module():
     import pkgutil
 
     import pyspark_rocketmq
     from pyspark.sql.datasource import DataSource
 
-    assert "pyspark_rocketmq" in {m.name for m in pkgutil.iter_modules()}
+    # Spark's lookup lists top-level modules with pkgutil.iter_modules(): a regular install puts
+    # pyspark_rocketmq.py in site-packages; here the repository root plays that part.
+    repo = Path(__file__).resolve().parents[2]
+    assert "pyspark_rocketmq" in {m.name for m in pkgutil.iter_modules([str(repo)])}
     assert issubclass(pyspark_rocketmq.DefaultSource, DataSource)
     assert pyspark_rocketmq.DefaultSource.name() == "rocketmq"

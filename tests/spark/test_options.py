@@ -141,3 +141,17 @@ def test_required_and_conflicting_locations():
     with pytest.raises(OptionError) as err:
         parse(allocateStrategy="CONFIG", allocateQueues="broker-a:x")
     assert err.value.option == "allocateQueues"
+
+
+def test_broker_name_of_an_unnamed_store(tmp_path):
+    from rocketstream.spark.positions import resolve_broker_names
+    from rocketstream.store import StoreConfig, default_broker_conf
+
+    conf = StoreConfig.from_broker_conf(default_broker_conf())
+    default_root = str(conf.store_path_root_dir)
+    # the configured default store takes broker.conf's brokerName; any other store its directory's name
+    assert resolve_broker_names(parse_options({"path": default_root, "topic": "T"}, streaming=False)) == (
+        (conf.broker_name, default_root),)
+    other = tmp_path / "my-broker"
+    assert resolve_broker_names(parse_options({"path": str(other), "topic": "T"}, streaming=False)) == (
+        ("my-broker", str(other)),)

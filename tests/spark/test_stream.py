@@ -16,7 +16,7 @@ from rocketstream.spark.schema import projection_for
 from rocketstream.spark.stream import RocketMQStreamReader
 from rocketstream.store.offsets import ConsumerOffsetManager, LocalOffsetStore
 
-from spark_stores import TOPIC, fill, max_offsets
+from spark_stores import TOPIC, fill, max_offsets, trimmed_store
 
 
 def reader(root: Path, **extra: str) -> RocketMQStreamReader:
@@ -174,3 +174,17 @@ def test_stream_from_group_offsets_with_tag_filter(spark, store, tmp_path):
     # message i sits at (queue i % 4, offset i // 4) and has TagA when i % 3 == 0
     assert sorted(rows) == sorted((i % 4, i // 4) for i in range(40) if i % 3 == 0 and i // 4 >= 5)
     assert broker_table(store, "tg") == {"0": 10, "1": 10, "2": 10, "3": 10}
+
+
+def test_stream_data_loss_both_ways(tmp_path):
+    root = trimmed_store(tmp_path / "broker-a")
+    start = {TOPIC: {"broker-a": {"0": 0, "1": 45}}}
+    with pytest.raises(DataLossError) as err:
+        reader(root).latestOffset(start, ReadAllAvailable())
+    assert (err.value.topic, err.value.broker_name) == (TOPIC, "broker-a")
+    assert (err.value.queue_id, err.value.lost_from, err.value.lost_to) == (0, 0, 40)
+    lenient = reader(root, failOnDataLoss="false")
+    end = lenient.latestOffset(start, ReadAllAvailable())
+    assert end == {TOPIC: {"broker-a": {"0": 50, "1": 50}}}
+    parts = lenient.partitions(start, end)
+    assert sorted((q, a, b) for t in parts for (_, _, q, a, b) in t.ranges) == [(0, 40, 50), (1, 45, 50)]
