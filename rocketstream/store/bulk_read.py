@@ -249,7 +249,8 @@ class _BatchReader:
                 arr = uniq  # every record carries a UNIQ_KEY: no offset ids needed
             elif name in ("msgId", "offsetMsgId"):
                 if offset_ids is None:
-                    offset_ids = vz.offset_msg_ids(buf, h["store_host_pos"], h["store_v6"], offsets)
+                    offset_ids = vz.offset_msg_ids(buf, h["store_host_pos"], h["store_v6"], offsets,
+                                                    h.get("store_key"))
                 arr = offset_ids if name == "offsetMsgId" else pc.coalesce(uniq, offset_ids)
             elif name == "tags":
                 arr = tags
@@ -264,9 +265,9 @@ class _BatchReader:
             elif name == "storeTimestamp":
                 arr = _timestamps(h["store_timestamp"])
             elif name == "bornHost":
-                arr = vz.host_strings(buf, h["born_host_pos"], h["born_v6"])
+                arr = vz.host_strings(buf, h["born_host_pos"], h["born_v6"], h.get("born_key"))
             elif name == "storeHost":
-                arr = vz.host_strings(buf, h["store_host_pos"], h["store_v6"])
+                arr = vz.host_strings(buf, h["store_host_pos"], h["store_v6"], h.get("store_key"))
             elif name == "sysFlag":
                 arr = pa.array(h["sys_flag"])
             elif name == "bodyCRC":

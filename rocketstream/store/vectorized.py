@@ -35,7 +35,7 @@ from rocketstream.store.format import (
 HEADER_V4_DTYPE = np.dtype([
     ("total_size", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
     ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"), ("born_timestamp", ">i8"),
-    ("born_ip", "V4"), ("born_port", ">i4"), ("store_timestamp", ">i8"), ("store_ip", "V4"), ("store_port", ">i4"),
+    ("born_ip", ">u4"), ("born_port", ">i4"), ("store_timestamp", ">i8"), ("store_ip", ">u4"), ("store_port", ">i4"),
     ("reconsume_times", ">i4"),
     ("prepared_transaction_offset", ">i8"), ("body_len", ">i4"),
 ])
@@ -100,7 +100,8 @@ def decode_headers(buf: object, rel_positions: np.ndarray) -> dict[str, np.ndarr
     Returns native-endian arrays: ``total_size, magic, body_crc, queue_id, flag, queue_offset,
     physical_offset, sys_flag, born_timestamp, store_timestamp, reconsume_times,
     prepared_transaction_offset`` as in the record; ``born_host_pos, store_host_pos`` (buffer
-    positions of the 8- or 20-byte ip+port fields) with ``born_v6, store_v6, born_port, store_port``; ``body_pos, body_len,
+    positions of the 8- or 20-byte ip+port fields) with ``born_v6, store_v6, born_port, store_port``
+    (and ``born_key, store_key``: the 8 ip+port bytes as one uint64, when no host is IPv6); ``body_pos, body_len,
     topic_pos, topic_len, props_pos, props_len`` (positions relative to ``buf``); ``v2`` (magic V2);
     ``in_bounds`` (every field read lies inside ``buf``). Nothing is validated here beyond bounds:
     see :func:`validate_headers`. Positions that are not records give garbage values, never errors.
@@ -124,6 +125,10 @@ def decode_headers(buf: object, rel_positions: np.ndarray) -> dict[str, np.ndarr
                      "prepared_transaction_offset"):
             out[name] = head[name].astype(np.int64)
         born_len = store_len = np.int64(8)
+        # ip and port as one integer (the 8 stored bytes, big-endian) for host strings and offset ids
+        for side in ("born", "store"):
+            out[f"{side}_key"] = (head[f"{side}_ip"].astype(np.uint64) << np.uint64(32)) \
+                | head[f"{side}_port"].astype(np.uint32).astype(np.uint64)
     else:
         fixed = _gather_rows(data, pos, _FIXED_SIZE, ok).view(_FIXED_DTYPE)[:, 0]
         for name in ("total_size", "magic", "body_crc", "queue_id", "flag", "sys_flag"):
@@ -272,15 +277,16 @@ def _host_matrix(data: np.ndarray, host_pos: np.ndarray, v6: np.ndarray) -> np.n
     return _gather_rows(data, host_pos, 20, ok)  # IPv4 rows carry 12 bytes of what follows; cleared below
 
 
-def host_strings(buf: object, host_pos: np.ndarray, v6: np.ndarray) -> pa.Array:
-    """``str(HostAddress)`` ("1.2.3.4:10911", "[::1]:10911") per record, formatted once per distinct host."""
+def host_strings(buf: object, host_pos: np.ndarray, v6: np.ndarray, ipv4_keys: np.ndarray | None = None) -> pa.Array:
+    """``str(HostAddress)`` ("1.2.3.4:10911", "[::1]:10911") per record, formatted once per distinct host.
+    ``ipv4_keys`` (``decode_headers``' born_key/store_key) saves re-reading the hosts when none is IPv6."""
     data = as_uint8(buf)
     n = len(host_pos)
     if n == 0:
         return pa.array([], type=pa.string())
     if not v6.any():
         # ip + port as one integer per record; usually a single value (the broker) or a few.
-        keys = _gather_values(data, host_pos, ">u8", np.ones(n, dtype=bool))
+        keys = ipv4_keys if ipv4_keys is not None else _gather_values(data, host_pos, ">u8", np.ones(n, dtype=bool))
         if np.all(keys == keys[0]):
             return repeat_string(_format_host(int(keys[0]).to_bytes(8, "big") + bytes(13)), n)
         encoded = pa.array(keys).dictionary_encode()
@@ -304,14 +310,15 @@ def _format_host(raw: bytes) -> str:
     return str(HostAddress(ip, int.from_bytes(port, "big", signed=True)))
 
 
-def offset_msg_ids(buf: object, store_host_pos: np.ndarray, store_v6: np.ndarray,
-                   physical_offsets: np.ndarray) -> pa.Array:
+def offset_msg_ids(buf: object, store_host_pos: np.ndarray, store_v6: np.ndarray, physical_offsets: np.ndarray,
+                   ipv4_keys: np.ndarray | None = None) -> pa.Array:
     """Broker offset message ids: upper hex of store ip + port + physical offset (32 or 56 chars)."""
     data = as_uint8(buf)
     n = len(store_host_pos)
     phys = np.asarray(physical_offsets, dtype=np.int64).astype(">i8").view(np.uint8).reshape(n, 8)
     if not store_v6.any():
-        hosts = _gather_values(data, store_host_pos, ">u8", np.ones(n, dtype=bool))
+        hosts = ipv4_keys if ipv4_keys is not None else _gather_values(data, store_host_pos, ">u8",
+                                                                        np.ones(n, dtype=bool))
         text = np.empty((n, 32), dtype=np.uint8)
         if np.all(hosts == hosts[0]):  # one broker address: its 16 hex digits once
             text[:, :16] = np.frombuffer(f"{int(hosts[0]):016X}".encode(), dtype=np.uint8)
