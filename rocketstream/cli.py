@@ -13,7 +13,6 @@ import base64
 import json
 import random
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -42,35 +41,33 @@ def _open_store(args: argparse.Namespace, *, read_only: bool):
 
     if read_only:
         return MessageStore.open(args.store, read_only=True)
-    return MessageStore.open(args.store, config=_writer_config(args.store))
+    return MessageStore.open(args.store, config=_writer_config(args.store), create=True)
 
 
 def _writer_config(store: Path):
-    """The conf/broker.conf settings when writing to the configured store, else defaults for ``store``."""
-    from rocketstream.store.config import StoreConfig, default_broker_conf
+    """conf/broker.conf's settings when writing to the store it configures; defaults otherwise
+    (the broker name is then the store directory's name)."""
+    from rocketstream.errors import StoreConfigError
+    from rocketstream.store.config import StoreConfig, default_broker_conf, default_broker_name
 
-    conf = default_broker_conf()
-    if conf is not None and conf.exists():
-        cfg = StoreConfig.from_broker_conf(conf)
-        if Path(cfg.store_path_root_dir).resolve() == Path(store).resolve():
-            return cfg
-        return _replace(cfg, store_path_root_dir=Path(store), broker_name=Path(store).resolve().name)
-    return StoreConfig(store_path_root_dir=Path(store))
-
-
-def _replace(cfg, **changes):
-    import dataclasses
-
-    return dataclasses.replace(cfg, **changes)
+    try:
+        conf = default_broker_conf()
+    except StoreConfigError:
+        return StoreConfig(store_path_root_dir=Path(store), broker_name=default_broker_name(store))
+    cfg = StoreConfig.from_broker_conf(conf)
+    if Path(cfg.store_path_root_dir).resolve() == Path(store).resolve():
+        return cfg
+    return StoreConfig(store_path_root_dir=Path(store), broker_name=default_broker_name(store))
 
 
 def _default_store() -> Path:
+    from rocketstream.errors import StoreConfigError
     from rocketstream.store.config import StoreConfig, default_broker_conf
 
-    conf = default_broker_conf()
-    if conf is not None and conf.exists():
-        return Path(StoreConfig.from_broker_conf(conf).store_path_root_dir)
-    return Path("storage")
+    try:
+        return Path(StoreConfig.from_broker_conf(default_broker_conf()).store_path_root_dir)
+    except StoreConfigError as exc:
+        raise OptionError("--store", f"no store given and no usable conf/broker.conf ({exc})") from exc
 
 
 def _emit(args: argparse.Namespace, payload: Any, render: Callable[[Any], str]) -> None:
@@ -270,12 +267,20 @@ def cmd_query_msg(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     with _open_store(args, read_only=True) as store:
         report = store.check()
-    payload = report.to_dict() if hasattr(report, "to_dict") else {"ok": report.ok, "problems": report.problems}
+    payload = {
+        "ok": report.ok,
+        "records": report.records,
+        "units": report.units,
+        "problems": [{"file": p.path, "offset": p.offset, "problem": p.message} for p in report.problems],
+    }
 
     def render(p: dict) -> str:
+        head = f"{p['records']} records and {p['units']} consume-queue units checked"
         if p["ok"]:
-            return "OK: " + ", ".join(f"{k}={v}" for k, v in p.items() if k not in ("ok", "problems"))
-        return "PROBLEMS FOUND:\n" + "\n".join(f"- {x}" for x in p["problems"])
+            return f"OK: {head}, CRCs and CommitLog/ConsumeQueue agreement verified"
+        lines = [f"PROBLEMS: {len(p['problems'])} found ({head})"]
+        lines += [f"- {x['file']} @ {x['offset']}: {x['problem']}" for x in p["problems"]]
+        return "\n".join(lines)
 
     _emit(args, payload, render)
     return 0 if report.ok else 1
@@ -343,9 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.store is None:
-        args.store = _default_store()
     try:
+        if args.store is None:
+            args.store = _default_store()
         return args.func(args)
     except RocketStreamError as exc:
         print(f"rocketstream {args.command}: error: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ read only what is new, and the counts stay cumulative.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -24,11 +25,17 @@ def spark_session(app_name: str = "rocketstream-demo", *, master: str = "local[2
     """A quiet local SparkSession with the rocketmq source registered."""
     from pyspark.sql import SparkSession
 
+    # Spark starts Python workers with `python3` from PATH unless told otherwise; they need this
+    # interpreter's packages (pyarrow, rocketstream).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     log_conf = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
     )
@@ -48,7 +55,7 @@ def produce_sample(store_root: Path, count: int) -> dict:
     from rocketstream.cli import _writer_config
     from rocketstream.store import Message, MessageStore
 
-    with MessageStore.open(store_root, config=_writer_config(store_root)) as store:
+    with MessageStore.open(store_root, config=_writer_config(store_root), create=True) as store:
         store.create_topic(DEMO_TOPIC, DEMO_QUEUES)
         start = time.time()
         per_queue: dict[int, list] = {q: [] for q in range(DEMO_QUEUES)}

@@ -3,11 +3,12 @@
 Public entry point: ``MessageStore.open(root, read_only=...)``.
 """
 
-from rocketstream.store.config import StoreConfig, default_broker_conf
+from rocketstream.store.config import StoreConfig, default_broker_conf, default_broker_name
 from rocketstream.store.format import HostAddress, MessageRecord
 from rocketstream.store.message_store import MessageStore
 from rocketstream.store.messages import (GetMessageResult, GetMessageStatus, Message, PutMessageResult,
                                          PutMessageStatus)
 
 __all__ = ["GetMessageResult", "GetMessageStatus", "HostAddress", "Message", "MessageRecord", "MessageStore",
-           "PutMessageResult", "PutMessageStatus", "StoreConfig", "default_broker_conf"]
+           "PutMessageResult", "PutMessageStatus", "StoreConfig", "default_broker_conf",
+           "default_broker_name"]

@@ -128,6 +128,21 @@ def default_broker_conf() -> Path:
     raise StoreConfigError("no conf/broker.conf found (looked in " + ", ".join(map(str, candidates)) + ")")
 
 
+def default_broker_name(root: str | Path) -> str:
+    """The broker name of a store opened by path: conf/broker.conf's ``brokerName`` when ``root`` is the
+    store that file configures, else the store root directory's name. A missing broker.conf is fine; a
+    broken one raises StoreConfigError."""
+    root = Path(root).resolve()
+    try:
+        conf = default_broker_conf()
+    except StoreConfigError:
+        return root.name
+    config = StoreConfig.from_broker_conf(conf)
+    if Path(config.store_path_root_dir).resolve() == root:
+        return config.broker_name
+    return root.name
+
+
 def _parse_properties(text: str) -> dict[str, str]:
     """Java .properties subset: ``key=value`` / ``key: value`` lines, ``#``/``!`` comments."""
     out: dict[str, str] = {}

@@ -24,7 +24,8 @@ from rocketstream.errors import NotAStoreError, ReadOnlyStoreError, StoreError
 from rocketstream.store import format as fmt
 from rocketstream.store.checkpoint import StoreCheckpoint
 from rocketstream.store.commit_log import CommitLog
-from rocketstream.store.config import StoreConfig, default_broker_conf, resolve_sizes, save_settings, SETTINGS_FILE
+from rocketstream.store.config import (SETTINGS_FILE, StoreConfig, default_broker_conf, default_broker_name,
+                                       resolve_sizes, save_settings)
 from rocketstream.store.consume_queue import ConsumeQueue
 from rocketstream.store.dispatch import Dispatcher
 from rocketstream.store.format import CQ_DTYPE, MessageRecord
@@ -67,7 +68,10 @@ class MessageStore(QueryMixin):
         missing or empty; False = never; True = always allowed."""
         explicit = config is not None
         if config is None:
-            config = StoreConfig() if root is not None else StoreConfig.from_broker_conf(default_broker_conf())
+            if root is not None:
+                config = StoreConfig(broker_name=default_broker_name(root))
+            else:
+                config = StoreConfig.from_broker_conf(default_broker_conf())
         root = Path(root if root is not None else config.store_path_root_dir)
         config = replace(config, store_path_root_dir=root)
         is_store = root.is_dir() and (root / "commitlog").is_dir()
