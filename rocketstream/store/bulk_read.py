@@ -116,11 +116,17 @@ class _BatchReader:
         self.schema = schema
         self.names = set(schema.names)
         self.topic = topic
+        self.topic_len = len(topic.encode("utf-8"))
         self.queue_id = queue_id
         self.broker_name = broker_name
         self.tag_set = tag_set
         self.check_crc = check_crc
         self.parse_props = bool(self.names & _PROPERTY_COLUMNS) or tag_set is not None
+        # only the single-property columns that are asked for (TAGS also for the tag re-check)
+        self.wanted_properties = tuple(
+            prop for prop, needed in ((PROPERTY_TAGS, "tags" in self.names or tag_set is not None),
+                                      (PROPERTY_KEYS, "keys" in self.names), (PROPERTY_UNIQ_KEY, "msgId" in self.names))
+            if needed)
 
     def read(self, offsets: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray) -> pa.RecordBatch:
         # Records never span files; a batch spans several only at file boundaries.
@@ -139,7 +145,7 @@ class _BatchReader:
         file_from, buf = self.commit_log.buffer_for(int(offsets[0]))
         buf = vz.as_uint8(buf)
         rel = offsets - file_from
-        h = vz.decode_headers(buf, rel)
+        h = vz.decode_headers(buf, rel, topic_len_hint=self.topic_len)
         self._check_headers(h, rel, offsets, sizes, file_from)
         props = tag_col = keys_col = uniq_col = None
         if self.parse_props:
@@ -152,7 +158,8 @@ class _BatchReader:
                     h = {k: v[sel] if isinstance(v, np.ndarray) and v.ndim else v for k, v in h.items()}
                     offsets, sizes, queue_offsets = offsets[sel], sizes[sel], queue_offsets[sel]
                     index = pa.array(sel)
-                    props, tag_col, keys_col, uniq_col = (a.take(index) for a in (props, tag_col, keys_col, uniq_col))
+                    props, tag_col, keys_col, uniq_col = (None if a is None else a.take(index)
+                                                          for a in (props, tag_col, keys_col, uniq_col))
                     if not len(sel):
                         return _empty_batch(self.schema)
         if self.check_crc:
@@ -188,8 +195,8 @@ class _BatchReader:
             i = _first_invalid_utf8(raw)
             raise CorruptStoreError("PROPERTIES are not valid UTF-8", path=self._path(file_from),
                                     offset=int(offsets[i])) from None
-        props, wanted = vz.parse_properties(text, (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY))
-        return props, wanted[PROPERTY_TAGS], wanted[PROPERTY_KEYS], wanted[PROPERTY_UNIQ_KEY]
+        props, wanted = vz.parse_properties(text, self.wanted_properties)
+        return props, wanted.get(PROPERTY_TAGS), wanted.get(PROPERTY_KEYS), wanted.get(PROPERTY_UNIQ_KEY)
 
     def _check_crc(self, buf: np.ndarray, h: dict[str, np.ndarray], offsets: np.ndarray, file_from: int) -> None:
         mv = memoryview(buf)

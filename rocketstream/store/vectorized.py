@@ -45,7 +45,6 @@ _FIXED_DTYPE = np.dtype(HEADER_V4_DTYPE.descr[:9])
 _FIXED_SIZE = _FIXED_DTYPE.itemsize  # 48
 # RECONSUMETIMES, PREPARED TRANSACTION OFFSET, BODY length: after the store host.
 _TAIL_DTYPE = np.dtype([("reconsume_times", ">i4"), ("prepared_transaction_offset", ">i8"), ("body_len", ">i4")])
-_SYSFLAG_LOW_BYTE = 39  # SYSFLAG is big-endian at 36..39; the IPv6 bits live in its last byte
 _V6_HOST_EXTRA = 12
 
 # Two ASCII hex digits per byte value, packed so that viewing uint16 as bytes gives "HL" in order.
@@ -94,35 +93,42 @@ def _gather_rows(buf: np.ndarray, positions: np.ndarray, width: int, ok: np.ndar
     return np.ascontiguousarray(_windows(buf, width)[safe])
 
 
-def decode_headers(buf: object, rel_positions: np.ndarray) -> dict[str, np.ndarray]:
+def decode_headers(buf: object, rel_positions: np.ndarray, *, topic_len_hint: int | None = None) -> dict[str, np.ndarray]:
     """Header fields of the records starting at ``rel_positions`` in ``buf`` (one mapped file).
 
     Returns native-endian arrays: ``total_size, magic, body_crc, queue_id, flag, queue_offset,
     physical_offset, sys_flag, born_timestamp, store_timestamp, reconsume_times,
     prepared_transaction_offset`` as in the record; ``born_host_pos, store_host_pos`` (buffer
     positions of the 8- or 20-byte ip+port fields) with ``born_v6, store_v6, born_port, store_port``
-    (and ``born_key, store_key``: the 8 ip+port bytes as one uint64, when no host is IPv6); ``body_pos, body_len,
-    topic_pos, topic_len, props_pos, props_len`` (positions relative to ``buf``); ``v2`` (magic V2);
-    ``in_bounds`` (every field read lies inside ``buf``). Nothing is validated here beyond bounds:
-    see :func:`validate_headers`. Positions that are not records give garbage values, never errors.
+    (and ``born_key, store_key``, the 8 ip+port bytes as one uint64, when no host is IPv6);
+    ``body_pos, body_len, topic_pos, topic_len, props_pos, props_len`` (positions relative to
+    ``buf``); ``v2`` (magic V2); ``in_bounds`` (every field read lies inside ``buf``). Nothing is
+    validated beyond bounds (see :func:`validate_headers`): positions that are not records give
+    garbage values, never errors.
+
+    ``topic_len_hint``: the UTF-8 length of the topic the records are expected to have. When every
+    record matches it, TOPIC and PROPERTIES lengths come from one gather instead of two dependent ones.
     """
     data = as_uint8(buf)
     pos = np.asarray(rel_positions, dtype=np.int64)
     n = len(pos)
     ok = np.ones(n, dtype=bool)
-    low = _gather_values(data, pos + _SYSFLAG_LOW_BYTE, "u1", ok.copy())
-    born_v6 = (low & FLAG_BORNHOST_V6) != 0
-    store_v6 = (low & FLAG_STOREHOST_V6) != 0
-    out: dict[str, np.ndarray] = {}
+    # The 88-byte IPv4 header is inside every record (IPv6 records are longer), so gather it first
+    # and look at the IPv6 bits in its SYSFLAG.
+    rows = _gather_rows(data, pos, HEADER_V4_SIZE, ok)
+    head = rows.view(HEADER_V4_DTYPE)[:, 0]
+    sys_flag = head["sys_flag"].astype(np.int32)
+    born_v6 = (sys_flag & FLAG_BORNHOST_V6) != 0
+    store_v6 = (sys_flag & FLAG_STOREHOST_V6) != 0
+    out: dict[str, np.ndarray] = {"sys_flag": sys_flag}
+    for name in ("total_size", "magic", "body_crc", "queue_id", "flag"):
+        out[name] = head[name].astype(np.int32)
+    for name in ("queue_offset", "physical_offset", "born_timestamp"):
+        out[name] = head[name].astype(np.int64)
     if not (born_v6.any() or store_v6.any()):
-        # Common case: one memcpy-like gather of the whole 88-byte header per record.
-        rows = _gather_rows(data, pos, HEADER_V4_SIZE, ok)
-        head = rows.view(HEADER_V4_DTYPE)[:, 0]
-        for name in ("total_size", "magic", "body_crc", "queue_id", "flag", "sys_flag", "reconsume_times",
-                     "body_len", "born_port", "store_port"):
+        for name in ("reconsume_times", "body_len", "born_port", "store_port"):
             out[name] = head[name].astype(np.int32)
-        for name in ("queue_offset", "physical_offset", "born_timestamp", "store_timestamp",
-                     "prepared_transaction_offset"):
+        for name in ("store_timestamp", "prepared_transaction_offset"):
             out[name] = head[name].astype(np.int64)
         born_len = store_len = np.int64(8)
         # ip and port as one integer (the 8 stored bytes, big-endian) for host strings and offset ids
@@ -130,11 +136,6 @@ def decode_headers(buf: object, rel_positions: np.ndarray) -> dict[str, np.ndarr
             out[f"{side}_key"] = (head[f"{side}_ip"].astype(np.uint64) << np.uint64(32)) \
                 | head[f"{side}_port"].astype(np.uint32).astype(np.uint64)
     else:
-        fixed = _gather_rows(data, pos, _FIXED_SIZE, ok).view(_FIXED_DTYPE)[:, 0]
-        for name in ("total_size", "magic", "body_crc", "queue_id", "flag", "sys_flag"):
-            out[name] = fixed[name].astype(np.int32)
-        for name in ("queue_offset", "physical_offset", "born_timestamp"):
-            out[name] = fixed[name].astype(np.int64)
         born_len = np.where(born_v6, 8 + _V6_HOST_EXTRA, 8).astype(np.int64)
         store_len = np.where(store_v6, 8 + _V6_HOST_EXTRA, 8).astype(np.int64)
         store_ts_pos = pos + _FIXED_SIZE + born_len
@@ -153,19 +154,43 @@ def decode_headers(buf: object, rel_positions: np.ndarray) -> dict[str, np.ndarr
     body_pos = pos + (HEADER_V4_SIZE - 16) + born_len + store_len
     body_len = out["body_len"].astype(np.int64)
     v2 = out["magic"] == MAGIC_V2
-    # TOPIC length: int8 (V1) or int16 (V2), signed as Java reads it; PROPERTIES length: int16.
     tl_pos = body_pos + np.maximum(body_len, 0)
-    tl_raw = _gather_values(data, tl_pos, ">u2", ok)
-    # V1 reads only the first byte (as int8); a V2 record needs both bytes in bounds (checked above).
-    topic_len = np.where(v2, tl_raw.astype(np.int16), (tl_raw >> 8).astype(np.uint8).view(np.int8)).astype(np.int64)
+    lengths = None
+    if topic_len_hint is not None and 0 <= topic_len_hint <= 127 and not v2.any():
+        lengths = _topic_and_props_lengths_v1(data, tl_pos, topic_len_hint, ok)
+    if lengths is None:
+        lengths = _topic_and_props_lengths(data, tl_pos, v2, ok)
+    topic_len, props_len = lengths
     topic_pos = tl_pos + np.where(v2, 2, 1)
-    pl_pos = topic_pos + np.maximum(topic_len, 0)
-    props_len = _gather_values(data, pl_pos, ">i2", ok).astype(np.int64)
-    props_pos = pl_pos + 2
+    props_pos = topic_pos + np.maximum(topic_len, 0) + 2
     ok &= props_pos + np.maximum(props_len, 0) <= len(data)
     out.update(body_pos=body_pos, body_len=body_len, topic_pos=topic_pos, topic_len=topic_len,
                props_pos=props_pos, props_len=props_len, v2=v2, in_bounds=ok)
     return out
+
+
+def _topic_and_props_lengths(data: np.ndarray, tl_pos: np.ndarray, v2: np.ndarray,
+                             ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """TOPIC length (int8 for V1, int16 for V2, signed as Java reads them) and PROPERTIES length (int16)."""
+    tl_raw = _gather_values(data, tl_pos, ">u2", ok)  # V1 uses the first byte; a V1 record has >= 3 more
+    topic_len = np.where(v2, tl_raw.astype(np.int16), (tl_raw >> 8).astype(np.uint8).view(np.int8)).astype(np.int64)
+    pl_pos = tl_pos + np.where(v2, 2, 1) + np.maximum(topic_len, 0)
+    props_len = _gather_values(data, pl_pos, ">i2", ok).astype(np.int64)
+    return topic_len, props_len
+
+
+def _topic_and_props_lengths_v1(data: np.ndarray, tl_pos: np.ndarray, hint: int,
+                                ok: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Both lengths from one gather of [TOPIC length, TOPIC, PROPERTIES length], if every V1 record
+    has a topic of ``hint`` bytes; None otherwise."""
+    fits = ok.copy()
+    window = _gather_rows(data, tl_pos, 1 + hint + 2, fits)
+    topic_len = window[:, 0].view(np.int8).astype(np.int64)
+    if not np.all(topic_len[fits] == hint):
+        return None
+    ok &= fits
+    props_len = np.ascontiguousarray(window[:, 1 + hint:]).view(">i2")[:, 0].astype(np.int64)
+    return topic_len, props_len
 
 
 def header_problems(h: dict[str, np.ndarray], rel_positions: np.ndarray, expected_offsets: np.ndarray,
@@ -390,7 +415,9 @@ def parse_properties(props: pa.Array, wanted: Sequence[str] = ()) -> tuple[pa.Ma
     record_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(np.searchsorted(seg_end, roff)))
     sep = _first_separators(np.flatnonzero(blob == 1), seg_start, seg_end)
     keep = (sep > seg_start) & (sep + 1 < seg_end)  # a \x01 found, non-empty name and value
-    name_start, sep, seg_end, record_of = seg_start[keep], sep[keep], seg_end[keep], record_of[keep]
+    if not keep.all():
+        seg_start, sep, seg_end, record_of = seg_start[keep], sep[keep], seg_end[keep], record_of[keep]
+    name_start = seg_start
     name_len = sep - name_start
     prefix = _name_prefixes(blob, name_start, name_len)
     names = gather_segments(blob, name_start, name_len, pa.string())

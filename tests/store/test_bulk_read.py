@@ -289,6 +289,19 @@ def test_queue_offsets_start_where_the_units_start() -> None:
     assert rows[0]["queueOffset"] == 7
 
 
+def test_records_of_another_topic_length_still_decode() -> None:
+    # The reader guesses TOPIC length from the queue's topic; a record with another topic (LMQ-style
+    # multi-dispatch) must still decode, with the queue's topic in the topic column.
+    log = mixed_log()
+    rows = read_rows(log, "TopicA", 0, broker_name="b")
+    units = log.cq("TopicA", 0)
+    batches = read_range_batches(log, units, 0, topic="Q", queue_id=0, broker_name="b")
+    got = [r for batch in batches for r in batch.to_pylist()]
+    assert [r["topic"] for r in got] == ["Q"] * len(rows)
+    assert [r["body"] for r in got] == [r["body"] for r in rows]
+    assert [dict(r["properties"]) for r in got] == [r["properties"] for r in rows]
+
+
 def test_no_units_yield_no_batches() -> None:
     log = FakeCommitLog()
     assert list(read_range_batches(log, np.zeros(0, CQ_DTYPE), 0, topic="T", queue_id=0, broker_name="b")) == []
