@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rocketstream.errors import CorruptStoreError
+from rocketstream.errors import CorruptStoreError, OptionError
 from rocketstream.store import vectorized as vz
 from rocketstream.store.format import (
     FLAG_COMPRESSED,
@@ -77,7 +77,7 @@ def read_range_batches(
     del store_host_default
     schema = project_schema(columns)
     if batch_bytes <= 0:
-        raise ValueError(f"batch_bytes must be positive (got {batch_bytes})")
+        raise OptionError("batch_bytes", "must be positive", batch_bytes)
     offsets = units["offset"].astype(np.int64)
     sizes = units["size"].astype(np.int64)
     queue_offsets = np.arange(len(units), dtype=np.int64) + queue_offset_start

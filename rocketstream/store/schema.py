@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from rocketstream.errors import OptionError
+
 TIMESTAMP_UTC = pa.timestamp("us", tz="UTC")
 PROPERTIES_TYPE = pa.map_(pa.string(), pa.string())  # key non-null, value nullable (Spark's layout)
 
@@ -49,7 +51,7 @@ FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in MESSAGE_FIELDS)
 def project_schema(columns: Sequence[str] | None) -> pa.Schema:
     """The sub-schema holding ``columns`` in the order given (all fields when ``None``).
 
-    Raises ``ValueError`` naming the unknown or repeated column, with the valid names.
+    Raises ``OptionError`` (a ValueError) naming the unknown or repeated column, with the valid names.
     """
     if columns is None:
         return MESSAGE_SCHEMA
@@ -57,9 +59,9 @@ def project_schema(columns: Sequence[str] | None) -> pa.Schema:
     fields = []
     for name in columns:
         if name not in FIELD_NAMES:
-            raise ValueError(f"unknown message column {name!r}; valid columns: {', '.join(FIELD_NAMES)}")
+            raise OptionError("columns", f"unknown message column {name!r}; valid columns: {', '.join(FIELD_NAMES)}")
         if name in seen:
-            raise ValueError(f"message column {name!r} requested twice")
+            raise OptionError("columns", f"message column {name!r} requested twice")
         seen.add(name)
         fields.append(MESSAGE_SCHEMA.field(name))
     return pa.schema(fields)
@@ -86,6 +88,6 @@ def spark_ddl(schema: pa.Schema = MESSAGE_SCHEMA) -> str:
         try:
             ddl_type = _DDL_TYPES[f.type]
         except KeyError:
-            raise ValueError(f"column {f.name!r} has type {f.type} with no Spark DDL mapping") from None
+            raise OptionError("schema", f"column {f.name!r} has type {f.type} with no Spark DDL mapping") from None
         parts.append(f"`{f.name}` {ddl_type}" + ("" if f.nullable else " NOT NULL"))
     return ", ".join(parts)
