@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from rocketstream.store import format as fmt
 from rocketstream.store.format import HostAddress, MessageRecord
 from rocketstream.store.mapped_file import MappedFile, MappedFileQueue
 from rocketstream.store.messages import PreparedMessage
+from rocketstream.store.put_batch import PreparedBatch, PreparedList
 
 _II = struct.Struct(">ii")
 _Q = struct.Struct(">q")
@@ -34,13 +35,11 @@ MIN_RECORD_SIZE = fmt.record_size(0, 0, 0)
 @dataclass
 class AppendResult:
     physical_offset: int          # of the first record
-    sizes: list[int]
+    sizes: Sequence[int]          # TOTALSIZE of each record (list or int64 array)
+    starts: Sequence[int]         # offset of each record relative to the first
     queue_offset: int             # of the first record (0 for PREPARED / ROLLBACK)
     store_timestamp: int
-
-    @property
-    def wrote_bytes(self) -> int:
-        return sum(self.sizes)
+    wrote_bytes: int
 
 
 class CommitLog:
@@ -89,33 +88,21 @@ class CommitLog:
         return mf.file_from_offset, mf.array
 
     # --- writing ------------------------------------------------------------------------------
-    def append(self, msgs: list[PreparedMessage], now_ms: int) -> AppendResult:
+    def append(self, batch: PreparedBatch | PreparedList | list[PreparedMessage], now_ms: int) -> AppendResult:
         """Append one batch (all records contiguous in one file). Caller checked the size fits."""
-        total = sum(m.size for m in msgs)
+        if isinstance(batch, list):
+            batch = PreparedList(batch, self.store_host)
+        total = batch.total
         with self.lock:
             mf = self.queue.last_file_for(self.queue.max_offset())
             if total + fmt.END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
                 self._write_blank(mf)
                 mf = self.queue.last_file_for(mf.end_offset)
-            first = msgs[0]
-            key = f"{first.topic}-{first.queue_id}"
-            queue_offset = self.topic_queue_table.get(key, 0) if first.dispatch else 0
+            key = f"{batch.topic}-{batch.queue_id}"
+            queue_offset = self.topic_queue_table.get(key, 0) if batch.dispatch else 0
             store_ts = max(now_ms, self.last_store_timestamp)
             base = mf.file_from_offset + mf.wrote_position
-            parts = []
-            phys = base
-            qoff = queue_offset
-            host = self.store_host
-            for m in msgs:
-                rec = fmt.encode_record(
-                    topic=m.topic, queue_id=m.queue_id, body=m.body, properties=m.props_bytes, flag=m.flag,
-                    queue_offset=qoff, physical_offset=phys, sys_flag=m.sys_flag, born_timestamp=m.born_timestamp,
-                    born_host=m.born_host, store_timestamp=store_ts, store_host=host)
-                parts.append(rec)
-                phys += len(rec)
-                if m.dispatch:
-                    qoff += 1
-            data = b"".join(parts)
+            data = batch.encode(base, queue_offset, store_ts)
             if len(data) != total:  # the size formula and the encoder disagree: a bug, not user input
                 raise StoreError(f"encoded batch is {len(data)} bytes, expected {total}", offset=base)
             pos = mf.wrote_position
@@ -124,10 +111,10 @@ class CommitLog:
             mm[pos + 4:pos + total] = view[4:]
             mm[pos:pos + 4] = view[:4]          # TOTALSIZE last: see the module docstring
             mf.wrote_position = pos + total
-            if first.dispatch:
-                self.topic_queue_table[key] = qoff
+            if batch.dispatch:
+                self.topic_queue_table[key] = queue_offset + batch.count
             self.last_store_timestamp = store_ts
-            return AppendResult(base, [len(p) for p in parts], queue_offset, store_ts)
+            return AppendResult(base, batch.sizes, batch.starts, queue_offset, store_ts, total)
 
     def _write_blank(self, mf: MappedFile) -> None:
         pos = mf.wrote_position

@@ -16,7 +16,7 @@ from rocketstream.store.checkpoint import StoreCheckpoint
 from rocketstream.store.commit_log import AppendResult
 from rocketstream.store.consume_queue import ConsumeQueue
 from rocketstream.store.format import CQ_DTYPE, MessageRecord
-from rocketstream.store.messages import PreparedMessage
+from rocketstream.store.put_batch import PreparedBatch, PreparedList
 
 
 def is_dispatchable(sys_flag: int) -> bool:
@@ -40,19 +40,16 @@ class Dispatcher:
     def tags_code(self, topic: str, properties: dict[str, str], store_timestamp: int) -> int:
         return tags_code_of(topic, properties, store_timestamp, self._delay_levels)
 
-    def dispatch_append(self, msgs: list[PreparedMessage], result: AppendResult) -> None:
+    def dispatch_append(self, batch: PreparedBatch | PreparedList, result: AppendResult) -> None:
         """Units for one appended batch (same topic and queue), written with one CQ put."""
-        first = msgs[0]
-        if not first.dispatch:
+        if not batch.dispatch:
             return
-        n = len(msgs)
-        units = np.empty(n, dtype=CQ_DTYPE)
-        sizes = np.asarray(result.sizes, dtype=np.int64)
-        units["offset"] = result.physical_offset + np.concatenate(([0], np.cumsum(sizes[:-1])))
-        units["size"] = sizes
         ts = result.store_timestamp
-        units["tags_code"] = [self.tags_code(m.topic, m.properties, ts) for m in msgs]
-        self._get_queue(first.topic, first.queue_id).put(result.queue_offset, units)
+        units = np.empty(batch.count, dtype=CQ_DTYPE)
+        units["offset"] = np.add(result.starts, result.physical_offset)
+        units["size"] = result.sizes
+        units["tags_code"] = batch.tags_codes(ts, self.tags_code)
+        self._get_queue(batch.topic, batch.queue_id).put(result.queue_offset, units)
         if self._checkpoint is not None:
             self._checkpoint.logics_msg_timestamp = ts
 

@@ -252,6 +252,14 @@ def offset_msg_id(store_host: tuple[str, int], physical_offset: int) -> str:
     return f"{_msg_id_prefix(host, port)}{physical_offset & 0xFFFF_FFFF_FFFF_FFFF:016X}"
 
 
+def offset_msg_ids(store_host: tuple[str, int], physical_offsets: Sequence[int]) -> list[str]:
+    """offset_msg_id of every offset (one hex conversion for the whole list)."""
+    host, port = store_host
+    prefix = _msg_id_prefix(host, port)
+    digits = np.asarray(physical_offsets, dtype=np.int64).astype(">i8").tobytes().hex().upper()
+    return [f"{prefix}{digits[i:i + 16]}" for i in range(0, len(digits), 16)]
+
+
 def decode_offset_msg_id(msg_id: str) -> tuple[HostAddress, int]:
     """Inverse of offset_msg_id: ((ip, port), physical offset). 32 hex chars => IPv4, 56 => IPv6."""
     text = msg_id.strip()
@@ -303,30 +311,60 @@ def _local_ipv4() -> bytes:
 
 _uniq_lock = threading.Lock()
 _uniq_state: _UniqKeyState | None = None
+_UNIQ_SUFFIX_MASK = 0xFFFF_FFFF_FFFF   # time (32 bits) || counter (16 bits)
 
 
-def new_uniq_key() -> str:
-    """A fresh client UNIQ_KEY: 32 upper-hex chars, IP + pid + random + ms-since-month-start + counter.
+def _reset_uniq_state() -> None:
+    """A forked child has another pid: its ids must not repeat the parent's."""
+    global _uniq_state, _uniq_lock
+    _uniq_state = None
+    _uniq_lock = threading.Lock()
 
-    Unique within the process: (time, counter) strictly increases; a stepped-back clock keeps the last
-    time, and the counter wrapping within one ms advances the time field by one.
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_uniq_state)
+
+
+def _reserve_uniq_suffixes(count: int) -> tuple[str, int]:
+    """(per-process prefix, first time||counter value) of ``count`` consecutive fresh ids.
+
+    (time, counter) strictly increases across calls: a new millisecond bumps the counter by one,
+    otherwise the pair counts on as one 48-bit number, so a counter that wraps within one ms (or
+    a clock that stepped back) advances the time field by one.
     """
     global _uniq_state
     with _uniq_lock:
         now_ms = time.time_ns() // 1_000_000
         st = _uniq_state
-        if st is None or st.pid != os.getpid() or now_ms >= st.next_month_ms:
+        if st is None or now_ms >= st.next_month_ms:
             st = _uniq_state = _UniqKeyState(now_ms)
         t = max(now_ms - st.month_start_ms, 0)
         if t > st.last_t:
-            st.last_t = t
-            st.counter = (st.counter + 1) & 0xFFFF
-        elif st.counter == 0xFFFF:
-            st.last_t += 1
-            st.counter = 0
+            first = (t << 16) | ((st.counter + 1) & 0xFFFF)
         else:
-            st.counter += 1
-        return f"{st.prefix}{st.last_t & 0xFFFFFFFF:08X}{st.counter:04X}"
+            first = ((st.last_t << 16) | st.counter) + 1
+        last = first + count - 1
+        st.last_t, st.counter = last >> 16, last & 0xFFFF
+        return st.prefix, first
+
+
+def new_uniq_key() -> str:
+    """A fresh client UNIQ_KEY: 32 upper-hex chars, IP + pid + random + ms-since-month-start + counter.
+
+    Unique within the process (see _reserve_uniq_suffixes).
+    """
+    prefix, value = _reserve_uniq_suffixes(1)
+    return f"{prefix}{value & _UNIQ_SUFFIX_MASK:012X}"
+
+
+def new_uniq_keys(count: int) -> list[str]:
+    """``count`` fresh UNIQ_KEYs in increasing order, as ``count`` calls of new_uniq_key would give
+    within one millisecond (one clock read and one lock round for the whole batch)."""
+    if count <= 0:
+        return []
+    prefix, first = _reserve_uniq_suffixes(count)
+    mask = _UNIQ_SUFFIX_MASK
+    return [f"{prefix}{v & mask:012X}" for v in range(first, first + count)]
 
 
 # --- properties -------------------------------------------------------------------------------

@@ -29,8 +29,8 @@ from rocketstream.store.config import (SETTINGS_FILE, StoreConfig, default_broke
 from rocketstream.store.consume_queue import ConsumeQueue
 from rocketstream.store.dispatch import Dispatcher
 from rocketstream.store.format import CQ_DTYPE, MessageRecord
-from rocketstream.store.messages import (IllegalMessage, Message, PreparedMessage, PutMessageResult,
-                                         PutMessageStatus, prepare)
+from rocketstream.store.messages import IllegalMessage, Message, PutMessageResult, PutMessageStatus, prepare
+from rocketstream.store.put_batch import PreparedBatch, PreparedList, prepare_batch
 from rocketstream.store.queries import QueryMixin
 from rocketstream.store.recovery import StoreLock, recover
 from rocketstream.store.topic_config import TopicConfigTable
@@ -211,7 +211,7 @@ class MessageStore(QueryMixin):
                              max_message_size=self.config.max_message_size, delay_levels=self.config.delay_levels_ms)
             except IllegalMessage as exc:
                 return PutMessageResult(exc.status, reason=exc.reason)
-            return self._put([pm], msg.topic, queue_id)
+            return self._put(PreparedList([pm], self.config.store_host), msg.topic, queue_id)
 
     def put_messages(self, msgs: Sequence[Message], queue_id: int) -> PutMessageResult:
         """Store a batch: one topic, one queue, records contiguous in one commit-log file."""
@@ -222,17 +222,21 @@ class MessageStore(QueryMixin):
         if any(m.topic != topic for m in msgs):
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason="a batch must have one topic")
         cfg = self.config
-        try:
-            pms = [prepare(m, queue_id, store_host=cfg.store_host, compress_over=None,
-                           max_message_size=cfg.max_message_size, delay_levels=cfg.delay_levels_ms, batch=True)
-                   for m in msgs]
-        except IllegalMessage as exc:
-            return PutMessageResult(exc.status, reason=exc.reason)
+        batch = prepare_batch(msgs, queue_id, store_host=cfg.store_host, max_message_size=cfg.max_message_size)
+        if batch is None:   # user properties, sysflags, delays, mixed born hosts ...: the general rules
+            try:
+                batch = PreparedList([prepare(m, queue_id, store_host=cfg.store_host, compress_over=None,
+                                              max_message_size=cfg.max_message_size,
+                                              delay_levels=cfg.delay_levels_ms, batch=True) for m in msgs],
+                                     cfg.store_host)
+            except IllegalMessage as exc:
+                return PutMessageResult(exc.status, reason=exc.reason)
         with self._lock:
-            return self._put(pms, topic, queue_id)
+            return self._put(batch, topic, queue_id)
 
-    def _put(self, pms: list[PreparedMessage], topic: str, queue_id: int) -> PutMessageResult:
-        total = sum(m.size for m in pms)
+    def _put(self, batch: PreparedBatch | PreparedList, topic: str, queue_id: int) -> PutMessageResult:
+        """Append and dispatch; ``topic``/``queue_id`` as the producer named them (before a delay rewrite)."""
+        total = batch.total
         if total + fmt.END_FILE_MIN_BLANK_LENGTH > self.commit_log.file_size:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     reason=f"{total} bytes do not fit in a commit-log file of "
@@ -241,20 +245,22 @@ class MessageStore(QueryMixin):
         if have is None or have <= queue_id:   # auto-create / widen the topic (autoCreateTopicEnable)
             self.topic_config.ensure(topic, max(queue_id + 1, have or self.config.default_topic_queue_nums))
         files_before = len(self.commit_log.queue.files)
-        result = self.commit_log.append(pms, _now_ms())
-        self._dispatcher.dispatch_append(pms, result)
+        result = self.commit_log.append(batch, _now_ms())
+        self._dispatcher.dispatch_append(batch, result)
         if self.config.sync_flush:
             self.commit_log.flush()
             self.checkpoint.physic_msg_timestamp = result.store_timestamp
         elif len(self.commit_log.queue.files) != files_before and files_before:
             self.flush()   # rolled to a new file: persist the full one and move the checkpoint on
         host = self.config.store_host
-        offsets = np.cumsum([result.physical_offset] + result.sizes[:-1])
-        return PutMessageResult(PutMessageStatus.PUT_OK, msg_ids=[m.uniq_key for m in pms],
-                                offset_msg_ids=[fmt.offset_msg_id(host, int(o)) for o in offsets],
+        if batch.count == 1:
+            offset_ids = [fmt.offset_msg_id(host, result.physical_offset)]
+        else:
+            offset_ids = fmt.offset_msg_ids(host, np.add(result.starts, result.physical_offset))
+        return PutMessageResult(PutMessageStatus.PUT_OK, msg_ids=batch.uniq_keys, offset_msg_ids=offset_ids,
                                 queue_offset=result.queue_offset, physical_offset=result.physical_offset,
                                 wrote_bytes=result.wrote_bytes, store_timestamp=result.store_timestamp,
-                                count=len(pms))
+                                count=batch.count)
 
     def flush(self) -> None:
         """msync commit log and consume queues, then advance and msync the checkpoint."""
