@@ -36,16 +36,9 @@ def resolve_broker_names(options: RocketMQOptions) -> tuple[tuple[str, str], ...
 
 
 def _default_broker_name(root: Path) -> str:
-    from rocketstream.store import StoreConfig, default_broker_conf
+    from rocketstream.store import default_broker_name
 
-    try:
-        conf = default_broker_conf()
-        config = StoreConfig.from_broker_conf(conf) if conf is not None and Path(conf).is_file() else None
-    except (OSError, RocketStreamError):
-        config = None  # no usable broker.conf: fall back to the directory name
-    if config is not None and Path(config.store_path_root_dir).resolve() == root.resolve():
-        return config.broker_name
-    return root.resolve().name
+    return default_broker_name(root)
 
 
 @contextmanager
@@ -102,7 +95,7 @@ def starting_offsets(
     _check_known(spec, bounds, opt.STARTING_OFFSETS)
     wanted = {q: spec.get(q, EARLIEST) for q in bounds}
     resolved = {q: bounds[q].min if o == EARLIEST else bounds[q].max if o == LATEST else o for q, o in wanted.items()}
-    return check_starts(resolved, bounds, options.fail_on_data_loss)
+    return check_starts(resolved, bounds, options.fail_on_data_loss, origin=f"option '{opt.STARTING_OFFSETS}'")
 
 
 def ending_offsets(
@@ -149,18 +142,29 @@ def group_offsets(
             # CONSUME_FROM_LAST_OFFSET: the broker answers 0 for a group with no offset on a queue that
             # still starts at 0 (spec 7.3), so a new group reads a young queue from the start.
             result[q] = 0 if b.min <= 0 else b.max
-    return check_starts(result, bounds, options.fail_on_data_loss)
+    return check_starts(result, bounds, options.fail_on_data_loss,
+                        origin=f"committed offsets of consumer group '{options.consumer_group}'")
 
 
-def check_starts(starts: Mapping[QueueKey, int], bounds: Mapping[QueueKey, QueueBounds], fail_on_data_loss: bool) -> Offsets:
+def require_queues(stores: Mapping[str, object], bounds: Mapping[QueueKey, QueueBounds], topics: tuple[str, ...]) -> None:
+    """A read of topics no broker has is a typo far more often than a topic yet to be created."""
+    if not bounds:
+        known = sorted({t for s in stores.values() for t in s.topics()})  # type: ignore[attr-defined]
+        raise OptionError(opt.TOPIC, f"no queue of {', '.join(topics)} in any broker; topics: {', '.join(known)}")
+
+
+def check_starts(starts: Mapping[QueueKey, int], bounds: Mapping[QueueKey, QueueBounds], fail_on_data_loss: bool,
+                 origin: str | None = None) -> Offsets:
     """Data-loss rules for start offsets: below min -> DataLossError (failOnDataLoss) or a logged skip to
-    min; above max -> DataLossError always (the offsets were never written here)."""
+    min; above max -> DataLossError always (the offsets were never written here). ``origin`` says where
+    the offsets came from (an option, the group's table), for the message."""
+    source = f"{origin}: " if origin else ""
     checked: Offsets = {}
     for q, start in starts.items():
         b = bounds[q]
         if start > b.max:
             raise DataLossError(
-                f"offset {start} of {q} is beyond the queue's max offset {b.max}: the offsets do not belong to "
+                f"{source}offset {start} of {q} is beyond the queue's max offset {b.max}: the offsets do not belong to "
                 f"this store (a different or reset broker?)",
                 topic=q.topic, broker_name=q.broker_name, queue_id=q.queue_id, lost_from=b.max, lost_to=start,
             )
