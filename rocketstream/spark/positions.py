@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocketstream.client.offset_ranges import EARLIEST, LATEST, QueueKey
-from rocketstream.errors import DataLossError, OptionError, RocketStreamError
+from rocketstream.errors import DataLossError, OptionError
 from rocketstream.spark import options as opt
 from rocketstream.spark.options import RocketMQOptions
 
