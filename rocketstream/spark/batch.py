@@ -34,7 +34,6 @@ from pyspark.sql.datasource import (
 )
 
 from rocketstream.client.offset_ranges import OffsetRange, QueueKey, plan_partitions
-from rocketstream.errors import OptionError
 from rocketstream.spark import positions
 from rocketstream.spark.options import RocketMQOptions
 from rocketstream.spark.schema import Projection
@@ -266,9 +265,7 @@ class RocketMQBatchReader(DataSourceReader):
             return []
         with positions.open_stores(brokers) as stores:
             bounds = positions.queue_bounds(stores, o.topics)
-            if not bounds:
-                known = sorted({t for s in stores.values() for t in s.topics()})  # type: ignore[attr-defined]
-                raise OptionError("topic", f"no queue of {', '.join(o.topics)} in any broker; topics: {', '.join(known)}")
+            positions.require_queues(stores, bounds, o.topics)
             starts = positions.starting_offsets(o, stores, bounds, default="earliest")
             ends = positions.ending_offsets(o, stores, bounds)
             for q in bounds:

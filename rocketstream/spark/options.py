@@ -133,6 +133,16 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
                 raise OptionError(key, "is for batch queries only; a stream has no end")
 
     strategy = _choice(given, ALLOCATE_STRATEGY, STRATEGIES, "AVG", prefix_ok="MACHINE_ROOM_NEARBY-")
+    consume_from_where = _choice(given, CONSUME_FROM_WHERE, CONSUME_FROM_WHERE_VALUES, CONSUME_FROM_LAST_OFFSET)
+    message_model = _choice(given, MESSAGE_MODEL, (CLUSTERING, BROADCASTING), CLUSTERING)
+    # An option its mode ignores would silently read from somewhere else than the user asked for.
+    _only_with(given, CONSUME_TIMESTAMP, consume_from_where == CONSUME_FROM_TIMESTAMP,
+               f"{CONSUME_FROM_WHERE}={CONSUME_FROM_TIMESTAMP}")
+    _only_with(given, ALLOCATE_QUEUES, strategy == "CONFIG", f"{ALLOCATE_STRATEGY}=CONFIG")
+    _only_with(given, VIRTUAL_NODE_CNT, strategy == "CONSISTENT_HASH", f"{ALLOCATE_STRATEGY}=CONSISTENT_HASH")
+    _only_with(given, CONSUMER_IDCS, strategy == "MACHINE_ROOM", f"{ALLOCATE_STRATEGY}=MACHINE_ROOM")
+    for key in (OFFSETS_STORE_DIR, CLIENT_ID):
+        _only_with(given, key, message_model == BROADCASTING, f"{MESSAGE_MODEL}={BROADCASTING}")
     return RocketMQOptions(
         topics=_topics(given),
         brokers=_brokers(given),
@@ -143,9 +153,9 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
         starting_timestamp=_int(given, STARTING_TIMESTAMP, minimum=0),
         ending_timestamp=_int(given, ENDING_TIMESTAMP, minimum=0),
         consumer_group=_name(given, CONSUMER_GROUP, DEFAULT_CONSUMER_GROUP),
-        consume_from_where=_choice(given, CONSUME_FROM_WHERE, CONSUME_FROM_WHERE_VALUES, CONSUME_FROM_LAST_OFFSET),
+        consume_from_where=consume_from_where,
         consume_timestamp_ms=_consume_timestamp(given),
-        message_model=_choice(given, MESSAGE_MODEL, (CLUSTERING, BROADCASTING), CLUSTERING),
+        message_model=message_model,
         allocate_strategy=strategy,
         strategy_args=_strategy_args(given, strategy),
         num_partitions=_int(given, NUM_PARTITIONS, minimum=1),
@@ -161,6 +171,11 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
 
 
 # ---- value parsers ------------------------------------------------------------------------------
+
+def _only_with(given: Mapping[str, str], key: str, applies: bool, needs: str) -> None:
+    if key in given and not applies:
+        raise OptionError(key, f"only applies with {needs}; set that or remove this option", given[key])
+
 
 class _Given(dict):
     """Options by canonical key; ``spelled`` keeps the name the user used (an alias) for messages."""

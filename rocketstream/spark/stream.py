@@ -56,6 +56,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._initial is None:
             with positions.open_stores(self.brokers) as stores:
                 bounds = positions.queue_bounds(stores, self.options.topics)
+                positions.require_queues(stores, bounds, self.options.topics)
                 starts = positions.starting_offsets(self.options, stores, bounds, default="group")
             self._initial = offsets_to_dict(starts)
         return self._initial

@@ -83,7 +83,9 @@ def test_brokers_option():
 
 
 def test_consume_timestamp_and_durations():
-    assert parse(consumeTimestamp="20240102030405").consume_timestamp_ms is not None
+    assert parse(consumeFromWhere="CONSUME_FROM_TIMESTAMP", consumeTimestamp="20240102030405").consume_timestamp_ms
+    with pytest.raises(OptionError, match="consumeFromWhere=CONSUME_FROM_TIMESTAMP"):
+        parse(consumeTimestamp="20240102030405")  # ignored otherwise: reading from elsewhere than asked
     assert parse(maxTriggerDelay="30s").max_trigger_delay_ms == 30_000
     assert parse(maxTriggerDelay="2m").max_trigger_delay_ms == 120_000
     assert parse(maxTriggerDelay="250").max_trigger_delay_ms == 250
