@@ -9,6 +9,7 @@ the commit-log bytes were copied before ``put`` was called.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from rocketstream.store.format import CQ_DTYPE, CQ_UNIT_SIZE
 from rocketstream.store.mapped_file import MappedFile, MappedFileQueue
 
 PREFILL_SIZE = 0x7FFFFFFF   # size of a pre-fill ("blank") unit, spec 3.1
+_UNIT = struct.Struct(">qiq")
+_SIZE = struct.Struct(">i")
 UNIT = CQ_UNIT_SIZE
 
 
@@ -200,6 +203,20 @@ class ConsumeQueue:
         p0 = current - mf0.file_from_offset
         mf0.mm[p0 + 8:p0 + 12] = first_size        # publish the batch (module docstring)
         self.max_physic_offset = int(ends[-1])
+
+    def put_one(self, cq_offset: int, offset: int, size: int, tags_code: int) -> None:
+        """``put`` of a single unit without numpy (the single-message put path)."""
+        if offset + size <= self.max_physic_offset:
+            return                        # already dispatched (recovery replay)
+        current = self.queue.max_offset()
+        if not self.queue.files or cq_offset * UNIT != current:
+            self.put(cq_offset, np.array([(offset, size, tags_code)], dtype=CQ_DTYPE))
+            return
+        self._write(current, bytearray(_UNIT.pack(offset, 0, tags_code)))
+        mf = self.queue.find(current)
+        p = current - mf.file_from_offset
+        mf.mm[p + 8:p + 12] = _SIZE.pack(size)   # publish (module docstring)
+        self.max_physic_offset = offset + size
 
     def _write(self, at: int, data: bytearray) -> None:
         i = 0

@@ -45,11 +45,16 @@ class Dispatcher:
         if not batch.dispatch:
             return
         ts = result.store_timestamp
-        units = np.empty(batch.count, dtype=CQ_DTYPE)
-        units["offset"] = np.add(result.starts, result.physical_offset)
-        units["size"] = result.sizes
-        units["tags_code"] = batch.tags_codes(ts, self.tags_code)
-        self._get_queue(batch.topic, batch.queue_id).put(result.queue_offset, units)
+        cq = self._get_queue(batch.topic, batch.queue_id)
+        codes = batch.tags_codes(ts, self.tags_code)
+        if batch.count == 1:   # single put: no numpy round trip
+            cq.put_one(result.queue_offset, result.physical_offset, int(result.sizes[0]), codes[0])
+        else:
+            units = np.empty(batch.count, dtype=CQ_DTYPE)
+            units["offset"] = np.add(result.starts, result.physical_offset)
+            units["size"] = result.sizes
+            units["tags_code"] = codes
+            cq.put(result.queue_offset, units)
         if self._checkpoint is not None:
             self._checkpoint.logics_msg_timestamp = ts
 
@@ -57,9 +62,8 @@ class Dispatcher:
         """Recovery replay of one decoded record."""
         if not is_dispatchable(rec.sys_flag):
             return
-        units = np.empty(1, dtype=CQ_DTYPE)
-        units[0] = (rec.physical_offset, rec.total_size,
-                    self.tags_code(rec.topic, rec.properties, rec.store_timestamp))
-        self._get_queue(rec.topic, rec.queue_id).put(rec.queue_offset, units)
+        self._get_queue(rec.topic, rec.queue_id).put_one(
+            rec.queue_offset, rec.physical_offset, rec.total_size,
+            self.tags_code(rec.topic, rec.properties, rec.store_timestamp))
         if self._checkpoint is not None:
             self._checkpoint.logics_msg_timestamp = rec.store_timestamp

@@ -173,7 +173,7 @@ class MessageStore(QueryMixin):
                     pass
         finally:
             self._closed = True
-            self.commit_log.queue.release()
+            self.commit_log.release()
             for cq in self._queues.values():
                 cq.queue.release()
             if self._store_lock is not None:
@@ -315,10 +315,11 @@ class MessageStore(QueryMixin):
 
     def read_range(self, topic: str, queue_id: int, start: int, end: int, *, broker_name: str | None = None,
                    columns: Sequence[str] | None = None, tags: Collection[str] | None = None,
-                   batch_bytes: int = 2 << 20) -> Iterator:
+                   batch_bytes: int = 2 << 20, check_crc: bool = False) -> Iterator:
         """Arrow RecordBatches for queue offsets [start, end) (end clamped to the queue's max).
 
         Raises StoreError when ``start`` is below the queue's min offset (data removed by retention).
+        ``check_crc`` verifies every row's BODYCRC (CorruptStoreError naming file and offset).
         """
         from rocketstream.store import bulk_read
 
@@ -331,7 +332,7 @@ class MessageStore(QueryMixin):
         return bulk_read.read_range_batches(self.commit_log, units, start, topic=topic, queue_id=queue_id,
                                             broker_name=broker_name or self.broker_name,
                                             store_host_default=self.config.store_host, columns=columns,
-                                            tags=tags, batch_bytes=batch_bytes)
+                                            tags=tags, batch_bytes=batch_bytes, check_crc=check_crc)
 
     def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> MessageRecord:
         return self.commit_log.read_record(commit_log_offset, size)
