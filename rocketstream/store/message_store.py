@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,9 @@ from rocketstream.store.put_batch import PreparedBatch, PreparedList, prepare_ba
 from rocketstream.store.queries import QueryMixin
 from rocketstream.store.recovery import StoreLock, recover
 from rocketstream.store.topic_config import TopicConfigTable
+
+
+_TOPIC = attrgetter("topic")
 
 
 def _now_ms() -> int:
@@ -219,7 +223,7 @@ class MessageStore(QueryMixin):
         if not msgs:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason="empty batch")
         topic = msgs[0].topic
-        if any(m.topic != topic for m in msgs):
+        if list(map(_TOPIC, msgs)).count(topic) != len(msgs):
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason="a batch must have one topic")
         cfg = self.config
         batch = prepare_batch(msgs, queue_id, store_host=cfg.store_host, max_message_size=cfg.max_message_size)
