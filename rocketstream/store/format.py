@@ -363,8 +363,10 @@ def new_uniq_keys(count: int) -> list[str]:
     if count <= 0:
         return []
     prefix, first = _reserve_uniq_suffixes(count)
-    mask = _UNIQ_SUFFIX_MASK
-    return [f"{prefix}{v & mask:012X}" for v in range(first, first + count)]
+    # one hex conversion for the batch: 16 digits per value, of which the last 12 are the suffix
+    digits = (np.arange(first, first + count, dtype=np.int64) & _UNIQ_SUFFIX_MASK).astype(">i8").tobytes().hex()
+    digits = digits.upper()
+    return [prefix + digits[i:i + 12] for i in range(4, 16 * count, 16)]
 
 
 # --- properties -------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ import time
 import zlib
 from collections.abc import Sequence
 from functools import partial
-from operator import attrgetter
 
 import numpy as np
 
@@ -29,8 +28,6 @@ from rocketstream.store.messages import DEFAULT_BORN_HOST, Message, PreparedMess
 
 _INT32 = (-(2**31), 2**31)
 _INT64 = (-(2**63), 2**63)
-_FIELDS = attrgetter("body", "tags", "keys", "properties", "flag", "delay_level", "born_timestamp", "born_host",
-                     "sys_flag")
 _NONE = type(None)
 _PER_MESSAGE = "WAIT\x01true\x02UNIQ_KEY\x01"
 _TOPIC_HEAD = partial(fmt._topic_part, v2=False)   # V1: the topic passed _valid_topic (<= 127 ASCII)
@@ -126,7 +123,15 @@ def prepare_batch(msgs: Sequence[Message], queue_id: int, *, store_host: HostAdd
             or type(queue_id) is not int or not 0 <= queue_id < 2**31:
         return None
     n = len(msgs)
-    bodies, tags, keys, props, flags, delays, born_ts, born_hosts, sys_flags = zip(*map(_FIELDS, msgs))
+    bodies = [m.body for m in msgs]
+    tags = [m.tags for m in msgs]
+    keys = [m.keys for m in msgs]
+    props = [m.properties for m in msgs]
+    flags = [m.flag for m in msgs]
+    delays = [m.delay_level for m in msgs]
+    born_ts = [m.born_timestamp for m in msgs]
+    born_hosts = [m.born_host for m in msgs]
+    sys_flags = [m.sys_flag for m in msgs]
     if set(map(type, props)) != {dict} or any(props) or any(delays) or any(sys_flags) or set(map(type, bodies)) != {bytes} \
             or max(map(len, bodies)) > max_message_size:
         return None
@@ -161,15 +166,16 @@ def prepare_batch(msgs: Sequence[Message], queue_id: int, *, store_host: HostAdd
         return None
     mid = {length: _TOPIC_HEAD(topic) + length.to_bytes(2, "big") for length in set(lens)}
     crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
-    tags_codes = [fmt.java_hash(t) if t else 0 for t in tags]
-    return PreparedBatch(topic=topic, queue_id=queue_id, dispatch=True, bodies=list(bodies),
+    codes = {t: fmt.java_hash(t) if t else 0 for t in set(tags)}
+    tags_codes = list(map(codes.__getitem__, tags))
+    return PreparedBatch(topic=topic, queue_id=queue_id, dispatch=True, bodies=bodies,
                          mids=list(map(mid.__getitem__, lens)), props=props, props_lens=lens, crcs=crcs,
                          flags=np.array(flags, dtype=np.int64), born_ts=np.array(born_ts, dtype=np.int64),
                          sys_flag=0, born_host=born_host, store_host=store_host, uniq_keys=uniq,
                          tags_codes=tags_codes)
 
 
-def _keys_text(keys: tuple) -> tuple | None:
+def _keys_text(keys: list) -> list | None:
     """KEYS as prepare() writes them (a list joined with spaces); None for non-string keys."""
     types = set(map(type, keys))
     if types <= {str, _NONE}:
@@ -177,12 +183,12 @@ def _keys_text(keys: tuple) -> tuple | None:
     if not types <= {str, _NONE, list, tuple} or not all(type(x) is str for k in keys if type(k) is not str and k
                                                         for x in k):
         return None
-    joined = tuple(k if type(k) is str or not k else " ".join(k) for k in keys)
+    joined = [k if type(k) is str or not k else " ".join(k) for k in keys]
     # prepare() writes an empty KEYS entry for a non-empty list that joins to ""; leave that to it
     return None if any(k and not j for k, j in zip(keys, joined)) else joined
 
 
-def _plain_texts(tags: tuple, keys: tuple) -> bool:
+def _plain_texts(tags: list, keys: list) -> bool:
     """Tags and keys are str/None, ASCII (so a character is a byte) and hold no separator; the
     general path handles (and reports) everything else."""
     if not set(map(type, tags)) <= {str, _NONE}:
@@ -191,7 +197,7 @@ def _plain_texts(tags: tuple, keys: tuple) -> bool:
     return text.isascii() and "\x01" not in text and "\x02" not in text
 
 
-def _properties(tags: tuple, keys: tuple, uniq: list[str]) -> list[bytes]:
+def _properties(tags: list, keys: list, uniq: list[str]) -> list[bytes]:
     """PROPERTIES in prepare()'s order: TAGS, KEYS (when set), WAIT, UNIQ_KEY."""
     if all(tags) and all(keys):
         texts = [f"TAGS\x01{t}\x02KEYS\x01{k}\x02{_PER_MESSAGE}{u}\x02" for t, k, u in zip(tags, keys, uniq)]
