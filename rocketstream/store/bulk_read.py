@@ -127,6 +127,10 @@ class _BatchReader:
             prop for prop, needed in ((PROPERTY_TAGS, "tags" in self.names or tag_set is not None),
                                       (PROPERTY_KEYS, "keys" in self.names), (PROPERTY_UNIQ_KEY, "msgId" in self.names))
             if needed)
+        # Columns holding one value in every row (topic, broker, queue id, usually the hosts), by
+        # (column, value, rows): batches of a run mostly have the same row count, and Arrow arrays
+        # are immutable, so one array serves them all.
+        self._constants: dict[tuple[str, object, int], pa.Array] = {}
 
     def read(self, offsets: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray) -> pa.RecordBatch:
         # Records never span files; a batch spans several only at file boundaries.
@@ -241,11 +245,11 @@ class _BatchReader:
         arrays = []
         for name in self.schema.names:
             if name == "topic":
-                arr = vz.repeat_string(self.topic, n)
+                arr = self._constant(name, self.topic, n)
             elif name == "brokerName":
-                arr = vz.repeat_string(self.broker_name, n)
+                arr = self._constant(name, self.broker_name, n)
             elif name == "queueId":
-                arr = pa.array(np.full(n, self.queue_id, dtype=np.int32))
+                arr = self._constant(name, self.queue_id, n)
             elif name == "queueOffset":
                 arr = pa.array(queue_offsets)
             elif name == "commitLogOffset":
@@ -272,9 +276,9 @@ class _BatchReader:
             elif name == "storeTimestamp":
                 arr = _timestamps(h["store_timestamp"])
             elif name == "bornHost":
-                arr = vz.host_strings(buf, h["born_host_pos"], h["born_v6"], h.get("born_key"))
+                arr = self._hosts(buf, h, "born", n)
             elif name == "storeHost":
-                arr = vz.host_strings(buf, h["store_host_pos"], h["store_v6"], h.get("store_key"))
+                arr = self._hosts(buf, h, "store", n)
             elif name == "sysFlag":
                 arr = pa.array(h["sys_flag"])
             elif name == "bodyCRC":
@@ -287,6 +291,26 @@ class _BatchReader:
                 arr = pa.array(h["prepared_transaction_offset"])
             arrays.append(arr)
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+    def _constant(self, name: str, value: object, n: int) -> pa.Array:
+        key = (name, value, n)
+        arr = self._constants.get(key)
+        if arr is None:
+            if len(self._constants) >= 64:  # row counts vary (file ends, last batch): stay small
+                self._constants.clear()
+            if isinstance(value, str):
+                arr = vz.repeat_string(value, n)
+            else:
+                arr = pa.array(np.full(n, value, dtype=np.int32))
+            self._constants[key] = arr
+        return arr
+
+    def _hosts(self, buf: np.ndarray, h: dict[str, np.ndarray], side: str, n: int) -> pa.Array:
+        keys = h.get(f"{side}_key")  # present when no host of the batch is IPv6
+        if keys is not None and n and (keys == keys[0]).all():
+            return self._constant(f"{side}Host", vz.format_ipv4_host(int(keys[0])), n)
+        return vz.host_strings(buf, h[f"{side}_host_pos"], h[f"{side}_v6"], keys)
 
 
 def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:

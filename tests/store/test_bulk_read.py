@@ -463,3 +463,33 @@ def test_parse_properties_matches_decode_properties() -> None:
     assert cols["k"].to_pylist() == [None, None, "v\x01w", "w", None, None, None, None, None]
     assert cols["PREFIXED_B"].to_pylist() == [None] * 5 + ["2", None, None, "z"]
     assert cols["UNIQ_KEY"].to_pylist() == [None] * 8 + ["u"]
+
+
+def test_parse_properties_uniform_batches_match_decode_properties() -> None:
+    """Batches where every record has the same names in the same order take a shortcut; records that
+    differ anywhere (a name byte past the first 8, an empty value, a missing \\x02, a duplicate)
+    must give exactly what the general rules give."""
+    def rows(i: int) -> bytes:
+        return (b"UNIQ_KEY\x01%032X\x02LONG_PROPERTY_NAME\x01v\x01%d\x02TAGS\x01T%d\x02K\x01%s\x02"
+                % (i, i, i % 3, b"x" * (i % 5 + 1)))
+    uniform = [rows(i) for i in range(40)]
+    variants = {
+        "uniform": uniform,
+        "name differs past 8 bytes": uniform[:7] + [uniform[7].replace(b"NAME_X", b"NAME_Y")
+                                                     .replace(b"LONG_PROPERTY_NAME", b"LONG_PROPERTY_NAMF")] + uniform[8:],
+        "empty value": uniform[:3] + [uniform[3].replace(b"TAGS\x01T0", b"TAGS\x01")] + uniform[4:],
+        "unterminated": uniform[:-1] + [uniform[-1][:-1]],
+        "duplicate": uniform[:5] + [uniform[5].replace(b"K\x01", b"TAGS\x01")] + uniform[6:],
+        "short name": uniform[:9] + [uniform[9].replace(b"TAGS\x01", b"TAG\x01S")] + uniform[10:],
+        "tiny first record": [b"a\x01b\x02"] * 3,
+    }
+    for label, raws in variants.items():
+        arr = pa.array([b"pad\x01x\x02"] + raws, pa.binary()).cast(pa.string())[1:]  # non-zero array offset
+        maps, cols = vz.parse_properties(arr, ["TAGS", "UNIQ_KEY", "KEYS", "LONG_PROPERTY_NAME"])
+        maps.validate(full=True)
+        expected = [fmt.decode_properties(r) for r in raws]
+        assert [dict(m) for m in maps.to_pylist()] == expected, label
+        assert [len(m) for m in maps.to_pylist()] == [len(e) for e in expected], label
+        for name, col in cols.items():
+            col.validate(full=True)
+            assert col.to_pylist() == [e.get(name) for e in expected], (label, name)
