@@ -2,14 +2,14 @@
 (spec 1.2) done once per batch instead of once per message.
 
 ``PreparedBatch`` holds what the commit log and the consume queue need: per-message sizes, body
-CRCs, tails (topic, properties length, properties), tags codes and UNIQ_KEYs, plus one header
-template. ``encode`` fills the header fields known only inside the put lock (physical offset,
-queue offset, store time) with numpy and joins headers, bodies and tails into the batch's bytes.
+CRCs, properties, tags codes and UNIQ_KEYs, plus one header template. ``encode`` fills the header
+fields known only inside the put lock (physical offset, queue offset, store time) with numpy and
+joins header, body, topic + properties length, and properties of every record into the batch.
 
 ``prepare_batch`` covers the common producer batch: no user properties, no sysflag bits, no delay,
-one born host. For anything else it returns None and the caller takes the general path
-(``messages.prepare`` per message); both paths write the same bytes (tests/store/test_put_batch.py).
-``from_prepared`` wraps the general path's ``PreparedMessage`` list in the same interface.
+one born host, ASCII tags and keys. For anything else it returns None and the caller takes the
+general path (``messages.prepare`` per message, wrapped in ``PreparedList``); both paths write the
+same bytes and refuse the same batches (tests/store/test_put_batch.py).
 """
 
 from __future__ import annotations
@@ -132,8 +132,8 @@ def prepare_batch(msgs: Sequence[Message], queue_id: int, *, store_host: HostAdd
     born_ts = [m.born_timestamp for m in msgs]
     born_hosts = [m.born_host for m in msgs]
     sys_flags = [m.sys_flag for m in msgs]
-    if set(map(type, props)) != {dict} or any(props) or any(delays) or any(sys_flags) or set(map(type, bodies)) != {bytes} \
-            or max(map(len, bodies)) > max_message_size:
+    if set(map(type, props)) != {dict} or any(props) or any(delays) or any(sys_flags) \
+            or set(map(type, bodies)) != {bytes} or max(map(len, bodies)) > max_message_size:
         return None
     if set(map(type, flags)) != {int} or min(flags) < _INT32[0] or max(flags) >= _INT32[1]:
         return None
