@@ -258,9 +258,11 @@ def _write_file(path: Path, data: bytes) -> None:
 
 
 def _replace_file(path: Path, text: str, previous: bytes | None) -> None:
-    """4.9.8's string2File, made crash safe: .tmp (fsynced), previous content to .bak, rename.
+    """4.9.8's string2File, made crash safe: .tmp (fsynced), previous content to .bak (via .bak.tmp),
+    rename.
 
-    The main file is complete at every instant: the old version until the rename, the new one after.
+    The main file is complete at every instant: the old version until the rename, the new one after;
+    so is the backup.
     ``previous`` is the main file's content only when it parsed, so a corrupt file never overwrites a
     good backup.
     """
@@ -268,7 +270,12 @@ def _replace_file(path: Path, text: str, previous: bytes | None) -> None:
     try:
         _write_file(tmp, text.encode("utf-8"))
         if previous is not None:
-            _write_file(path.with_name(path.name + ".bak"), previous)
+            # the backup too goes through a temporary file: written in place, a kill mid-copy
+            # left an empty or torn .bak (found by the offset-persist crash campaign)
+            bak = path.with_name(path.name + ".bak")
+            bak_tmp = bak.with_name(bak.name + ".tmp")
+            _write_file(bak_tmp, previous)
+            os.replace(bak_tmp, bak)
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     except OSError as exc:
