@@ -80,6 +80,29 @@ class ConsumeQueue:
         self.queue.truncate_dirty(process)
         self.max_physic_offset = self._last_real_unit_end()
 
+    def repair_tail(self) -> bool:
+        """Cut the last file at the first unit that disagrees with the record header it points to
+        (magic, TOTALSIZE, PHYSICALOFFSET). Returns True when something was cut.
+
+        Normal recovery used to trust every unit that passed the offset >= 0 / size > 0 test, so a
+        damaged tail after a clean shutdown stayed damaged (reliability campaign, item 4); the
+        recovery that calls this re-dispatches the cut units from the commit log.
+        """
+        mf = self.queue.last
+        if mf is None or not mf.wrote_position:
+            return False
+        units = units_of(mf)[:mf.wrote_position // UNIT]
+        real = units["size"] != PREFILL_SIZE
+        first_real = int(np.argmax(real)) if real.any() else len(units)
+        bad = self._check_units(units[first_real:])
+        if bad < 0:
+            return False
+        self.queue.truncate_dirty(mf.file_from_offset + (first_real + bad) * UNIT)
+        if len(self.queue.files) > 1 and not self.queue.last.wrote_position:
+            self.queue.delete_last()   # an emptied last file would stop truncate_dirty_logic_files early
+        self.max_physic_offset = self._last_real_unit_end()
+        return True
+
     def _last_real_unit_end(self) -> int:
         for mf in reversed(self.queue.files):
             units = units_of(mf)[:mf.wrote_position // UNIT]

@@ -75,7 +75,7 @@ class QueryMixin:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
                 next_phy_file_start = phys - phys % cl.file_size + cl.file_size
                 continue
-            rec = cl.read_record(phys, size)
+            rec = cl.read_record(phys, size, check_crc=True)   # never hand out a damaged body
             if wanted is not None and rec.tags not in wanted:
                 continue
             msgs.append(rec)
