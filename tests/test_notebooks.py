@@ -1,0 +1,73 @@
+"""The notebooks run top to bottom against an empty store, and their committed outputs are current.
+
+Each notebook is executed with nbclient in a kernel of this interpreter, with ROCKETSTREAM_STORE
+pointing at a fresh temporary store, so the notebook writes its own sample data. A cell error fails
+the test. The committed notebooks keep their outputs; the cells tagged ``deterministic`` print only
+things fixed by the code and the seeded sample data, so their re-executed outputs must equal the
+committed ones — when they differ, re-render with ``python notebooks/render.py`` and commit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+pytest.importorskip("matplotlib")
+
+NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+# Each notebook must finish in under two minutes on a 2-core machine; leave headroom for a busy one.
+BUDGET_SECONDS = 240
+
+
+def _harness():
+    spec = importlib.util.spec_from_file_location("notebooks_render", NOTEBOOKS_DIR / "render.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+render = _harness()
+
+
+def _diff(committed: list, current: list) -> str:
+    lines = []
+    for (index, old), (_, new) in zip(committed, current):
+        if old != new:
+            lines.append(f"cell {index}:\n  committed: {old!r}\n  current:   {new!r}")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("name", render.NOTEBOOKS)
+def test_committed_notebook_was_executed_top_to_bottom(name: str) -> None:
+    nb = nbformat.read(NOTEBOOKS_DIR / name, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), (
+        f"{name}: committed outputs are not from one top-to-bottom run; run python notebooks/render.py"
+    )
+    errors = [i for i, c in enumerate(nb.cells) for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors, f"{name}: committed cells {errors} hold errors"
+    assert render.deterministic_outputs(nb), f"{name}: no cell is tagged {render.DETERMINISTIC_TAG!r}"
+    assert render.screenshot_png(nb) is not None, f"{name}: the {render.SCREENSHOT_TAG!r} cell has no image"
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", render.NOTEBOOKS)
+def test_notebook_runs_and_reproduces_its_deterministic_outputs(name: str, tmp_path: Path) -> None:
+    path = NOTEBOOKS_DIR / name
+    committed = render.deterministic_outputs(nbformat.read(path, as_version=4))
+    start = time.monotonic()
+    nb, _ = render.execute(path, store=tmp_path / "storage")  # raises CellExecutionError on a failing cell
+    elapsed = time.monotonic() - start
+    current = render.deterministic_outputs(nb)
+    assert [i for i, _ in current] == [i for i, _ in committed], f"{name}: deterministic cells moved; re-render"
+    assert current == committed, (
+        f"{name}: outputs differ from the committed ones (re-render with python notebooks/render.py):\n"
+        + _diff(committed, current)
+    )
+    assert elapsed < BUDGET_SECONDS, f"{name} took {elapsed:.0f} s"
