@@ -254,11 +254,16 @@ def gather_segments(buf: object, starts: np.ndarray, lengths: np.ndarray,
     window = pa.py_buffer(data[lo:hi])
     interleaved = pa.Array.from_buffers(type_, 2 * n, [None, pa.py_buffer(offsets), window])
     if order is None:
-        index = np.arange(0, 2 * n, 2, dtype=np.int64)
-    else:
-        index = np.empty(n, dtype=np.int64)
-        index[order] = np.arange(0, 2 * n, 2, dtype=np.int64)
+        return interleaved.take(_even_index(n))
+    index = np.empty(n, dtype=np.int64)
+    index[order] = np.arange(0, 2 * n, 2, dtype=np.int64)
     return interleaved.take(pa.array(index))
+
+
+@functools.lru_cache(maxsize=16)
+def _even_index(n: int) -> pa.Array:
+    """0, 2, ..., 2n-2 as an Arrow index (a few row counts recur batch after batch)."""
+    return pa.array(np.arange(0, 2 * n, 2, dtype=np.int64))
 
 
 def _gather_by_index(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, type_: pa.DataType) -> pa.Array:
@@ -490,27 +495,17 @@ def _parse_uniform(roff: np.ndarray, blob: np.ndarray,
     seg_start = np.empty_like(seg_end)
     seg_start[0] = 0
     seg_start[1:] = seg_end[:-1] + 1
-    name_len = np.array([len(name) for name in pattern], dtype=np.int64)
-    sep = seg_start + np.tile(name_len, n)
+    name_len, load_segment, load_offset, load_shift, load_expected = _name_loads(tuple(pattern))
+    sep = (seg_start.reshape(n, r) + name_len).reshape(-1)
     value_len = seg_end - sep - 1
     if not (value_len > 0).all() or not (blob[sep] == 1).all():
         return None
-    # names of records 1..n-1: 8-byte little-endian loads that end inside the name (record 0 is the
-    # pattern; every later load starts at >= first_len - 8 >= 0)
+    # names of records 1..n-1 by 8-byte little-endian loads inside each name (record 0 is the
+    # pattern; every later load starts at >= first_len - 8 >= 0), all names in one gather
     words = _unaligned(blob, np.dtype("<u8"))
-    later_starts = seg_start[r:]
-    for j, name in enumerate(pattern):
-        starts = later_starts[j::r]
-        length = len(name)
-        if length < 8:
-            shift = 8 * (8 - length)
-            got = words[starts + (length - 8)] >> np.uint64(shift)
-            if not (got == np.uint64(int.from_bytes(name, "little"))).all():
-                return None
-            continue
-        for k in sorted({*range(0, length - 7, 8), length - 8}):
-            if not (words[starts + k] == np.uint64(int.from_bytes(name[k:k + 8], "little"))).all():
-                return None
+    loads = seg_start[r:].reshape(n - 1, r)[:, load_segment] + load_offset
+    if not ((words[loads] >> load_shift) == load_expected).all():
+        return None
     if sum(name_len) * n > _INT32_MAX:
         return None
     keys, map_offsets = _repeated_keys(tuple(pattern), n)
@@ -526,6 +521,28 @@ def _parse_uniform(roff: np.ndarray, blob: np.ndarray,
         j = pattern.index(raw)
         columns[name] = _fixed_or_gathered(blob, value_start[j::r], value_len[j::r])
     return result, columns
+
+
+@functools.lru_cache(maxsize=8)
+def _name_loads(pattern: tuple[bytes, ...]) -> tuple[np.ndarray, ...]:
+    """What ``_parse_uniform`` loads to check one record's names: name lengths, and per 8-byte load
+    its segment, offset from the segment start, right shift and expected value. A name shorter
+    than 8 bytes is one load ending at its last byte (earlier bytes shifted out); a longer one is
+    covered by loads at 0, 8, ... and one ending at its last byte."""
+    segment, offset, shift, expected = [], [], [], []
+    for j, name in enumerate(pattern):
+        length = len(name)
+        if length < 8:
+            parts = [(length - 8, 8 * (8 - length), name)]
+        else:
+            parts = [(k, 0, name[k:k + 8]) for k in sorted({*range(0, length - 7, 8), length - 8})]
+        for off, sh, chunk in parts:
+            segment.append(j)
+            offset.append(off)
+            shift.append(sh)
+            expected.append(int.from_bytes(chunk, "little"))
+    return (np.array([len(name) for name in pattern], dtype=np.int64), np.array(segment, dtype=np.int64),
+            np.array(offset, dtype=np.int64), np.array(shift, dtype=np.uint64), np.array(expected, dtype=np.uint64))
 
 
 @functools.lru_cache(maxsize=8)
