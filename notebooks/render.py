@@ -86,6 +86,10 @@ def execute(path: Path, *, store: Path | None = None, timeout: int = 600) -> tup
         path_env = os.pathsep.join([jupyter_dir, os.environ["JUPYTER_PATH"]]) if os.environ.get("JUPYTER_PATH") else jupyter_dir
         with _environment(
             JUPYTER_PATH=path_env,
+            # Connection files and the IPython profile in the temporary directory too: no user startup
+            # scripts or config change what the cells print.
+            JUPYTER_RUNTIME_DIR=str(Path(jupyter_dir) / "runtime"),
+            IPYTHONDIR=str(Path(jupyter_dir) / "ipython"),
             ROCKETSTREAM_STORE=None if store is None else str(store),
             # Spark's Python workers must run this interpreter too (PySpark defaults to `python3` on PATH).
             PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable),
