@@ -50,6 +50,7 @@ class ReadTask(InputPartition):
     columns: tuple[str, ...]
     tags: frozenset[str] | None  # None: every message
     store_time_us: tuple[int, int] | None = None  # exact [low, high] filter on storeTimestamp (µs)
+    fail_on_data_loss: bool = True  # retention passing a range after planning: fail, or skip what is gone
 
 
 def read_task(task: ReadTask, projection: Projection) -> Iterator[pa.RecordBatch]:
@@ -66,6 +67,9 @@ def read_task(task: ReadTask, projection: Projection) -> Iterator[pa.RecordBatch
             store = stores.get(broker)
             if store is None:
                 store = stores[broker] = MessageStore.open(roots[broker], read_only=True)
+            start = _surviving_start(store, QueueKey(topic, broker, qid), start, end, task.fail_on_data_loss)
+            if start >= end:
+                continue
             for batch in store.read_range(topic, qid, start, end, broker_name=broker, columns=read_columns,
                                           tags=task.tags):
                 if task.store_time_us is not None:
@@ -77,6 +81,16 @@ def read_task(task: ReadTask, projection: Projection) -> Iterator[pa.RecordBatch
     finally:
         for store in stores.values():
             store.close()  # type: ignore[attr-defined]
+
+
+def _surviving_start(store, q: QueueKey, start: int, end: int, fail_on_data_loss: bool) -> int:
+    """Retention may delete files between a batch's planning and its task: the planner's data-loss rule
+    (DataLossError naming the range, or a logged skip to the queue's new min) applies here again."""
+    low = store.min_offset(q.topic, q.queue_id)
+    if start >= low:
+        return start
+    bounds = {q: positions.QueueBounds(low, max(low, end, store.max_offset(q.topic, q.queue_id)))}
+    return min(positions.check_starts({q: start}, bounds, fail_on_data_loss)[q], end)
 
 
 def _filter_time(batch: pa.RecordBatch, low_us: int, high_us: int) -> pa.RecordBatch:
@@ -229,6 +243,7 @@ def plan_tasks(
             columns=projection.columns,
             tags=tags,
             store_time_us=store_time_us,
+            fail_on_data_loss=options.fail_on_data_loss,
         )
         for task in plan
     ]

@@ -75,3 +75,73 @@ def file_sink_files(output: Path) -> list[Path]:
             else:
                 files.pop(entry["path"], None)
     return [Path(f.removeprefix("file://").removeprefix("file:")) for f in files]
+
+
+def spawn_logged(script: str, *args: object, log: Path) -> "subprocess.Popen":
+    """Run ``tests/reliability/<script>`` in a fresh interpreter in its own process group (so SIGKILL
+    to the group takes the Spark JVM and its Python workers too), output to ``log``."""
+    import os
+    import subprocess
+    import sys
+
+    here = Path(__file__).resolve().parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")]),
+               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    out = open(log, "ab")  # noqa: SIM115 - the child owns it
+    try:
+        return subprocess.Popen([sys.executable, str(here / script), *map(str, args)], stdout=out,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    finally:
+        out.close()
+
+
+def read_sink(output: Path, columns: list[str]) -> "pa.Table":
+    """Every row the file sink committed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(f, columns=columns) for f in file_sink_files(output)]
+    return pa.concat_tables(tables) if tables else None
+
+
+def verify_rows(table, expected: dict[int, int], *, start: dict[int, int] | None = None) -> list[str]:
+    """Problems with ``table`` (queueId, queueOffset, body) against queues holding offsets
+    [start[q], expected[q]): duplicates, gaps, reordering, torn or wrong bodies. Empty = exactly once."""
+    import numpy as np
+
+    problems: list[str] = []
+    start = start or {}
+    if table is None:
+        return [] if all(expected[q] <= start.get(q, 0) for q in expected) else ["no rows at all"]
+    qids = table.column("queueId").to_numpy()
+    offs = table.column("queueOffset").to_numpy()
+    bodies = table.column("body").to_pylist()
+    for q in sorted(set(qids.tolist()) | set(expected)):
+        mask = qids == q
+        got = np.sort(offs[mask])
+        want = np.arange(start.get(q, 0), expected.get(q, 0))
+        if len(got) != len(np.unique(got)):
+            dup = got[:-1][got[1:] == got[:-1]]
+            problems.append(f"queue {q}: {len(dup)} duplicated offsets, first {dup[:5].tolist()}")
+        missing = np.setdiff1d(want, got)
+        extra = np.setdiff1d(got, want)
+        if len(missing):
+            problems.append(f"queue {q}: {len(missing)} offsets missing, first {missing[:5].tolist()}")
+        if len(extra):
+            problems.append(f"queue {q}: {len(extra)} unexpected offsets, first {extra[:5].tolist()}")
+    bad = 0
+    for q, o, b in zip(qids.tolist(), offs.tolist(), bodies):
+        if b != spark_body(q, o):
+            bad += 1
+            if bad <= 3:
+                problems.append(f"queue {q} offset {o}: torn or wrong body {b[:40]!r}")
+    if bad > 3:
+        problems.append(f"{bad} torn or wrong bodies in all")
+    return problems
+
+
+def store_max_offsets(root: Path, topic: str = TOPIC) -> dict[int, int]:
+    from rocketstream.store import MessageStore
+
+    with MessageStore.open(root, read_only=True) as store:
+        return {q: store.max_offset(topic, q) for q in store.queue_ids(topic)}

@@ -1,0 +1,58 @@
+"""A streaming query in its own process, for the restart campaign (killed with SIGKILL, restarted).
+
+Usage: spark_stream_job.py <store root> <checkpoint> <output dir> <run|final> <consumer group>
+       <maxMessagesPerTrigger>
+
+Reads topic ``RelSpark`` as format("rocketmq") with a narrow schema and appends it to a parquet file
+sink. ``run`` triggers as fast as it can until killed; ``final`` is a clean Trigger.AvailableNow run
+that exits 0 when everything available has been written. Prints ``STARTED`` once the query runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from spark_reliutil import TOPIC
+
+SCHEMA = "queueId int, queueOffset long, body binary"
+
+
+def main() -> int:
+    root, checkpoint, output, mode, group, per_trigger = sys.argv[1:7]
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    repo = Path(__file__).resolve().parents[2]
+    log_conf = repo / "conf" / "log4j2.properties"
+    spark = (
+        SparkSession.builder.master("local[2]").appName("rocketstream-restarts")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log_conf}")
+        .config("spark.sql.streaming.pollingDelay", "10ms")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    from rocketstream.spark import register
+
+    register(spark)
+    frame = (spark.readStream.format("rocketmq").schema(SCHEMA).option("topic", TOPIC)
+             .option("consumerGroup", group).option("startingOffsets", "earliest")
+             .option("maxMessagesPerTrigger", per_trigger).load(root))
+    writer = frame.writeStream.format("parquet").option("path", output).option("checkpointLocation", checkpoint)
+    writer = writer.trigger(availableNow=True) if mode == "final" else writer.trigger(processingTime="0 seconds")
+    query = writer.start()
+    print("STARTED", flush=True)
+    query.awaitTermination()
+    if query.exception() is not None:
+        print(f"QUERY FAILED: {query.exception()}", file=sys.stderr, flush=True)
+        return 1
+    print("FINISHED", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
