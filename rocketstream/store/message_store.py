@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from rocketstream.errors import NotAStoreError, ReadOnlyStoreError, StoreError
+from rocketstream.store import bulk_read
 from rocketstream.store import format as fmt
 from rocketstream.store.checkpoint import StoreCheckpoint
 from rocketstream.store.commit_log import CommitLog
@@ -319,13 +320,12 @@ class MessageStore(QueryMixin):
 
     def read_range(self, topic: str, queue_id: int, start: int, end: int, *, broker_name: str | None = None,
                    columns: Sequence[str] | None = None, tags: Collection[str] | None = None,
-                   batch_bytes: int = 2 << 20, check_crc: bool = False) -> Iterator:
+                   batch_bytes: int = bulk_read.DEFAULT_BATCH_BYTES, check_crc: bool = False) -> Iterator:
         """Arrow RecordBatches for queue offsets [start, end) (end clamped to the queue's max).
 
         Raises StoreError when ``start`` is below the queue's min offset (data removed by retention).
         ``check_crc`` verifies every row's BODYCRC (CorruptStoreError naming file and offset).
         """
-        from rocketstream.store import bulk_read
 
         cq = self._queue(topic, queue_id)
         lo = cq.min_offset() if cq else 0
