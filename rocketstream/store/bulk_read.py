@@ -14,7 +14,6 @@ considers written.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -30,6 +29,7 @@ from rocketstream.store.format import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    crc32,
     decompress_body,
     java_hash,
 )
@@ -211,7 +211,7 @@ class _BatchReader:
         mv = memoryview(buf)
         for i, (start, length, stored) in enumerate(zip(h["body_pos"].tolist(), h["body_len"].tolist(),
                                                         h["body_crc"].tolist())):
-            if length > 0 and zlib.crc32(mv[start:start + length]) & 0x7FFFFFFF != stored:
+            if length > 0 and crc32(mv[start:start + length]) & 0x7FFFFFFF != stored:
                 raise CorruptStoreError(f"BODYCRC mismatch: stored {stored}", path=self._path(file_from),
                                         offset=int(offsets[i]))
 

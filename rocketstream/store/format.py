@@ -57,6 +57,11 @@ import numpy as np
 
 from rocketstream.errors import CorruptStoreError, OptionError, StoreConfigError
 
+try:   # ISA-L's CRC32 is ~8x faster than zlib's on 4 KiB bodies (same IEEE polynomial, same results)
+    from isal.isal_zlib import crc32 as crc32
+except ImportError:  # pragma: no cover - isal is a dependency; keep working without it
+    from zlib import crc32 as crc32
+
 # --- constants ------------------------------------------------------------------------------
 MAGIC_V1 = -626843481
 MAGIC_V2 = -626843477
@@ -127,9 +132,13 @@ _CRC_MASK = 0x7FFFFFFF
 _JAVA_INT = re.compile(r"[+-]?[0-9]+")
 
 
+# ``crc32(data, value=0) -> int`` (imported above) is the one CRC32 of the store: put, recovery,
+# check and the bulk reader's check_crc all use it (or masked_crc32 below).
+
+
 def masked_crc32(data: bytes) -> int:
     """CRC32 (IEEE) with bit 31 cleared, as RocketMQ stores BODYCRC."""
-    return zlib.crc32(data) & _CRC_MASK
+    return crc32(data) & _CRC_MASK
 
 
 @lru_cache(maxsize=4096)
@@ -580,7 +589,7 @@ def encode_record(
     fixed = _FIXED[born_v6, store_v6]
     total = fixed.size + len(body) + len(topic_part) + 2 + len(props)
     try:
-        head = fixed.pack(total, magic, zlib.crc32(body) & _CRC_MASK, queue_id, flag, queue_offset, physical_offset,
+        head = fixed.pack(total, magic, crc32(body) & _CRC_MASK, queue_id, flag, queue_offset, physical_offset,
                           sys_flag, born_timestamp, born_ip, born_host[1], store_timestamp, store_ip, store_host[1],
                           reconsume_times, prepared_transaction_offset, len(body))
     except struct.error as exc:
@@ -642,7 +651,7 @@ def decode_record(buf: object, pos: int = 0, *, check_crc: bool = True, path: ob
     body = mv[p:p + body_len].tobytes()
     p += body_len
     if check_crc and body_len > 0:
-        crc = zlib.crc32(body) & _CRC_MASK
+        crc = crc32(body) & _CRC_MASK
         if crc != body_crc:
             raise corrupt(f"BODYCRC mismatch: stored {body_crc}, computed {crc}")
     if v2:

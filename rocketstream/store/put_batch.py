@@ -15,7 +15,6 @@ same bytes and refuse the same batches (tests/store/test_put_batch.py).
 from __future__ import annotations
 
 import time
-import zlib
 from collections.abc import Sequence
 from functools import partial
 
@@ -165,7 +164,7 @@ def prepare_batch(msgs: Sequence[Message], queue_id: int, *, store_host: HostAdd
     if max(lens) > fmt.MAX_PROPERTIES_LENGTH:
         return None
     mid = {length: _TOPIC_HEAD(topic) + length.to_bytes(2, "big") for length in set(lens)}
-    crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
+    crcs = np.array(list(map(fmt.crc32, bodies)), dtype=np.int64) & 0x7FFFFFFF
     codes = {t: fmt.java_hash(t) if t else 0 for t in set(tags)}
     tags_codes = list(map(codes.__getitem__, tags))
     return PreparedBatch(topic=topic, queue_id=queue_id, dispatch=True, bodies=bodies,
