@@ -118,12 +118,23 @@ class MappedFileQueue:
         return out
 
     def load(self) -> None:
-        """Map every file (spec 2.4); a gap between files is corruption."""
+        """Map every file (spec 2.4); a gap between files is corruption.
+
+        A reader racing retention can see a listed file vanish before it is mapped. Retention deletes
+        oldest first, so every file mapped before that one is gone as well: start over after it.
+        """
         for mf in self.files:
             mf.release()
         self.files = []
         for name in self._list_names():
-            self._append_mapped(self.directory / name)
+            try:
+                self._append_mapped(self.directory / name)
+            except StoreError:
+                if self.writable or (self.directory / name).exists():
+                    raise
+                for mf in self.files:
+                    mf.release()
+                self.files = []
 
     def _append_mapped(self, path: Path) -> MappedFile:
         mf = MappedFile(path, self.file_size, writable=self.writable)

@@ -277,3 +277,30 @@ def test_retention_between_planning_and_reading(tmp_path: Path, fail: bool) -> N
     finally:
         writer.close()
     assert sorted(rows) == [(q, o) for q in (0, 1) for o in range(mins[q], 110)]
+
+
+def test_reader_opening_while_retention_deletes_the_oldest_file(tmp_path: Path, monkeypatch) -> None:
+    """Regression (found by the race campaign): a read-only open listed a commit-log file, retention
+    deleted it before it was mapped, and the open failed with 'cannot map file' (planPartitions died)."""
+    from rocketstream.store import MessageStore
+    from rocketstream.store.mapped_file import MappedFileQueue
+
+    root = tmp_path / "broker-a"
+    writer = Writer(root)
+    try:
+        writer.write(220)
+        listed = sorted(p.name for p in (root / "commitlog").iterdir())
+        real = MappedFileQueue._list_names
+
+        def stale(self):  # the listing a reader made just before retention ran
+            return listed if self.directory.name == "commitlog" else real(self)
+
+        writer.expire()
+        monkeypatch.setattr(MappedFileQueue, "_list_names", stale)
+        with MessageStore.open(root, read_only=True) as store:
+            assert store.commit_log_min_offset() == int(sorted(p.name for p in (root / "commitlog").iterdir())[0])
+            low = store.min_offset(TOPIC, 0)
+            batches = list(store.read_range(TOPIC, 0, low, store.max_offset(TOPIC, 0), columns=["queueOffset"]))
+        assert sum(b.num_rows for b in batches) == 110 - low
+    finally:
+        writer.close()
