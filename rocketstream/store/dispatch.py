@@ -17,6 +17,7 @@ from rocketstream.store.commit_log import AppendResult
 from rocketstream.store.consume_queue import ConsumeQueue
 from rocketstream.store.format import CQ_DTYPE, MessageRecord
 from rocketstream.store.put_batch import PreparedBatch, PreparedList
+from rocketstream.store.put_columns import ColumnBatch
 
 
 def is_dispatchable(sys_flag: int) -> bool:
@@ -40,7 +41,7 @@ class Dispatcher:
     def tags_code(self, topic: str, properties: dict[str, str], store_timestamp: int) -> int:
         return tags_code_of(topic, properties, store_timestamp, self._delay_levels)
 
-    def dispatch_append(self, batch: PreparedBatch | PreparedList, result: AppendResult) -> None:
+    def dispatch_append(self, batch: PreparedBatch | PreparedList | ColumnBatch, result: AppendResult) -> None:
         """Units for one appended batch (same topic and queue), written with one CQ put."""
         if not batch.dispatch:
             return
@@ -48,7 +49,7 @@ class Dispatcher:
         cq = self._get_queue(batch.topic, batch.queue_id)
         codes = batch.tags_codes(ts, self.tags_code)
         if batch.count == 1:   # single put: no numpy round trip
-            cq.put_one(result.queue_offset, result.physical_offset, int(result.sizes[0]), codes[0])
+            cq.put_one(result.queue_offset, result.physical_offset, int(result.sizes[0]), int(codes[0]))
         else:
             units = np.empty(batch.count, dtype=CQ_DTYPE)
             units["offset"] = np.add(result.starts, result.physical_offset)

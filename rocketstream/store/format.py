@@ -378,6 +378,23 @@ def new_uniq_keys(count: int) -> list[str]:
     return [prefix + digits[i:i + 12] for i in range(4, 16 * count, 16)]
 
 
+# byte value -> its two upper-hex digits
+_HEX_PAIRS = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), dtype=np.uint8).reshape(256, 2)
+
+
+def new_uniq_key_block(count: int) -> np.ndarray:
+    """``count`` fresh UNIQ_KEYs as ASCII in a (count, 32) uint8 array, row i = the i-th key; the
+    same keys new_uniq_keys would give, hex-formatted with numpy (the columnar put writes the rows
+    straight into its records)."""
+    prefix, first = _reserve_uniq_suffixes(count)
+    out = np.empty((count, 32), dtype=np.uint8)
+    out[:, :20] = np.frombuffer(prefix.encode("ascii"), dtype=np.uint8)
+    suffix = (np.arange(first, first + count, dtype=np.int64) & _UNIQ_SUFFIX_MASK).astype(">i8")
+    low6 = suffix.view(np.uint8).reshape(count, 8)[:, 2:]   # 48-bit time || counter, big-endian
+    out[:, 20:] = _HEX_PAIRS.take(low6, axis=0).reshape(count, 12)
+    return out
+
+
 # --- properties -------------------------------------------------------------------------------
 def encode_properties(props: Mapping[str, str | None]) -> bytes:
     """``name\\x01value\\x02`` per entry (every entry ends with \\x02), UTF-8; None values skipped."""

@@ -16,12 +16,14 @@ import os
 import time
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
+from functools import partial
 from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
-from rocketstream.errors import NotAStoreError, ReadOnlyStoreError, StoreError
+from rocketstream.errors import NotAStoreError, OptionError, ReadOnlyStoreError, StoreError
 from rocketstream.store import bulk_read
 from rocketstream.store import format as fmt
 from rocketstream.store.checkpoint import StoreCheckpoint
@@ -30,9 +32,10 @@ from rocketstream.store.config import (SETTINGS_FILE, StoreConfig, default_broke
                                        resolve_sizes, save_settings)
 from rocketstream.store.consume_queue import ConsumeQueue
 from rocketstream.store.dispatch import Dispatcher
-from rocketstream.store.format import CQ_DTYPE, MessageRecord
+from rocketstream.store.format import CQ_DTYPE, HostAddress, MessageRecord
 from rocketstream.store.messages import IllegalMessage, Message, PutMessageResult, PutMessageStatus, prepare
 from rocketstream.store.put_batch import PreparedBatch, PreparedList, prepare_batch
+from rocketstream.store.put_columns import ColumnBatch, build_columns
 from rocketstream.store.queries import QueryMixin
 from rocketstream.store.recovery import StoreLock, recover
 from rocketstream.store.topic_config import TopicConfigTable
@@ -43,6 +46,19 @@ _TOPIC = attrgetter("topic")
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _messages_of(topic: str, bodies, tags, keys, flag, born_timestamp, born_host) -> list[Message]:
+    """put_batch's columns as Message objects, for the general rules."""
+    if isinstance(bodies, (pa.Array, pa.ChunkedArray)):
+        bodies = bodies.to_pylist()
+    n = len(bodies)
+
+    def column(value) -> list:
+        return [value] * n if value is None or isinstance(value, (str, int)) else list(value)
+
+    return [Message(topic, b, tags=t, keys=k, flag=f, born_timestamp=ts, born_host=born_host)
+            for b, t, k, f, ts in zip(bodies, column(tags), column(keys), column(flag), column(born_timestamp))]
 
 
 class MessageStore(QueryMixin):
@@ -239,7 +255,38 @@ class MessageStore(QueryMixin):
         with self._lock:
             return self._put(batch, topic, queue_id)
 
-    def _put(self, batch: PreparedBatch | PreparedList, topic: str, queue_id: int) -> PutMessageResult:
+    def put_batch(self, topic: str, queue_id: int, bodies: Sequence[bytes] | pa.BinaryArray, *,
+                  tags: str | Sequence[str | None] | None = None, keys: Sequence[str | None] | None = None,
+                  flag: int | Sequence[int] = 0, born_timestamp: int | Sequence[int] | None = None,
+                  born_host: HostAddress | None = None) -> PutMessageResult:
+        """Store a batch given as columns: one message per body, all to ``topic`` / ``queue_id``.
+
+        ``tags``: None, one tag for every message, or one (str or None) per message; ``keys``: None
+        or one per message (str or None); ``flag`` and ``born_timestamp`` (ms, default now): one
+        value or one per message. Writes exactly what ``put_messages`` writes for the same messages
+        (same records, refusals and result), but encodes the batch with numpy instead of per
+        message; the result's ``msg_ids`` / ``offset_msg_ids`` are built when first read.
+
+            store.put_batch("TopicTest", 0, [b"a", b"b"], tags="TagA", keys=["k1", "k2"])
+        """
+        self._check_writable()
+        if not len(bodies):
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason="empty batch")
+        cfg = self.config
+        try:
+            batch = build_columns(topic, queue_id, bodies, tags=tags, keys=keys, flag=flag,
+                                  born_timestamp=born_timestamp, born_host=born_host, store_host=cfg.store_host,
+                                  max_message_size=cfg.max_message_size)
+        except OptionError as exc:   # a column's length differs from the number of bodies
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=str(exc))
+        if batch is None:   # separators in tags, out-of-range fields ...: put_messages says what is wrong
+            return self.put_messages(_messages_of(topic, bodies, tags, keys, flag, born_timestamp, born_host),
+                                     queue_id)
+        with self._lock:
+            return self._put(batch, topic, queue_id)
+
+    def _put(self, batch: PreparedBatch | PreparedList | ColumnBatch, topic: str, queue_id: int
+             ) -> PutMessageResult:
         """Append and dispatch; ``topic``/``queue_id`` as the producer named them (before a delay rewrite)."""
         total = batch.total
         if total + fmt.END_FILE_MIN_BLANK_LENGTH > self.commit_log.file_size:
@@ -260,8 +307,8 @@ class MessageStore(QueryMixin):
         host = self.config.store_host
         if batch.count == 1:
             offset_ids = [fmt.offset_msg_id(host, result.physical_offset)]
-        else:
-            offset_ids = fmt.offset_msg_ids(host, np.add(result.starts, result.physical_offset))
+        else:   # built when first read
+            offset_ids = partial(fmt.offset_msg_ids, host, np.add(result.starts, result.physical_offset))
         return PutMessageResult(PutMessageStatus.PUT_OK, msg_ids=batch.uniq_keys, offset_msg_ids=offset_ids,
                                 queue_offset=result.queue_offset, physical_offset=result.physical_offset,
                                 wrote_bytes=result.wrote_bytes, store_timestamp=result.store_timestamp,

@@ -9,7 +9,7 @@ import enum
 import re
 import time
 from functools import lru_cache
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rocketstream.errors import OptionError
@@ -48,21 +48,66 @@ class PutMessageStatus(enum.Enum):
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 
-@dataclass
 class PutMessageResult:
-    status: PutMessageStatus
-    msg_ids: list[str] = field(default_factory=list)
-    offset_msg_ids: list[str] = field(default_factory=list)
-    queue_offset: int = -1
-    physical_offset: int = -1
-    wrote_bytes: int = 0
-    store_timestamp: int = 0
-    count: int = 0
-    reason: str = ""  # why the put was refused (empty for PUT_OK)
+    """What a put returns. ``msg_ids`` (UNIQ_KEYs) and ``offset_msg_ids`` are lists; a batch put may
+    pass zero-argument callables instead, which build the lists on first access (a producer that
+    never reads the ids of a 10,000-message batch does not pay for 20,000 strings)."""
+
+    __slots__ = ("status", "_msg_ids", "_offset_msg_ids", "queue_offset", "physical_offset", "wrote_bytes",
+                 "store_timestamp", "count", "reason")
+    _FIELDS = ("status", "msg_ids", "offset_msg_ids", "queue_offset", "physical_offset", "wrote_bytes",
+               "store_timestamp", "count", "reason")
+
+    def __init__(self, status: PutMessageStatus, msg_ids: list[str] | Callable[[], list[str]] | None = None,
+                 offset_msg_ids: list[str] | Callable[[], list[str]] | None = None, queue_offset: int = -1,
+                 physical_offset: int = -1, wrote_bytes: int = 0, store_timestamp: int = 0, count: int = 0,
+                 reason: str = "") -> None:
+        self.status = status
+        self._msg_ids = [] if msg_ids is None else msg_ids
+        self._offset_msg_ids = [] if offset_msg_ids is None else offset_msg_ids
+        self.queue_offset = queue_offset
+        self.physical_offset = physical_offset
+        self.wrote_bytes = wrote_bytes
+        self.store_timestamp = store_timestamp
+        self.count = count
+        self.reason = reason  # why the put was refused (empty for PUT_OK)
+
+    @property
+    def msg_ids(self) -> list[str]:
+        if callable(self._msg_ids):
+            self._msg_ids = self._msg_ids()
+        return self._msg_ids
+
+    @msg_ids.setter
+    def msg_ids(self, value: list[str]) -> None:
+        self._msg_ids = value
+
+    @property
+    def offset_msg_ids(self) -> list[str]:
+        if callable(self._offset_msg_ids):
+            self._offset_msg_ids = self._offset_msg_ids()
+        return self._offset_msg_ids
+
+    @offset_msg_ids.setter
+    def offset_msg_ids(self, value: list[str]) -> None:
+        self._offset_msg_ids = value
 
     @property
     def ok(self) -> bool:
         return self.status is PutMessageStatus.PUT_OK
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, name) for name in self._FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not PutMessageResult:
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # mutable, like the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return "PutMessageResult(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._FIELDS, self._values())) + ")"
 
 
 class GetMessageStatus(enum.Enum):
