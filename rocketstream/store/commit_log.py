@@ -30,7 +30,8 @@ from rocketstream.store import format as fmt
 from rocketstream.store.format import HostAddress, MessageRecord
 from rocketstream.store.mapped_file import MappedFile, MappedFileQueue
 from rocketstream.store.messages import PreparedMessage
-from rocketstream.store.put_batch import PreparedBatch, PreparedList
+from rocketstream.store.put_batch import PreparedList
+from rocketstream.store.put_columns import ColumnBatch
 
 _II = struct.Struct(">ii")
 _Q = struct.Struct(">q")
@@ -96,7 +97,7 @@ class CommitLog:
         return mf.file_from_offset, mf.array
 
     # --- writing ------------------------------------------------------------------------------
-    def append(self, batch: PreparedBatch | PreparedList | list[PreparedMessage], now_ms: int) -> AppendResult:
+    def append(self, batch: ColumnBatch | PreparedList | list[PreparedMessage], now_ms: int) -> AppendResult:
         """Append one batch (all records contiguous in one file). Caller checked the size fits."""
         if isinstance(batch, list):
             batch = PreparedList(batch, self.store_host)

@@ -16,7 +16,7 @@ from rocketstream.store.checkpoint import StoreCheckpoint
 from rocketstream.store.commit_log import AppendResult
 from rocketstream.store.consume_queue import ConsumeQueue
 from rocketstream.store.format import CQ_DTYPE, MessageRecord
-from rocketstream.store.put_batch import PreparedBatch, PreparedList
+from rocketstream.store.put_batch import PreparedList
 from rocketstream.store.put_columns import ColumnBatch
 
 
@@ -41,7 +41,7 @@ class Dispatcher:
     def tags_code(self, topic: str, properties: dict[str, str], store_timestamp: int) -> int:
         return tags_code_of(topic, properties, store_timestamp, self._delay_levels)
 
-    def dispatch_append(self, batch: PreparedBatch | PreparedList | ColumnBatch, result: AppendResult) -> None:
+    def dispatch_append(self, batch: ColumnBatch | PreparedList, result: AppendResult) -> None:
         """Units for one appended batch (same topic and queue), written with one CQ put."""
         if not batch.dispatch:
             return

@@ -34,7 +34,7 @@ from rocketstream.store.consume_queue import ConsumeQueue
 from rocketstream.store.dispatch import Dispatcher
 from rocketstream.store.format import CQ_DTYPE, HostAddress, MessageRecord
 from rocketstream.store.messages import IllegalMessage, Message, PutMessageResult, PutMessageStatus, prepare
-from rocketstream.store.put_batch import PreparedBatch, PreparedList, prepare_batch
+from rocketstream.store.put_batch import PreparedList, prepare_batch
 from rocketstream.store.put_columns import ColumnBatch, build_columns
 from rocketstream.store.queries import QueryMixin
 from rocketstream.store.recovery import StoreLock, recover
@@ -285,7 +285,7 @@ class MessageStore(QueryMixin):
         with self._lock:
             return self._put(batch, topic, queue_id)
 
-    def _put(self, batch: PreparedBatch | PreparedList | ColumnBatch, topic: str, queue_id: int
+    def _put(self, batch: ColumnBatch | PreparedList, topic: str, queue_id: int
              ) -> PutMessageResult:
         """Append and dispatch; ``topic``/``queue_id`` as the producer named them (before a delay rewrite)."""
         total = batch.total

@@ -3,7 +3,7 @@
 ``build_columns`` takes one topic and queue, the bodies (a list of bytes-like objects or a pyarrow
 binary array) and the per-message columns: tags (None, one str, or one per message), keys (None or
 one str/None per message), flag and born timestamp (one int or one per message), one born host.
-It returns a ``ColumnBatch`` (the interface of put_batch.PreparedBatch: sizes, starts, total,
+It returns a ``ColumnBatch`` (what the commit log and dispatcher take: sizes, starts, total,
 tags codes, ``encode`` at a commit-log position), or None when the batch needs the general rules
 (``messages.prepare``), which then also produce the refusal.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import time
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -34,6 +35,8 @@ def _fresh_keys(m):
 
     m.setattr(fmt, "new_uniq_keys", keys)
     m.setattr(fmt, "new_uniq_key", lambda: keys(1)[0])
+    m.setattr(fmt, "new_uniq_key_block",
+              lambda n: np.frombuffer("".join(keys(n)).encode(), dtype=np.uint8).reshape(n, 32).copy())
 
 
 def _store_bytes(root):
