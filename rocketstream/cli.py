@@ -120,8 +120,6 @@ def record_to_row(rec, broker_name: str) -> dict[str, Any]:
 def cmd_produce(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from rocketstream.store import Message
-
     if args.count < 0:
         raise OptionError("--count", "must be >= 0", args.count)
     if args.body_size < 0:
@@ -141,7 +139,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
             batch = pending[q]
             if not batch:
                 return
-            result = store.put_messages(batch, queue_id=q)
+            bodies, batch_tags, keys = (list(c) for c in zip(*batch))
+            result = store.put_batch(args.topic, q, bodies, tags=batch_tags, keys=keys)
             if result.status.name != "PUT_OK":
                 raise RocketStreamError(f"put to {args.topic}/{q} failed: {result.status.name}")
             first_queue_offsets.setdefault(q, result.queue_offset)
@@ -153,9 +152,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
             for i in range(args.count):
                 q = i % args.queues
                 body = _body(i, args.body_size, rng)
-                pending[q].append(
-                    Message(topic=args.topic, body=body, tags=tags[i % len(tags)], keys=f"key-{i}")
-                )
+                pending[q].append((body, tags[i % len(tags)], f"key-{i}"))
                 if len(pending[q]) >= PRODUCE_BATCH:
                     flush_queue(q)
             for q in range(args.queues):

@@ -53,19 +53,19 @@ def spark_session(app_name: str = "rocketstream-demo", *, master: str = "local[2
 def produce_sample(store_root: Path, count: int) -> dict:
     """Append ``count`` messages to DemoTopic with tags TagA/TagB/TagC and one key each."""
     from rocketstream.cli import _writer_config
-    from rocketstream.store import Message, MessageStore
+    from rocketstream.store import MessageStore
 
     with MessageStore.open(store_root, config=_writer_config(store_root), create=True) as store:
         store.create_topic(DEMO_TOPIC, DEMO_QUEUES)
         start = time.time()
-        per_queue: dict[int, list] = {q: [] for q in range(DEMO_QUEUES)}
-        for i in range(count):
-            tag = DEMO_TAGS[(i * 7 + i // 3) % len(DEMO_TAGS)]
-            body = json.dumps({"order": i, "amount": (i * 37) % 1000}).encode()
-            per_queue[i % DEMO_QUEUES].append(Message(topic=DEMO_TOPIC, body=body, tags=tag, keys=f"order-{i}"))
-        for q, msgs in per_queue.items():
-            for k in range(0, len(msgs), 256):
-                result = store.put_messages(msgs[k : k + 256], queue_id=q)
+        for q in range(DEMO_QUEUES):   # message i goes to queue i % DEMO_QUEUES
+            ids = range(q, count, DEMO_QUEUES)
+            bodies = [json.dumps({"order": i, "amount": (i * 37) % 1000}).encode() for i in ids]
+            tags = [DEMO_TAGS[(i * 7 + i // 3) % len(DEMO_TAGS)] for i in ids]
+            keys = [f"order-{i}" for i in ids]
+            for k in range(0, len(bodies), 256):
+                result = store.put_batch(DEMO_TOPIC, q, bodies[k : k + 256], tags=tags[k : k + 256],
+                                         keys=keys[k : k + 256])
                 if result.status.name != "PUT_OK":
                     raise RuntimeError(f"demo put failed: {result.status.name}")
         store.flush()
