@@ -116,13 +116,15 @@ COLUMN_CASES = {
     "tags of several lengths, no keys": lambda: [("T", 0, _bodies(12), dict(tags=["a", "bb", None, ""] * 3))],
     "some messages without keys": lambda: [("T", 0, _bodies(12), dict(tags=["a", "bb"] * 6,
                                                                        keys=["x", None, "", "yy"] * 3))],
-    "non-ascii tags and keys": lambda: [("T", 2, _bodies(8), dict(tags=["é", "ü"] * 4, keys=["日本", "ab", "日本", "cd"] * 2)),
-                                        ("T", 2, _bodies(4), dict(tags=["TagA", "TagB", "é", "TagA"], keys=["ключ"] * 4))],
-    "same-length non-ascii tags": lambda: [("T", 0, _bodies(6), dict(tags=["éa", "ab"] * 3, keys=[f"k{i}" for i in range(6)]))],
+    "non-ascii tags and keys": lambda: [
+        ("T", 2, _bodies(8), dict(tags=["é", "ü"] * 4, keys=["日本", "ab", "日本", "cd"] * 2)),
+        ("T", 2, _bodies(4), dict(tags=["TagA", "TagB", "é", "TagA"], keys=["ключ"] * 4))],
+    "same-length non-ascii tags": lambda: [
+        ("T", 0, _bodies(6), dict(tags=["éa", "ab"] * 3, keys=[f"k{i}" for i in range(6)]))],
     "empty bodies": lambda: [("T", 0, [b""] * 5, dict(tags="x")), ("T", 0, [b"", b"a", b""], {})],
     "one message": lambda: [("T", 3, [b"solo"], dict(tags=["t"], keys=["k"]))],
-    "flags and born timestamps per message": lambda: [("T", 0, _bodies(9), dict(flag=[i - 4 for i in range(9)],
-                                                                                 born_timestamp=[NOW - i for i in range(9)]))],
+    "flags and born timestamps per message": lambda: [
+        ("T", 0, _bodies(9), dict(flag=[i - 4 for i in range(9)], born_timestamp=[NOW - i for i in range(9)]))],
     "scalar flag and born host": lambda: [("T", 0, _bodies(5), dict(flag=7, born_timestamp=NOW - 5,
                                                                      born_host=HostAddress("10.1.2.3", 65535)))],
     "ipv6 born host": lambda: [("T", 0, _bodies(5), dict(tags="x", born_host=HostAddress("::1", 7)))],
@@ -159,7 +161,8 @@ def test_ipv6_store_host(tmp_path, monkeypatch):
 def test_arrow_bodies(tmp_path, monkeypatch, kind):
     bodies = _bodies(20)
     arr = pa.array([b"skip"] + bodies, type=kind).slice(1)    # a non-zero array offset
-    (cr, cb), (mr, mb) = _both(tmp_path, monkeypatch, [("T", 0, arr, dict(tags="x", keys=[f"k{i}" for i in range(20)]))])
+    kw = dict(tags="x", keys=[f"k{i}" for i in range(20)])
+    (cr, cb), (mr, mb) = _both(tmp_path, monkeypatch, [("T", 0, arr, kw)])
     assert cr == mr and cb == mb
 
 
