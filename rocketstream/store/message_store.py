@@ -196,6 +196,7 @@ class MessageStore(QueryMixin):
             self._closed = True
             self.commit_log.release()
             for cq in self._queues.values():
+                cq.close_fd()
                 cq.queue.release()
             if self._store_lock is not None:
                 self._store_lock.release()
