@@ -257,13 +257,13 @@ class MessageStore(QueryMixin):
             return self._put(batch, topic, queue_id)
 
     def put_batch(self, topic: str, queue_id: int, bodies: Sequence[bytes] | pa.BinaryArray, *,
-                  tags: str | Sequence[str | None] | None = None, keys: Sequence[str | None] | None = None,
+                  tags: str | Sequence[str | None] | None = None, keys: str | Sequence[str | None] | None = None,
                   flag: int | Sequence[int] = 0, born_timestamp: int | Sequence[int] | None = None,
                   born_host: HostAddress | None = None) -> PutMessageResult:
         """Store a batch given as columns: one message per body, all to ``topic`` / ``queue_id``.
 
-        ``tags``: None, one tag for every message, or one (str or None) per message; ``keys``: None
-        or one per message (str or None); ``flag`` and ``born_timestamp`` (ms, default now): one
+        ``tags`` and ``keys``: None, one str for every message, or one (str or None) per message;
+        ``flag`` and ``born_timestamp`` (ms, default now): one
         value or one per message. Writes exactly what ``put_messages`` writes for the same messages
         (same records, refusals and result), but encodes the batch with numpy instead of per
         message; the result's ``msg_ids`` / ``offset_msg_ids`` are built when first read.

@@ -1,8 +1,8 @@
 """A producer batch given as columns, encoded with numpy (spec 1.2, 1.6, 1.8, 1.9.2).
 
 ``build_columns`` takes one topic and queue, the bodies (a list of bytes-like objects or a pyarrow
-binary array) and the per-message columns: tags (None, one str, or one per message), keys (None or
-one str/None per message), flag and born timestamp (one int or one per message), one born host.
+binary array) and the per-message columns: tags and keys (None, one str, or one str/None per
+message), flag and born timestamp (one int or one per message), one born host.
 It returns a ``ColumnBatch`` (what the commit log and dispatcher take: sizes, starts, total,
 tags codes, ``encode`` at a commit-log position), or None when the batch needs the general rules
 (``messages.prepare``), which then also produce the refusal.
@@ -13,13 +13,18 @@ The records are written as put_messages would write them, properties in prepare(
     tail(i) = TOPIC part | PROPERTIES length | TAGS entry | KEYS entry | WAIT + UNIQ_KEY entries
     head(i+1) = the fixed header (TOTALSIZE .. BODY length) of the next record
 
-Everything there is fixed-width except the tag and key texts, so ``tail(i) + head(i+1)`` is one
-row of a 2-D uint8 array filled column by column with numpy (header fields through a structured
-view, UNIQ_KEYs from format.new_uniq_key_block); a batch becomes ``b"".join`` of rows and bodies.
-When tags or keys differ in byte length, the rows split around them: ``TOPIC part + PROPERTIES
-length`` rows, one shared bytes object per distinct tag, the encoded keys, then
-``WAIT/UNIQ_KEY + head`` rows. Per message, Python only calls ``len`` and ``crc32`` on each body and
-looks up each tag in a dict; keys are joined, encoded and split once per batch.
+When every tag has one byte length (ASCII tags: their text and Java hashes come from a block of
+rows) and every key too, all of it is fixed-width, so ``tail(i) + head(i+1)`` is one row of a 2-D
+uint8 array filled column by column with numpy (header fields through a structured view, UNIQ_KEYs
+from format.new_uniq_key_block); the batch is ``b"".join`` of rows and bodies. Otherwise the rows
+split around the texts: ``TOPIC part + PROPERTIES length`` rows, one shared bytes object per
+distinct tag, the encoded keys, then ``WAIT/UNIQ_KEY + head`` rows. Per message, Python only calls
+``len`` and ``crc32`` on each body (and a dict lookup per tag when tags differ in length); tags
+and keys are joined and encoded once per batch.
+
+Why not faster: at 256-byte bodies the per-message builtin calls (type, len, crc32) and the ~30
+numpy calls per batch (a few microseconds each) cost about as much as copying the finished
+records into the file (tests/benchmarks/bench_store.py).
 """
 
 from __future__ import annotations
@@ -183,7 +188,7 @@ def build_columns(topic: str, queue_id: int, bodies, *, tags=None, keys=None, fl
         return None
     n = len(bodies)
     tag_col = _column(tags, n, "tags")
-    key_col = _column(keys, n, "keys")
+    key_col = [keys] * n if isinstance(keys, str) else _column(keys, n, "keys")   # one key for every message
     flag_col = _column(flag, n, "flag")
     ts_col = _column(born_timestamp, n, "born_timestamp")
     body_list = _bodies_of(bodies) if n else None

@@ -123,6 +123,7 @@ COLUMN_CASES = {
         ("T", 0, _bodies(6), dict(tags=["éa", "ab"] * 3, keys=[f"k{i}" for i in range(6)]))],
     "empty bodies": lambda: [("T", 0, [b""] * 5, dict(tags="x")), ("T", 0, [b"", b"a", b""], {})],
     "one message": lambda: [("T", 3, [b"solo"], dict(tags=["t"], keys=["k"]))],
+    "one key for every message": lambda: [("T", 0, _bodies(4), dict(tags="t", keys="same key"))],
     "flags and born timestamps per message": lambda: [
         ("T", 0, _bodies(9), dict(flag=[i - 4 for i in range(9)], born_timestamp=[NOW - i for i in range(9)]))],
     "scalar flag and born host": lambda: [("T", 0, _bodies(5), dict(flag=7, born_timestamp=NOW - 5,
