@@ -15,7 +15,9 @@ so every CRC and record is computed again.
 
 Reference: the *same record bytes* (copied out of the store's commit log after a run) written with
 ``mmap`` slice assignment into a fresh pre-sized (1 GiB, like a commit-log file) mmap'd file, in the
-same per-batch chunks. It pays the same first-touch page faults as the store; nothing else.
+same per-batch chunks: copying finished bytes, first-touch page faults included, nothing else. (The
+store itself hands batches of 16 KiB and more to pwrite, which fills the page cache more cheaply
+than faulting pages in through a mapping, and it also writes the consume-queue units.)
 
 Timing: best of ``--repeat`` runs for every side, as wall time (perf_counter) and CPU time
 (process_time: user + system of this process, which includes page-fault handling). The ratio is
