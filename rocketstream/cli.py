@@ -45,8 +45,10 @@ def _open_store(args: argparse.Namespace, *, read_only: bool):
 
 
 def _writer_config(store: Path):
-    """conf/broker.conf's settings when writing to the store it configures; defaults otherwise
-    (the broker name is then the store directory's name)."""
+    """conf/broker.conf's settings (the configured store's broker name, or the directory's name for
+    any other store); RocketMQ's defaults when there is no broker.conf."""
+    import dataclasses
+
     from rocketstream.errors import StoreConfigError
     from rocketstream.store.config import StoreConfig, default_broker_conf, default_broker_name
 
@@ -57,7 +59,7 @@ def _writer_config(store: Path):
     cfg = StoreConfig.from_broker_conf(conf)
     if Path(cfg.store_path_root_dir).resolve() == Path(store).resolve():
         return cfg
-    return StoreConfig(store_path_root_dir=Path(store), broker_name=default_broker_name(store))
+    return dataclasses.replace(cfg, store_path_root_dir=Path(store), broker_name=default_broker_name(store))
 
 
 def _default_store() -> Path:
@@ -120,6 +122,8 @@ def record_to_row(rec, broker_name: str) -> dict[str, Any]:
 def cmd_produce(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from rocketstream.store import Message
+
     if args.count < 0:
         raise OptionError("--count", "must be >= 0", args.count)
     if args.body_size < 0:
@@ -129,9 +133,11 @@ def cmd_produce(args: argparse.Namespace) -> int:
     tags = [t for t in (args.tags or "").split(",") if t] or [None]
     rng = random.Random(args.seed)
     produced = 0
-    first_queue_offsets: dict[int, int] = {}
     with _open_store(args, read_only=False) as store:
         store.create_topic(args.topic, args.queues)
+        # RocketMQ producers compress single messages at or above compressMsgBodyOverHowmuch and never
+        # compress batches: bodies that large are sent one by one so they are stored compressed.
+        single = args.body_size >= store.config.compress_msg_body_over
         pending: dict[int, list] = {q: [] for q in range(args.queues)}
 
         def flush_queue(q: int) -> None:
@@ -139,11 +145,15 @@ def cmd_produce(args: argparse.Namespace) -> int:
             batch = pending[q]
             if not batch:
                 return
-            bodies, batch_tags, keys = (list(c) for c in zip(*batch))
-            result = store.put_batch(args.topic, q, bodies, tags=batch_tags, keys=keys)
-            if result.status.name != "PUT_OK":
-                raise RocketStreamError(f"put to {args.topic}/{q} failed: {result.status.name}")
-            first_queue_offsets.setdefault(q, result.queue_offset)
+            if single:
+                results = [store.put_message(Message(topic=args.topic, body=b, tags=t, keys=k), queue_id=q)
+                           for b, t, k in batch]
+            else:
+                bodies, batch_tags, keys = (list(c) for c in zip(*batch))
+                results = [store.put_batch(args.topic, q, bodies, tags=batch_tags, keys=keys)]
+            for result in results:
+                if result.status.name != "PUT_OK":
+                    raise RocketStreamError(f"put to {args.topic}/{q} failed: {result.status.name}")
             produced += len(batch)
             bar.update(len(batch))
             pending[q] = []
@@ -241,12 +251,12 @@ def cmd_consumer_progress(args: argparse.Namespace) -> int:
 
 
 def cmd_query_msg(args: argparse.Namespace) -> int:
+    if not args.msg_id and (args.topic is None or args.queue_id is None or args.offset is None):
+        raise OptionError("--msg-id", "give either --msg-id or all of --topic, --queue-id and --offset")
     with _open_store(args, read_only=True) as store:
         if args.msg_id:
             rec = store.message_by_msg_id(args.msg_id)
         else:
-            if args.topic is None or args.queue_id is None or args.offset is None:
-                raise OptionError("--msg-id", "give either --msg-id or all of --topic, --queue-id and --offset")
             result = store.get_message("rocketstream-cli", args.topic, args.queue_id, args.offset, 1)
             if not result.messages:
                 raise OptionError(

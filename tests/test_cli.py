@@ -1,0 +1,118 @@
+"""The rocketstream command against real stores: output, --json, exit statuses, read-only inspection."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from rocketstream import cli
+from rocketstream.store import MessageStore
+from rocketstream.store.offsets import ConsumerOffsetManager
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture()
+def store(tmp_path, capsys) -> Path:
+    root = tmp_path / "broker-x"
+    code, _, _ = run(capsys, "produce", "--store", str(root), "--topic", "T", "--count", "100",
+                     "--tags", "TagA,TagB", "--queues", "2", "--body-size", "64")
+    assert code == 0
+    return root
+
+
+def test_produce_writes_keys_tags_and_uniq_keys(store, capsys):
+    code, out, _ = run(capsys, "query-msg", "--store", str(store), "--topic", "T", "--queue-id", "1",
+                       "--offset", "2", "--json")
+    assert code == 0
+    row = json.loads(out)
+    assert (row["topic"], row["queueId"], row["queueOffset"]) == ("T", 1, 2)
+    assert row["brokerName"] == "broker-x"  # not the configured store: named after its directory
+    assert row["keys"] == "key-5" and row["tags"] == "TagB"
+    assert row["msgId"] == row["properties"]["UNIQ_KEY"] and len(row["msgId"]) == 32
+    assert base64.b64decode(row["body"]).startswith(b"message-5 ")
+    assert isinstance(row["storeTimestamp"], int) and row["storeTimestamp"] > 1_600_000_000_000
+
+
+def test_produce_compresses_large_bodies_like_a_rocketmq_producer(tmp_path, capsys):
+    root = tmp_path / "s"
+    assert run(capsys, "produce", "--store", str(root), "--topic", "Big", "--count", "2", "--queues", "1",
+               "--body-size", "5000")[0] == 0
+    code, out, _ = run(capsys, "query-msg", "--store", str(root), "--topic", "Big", "--queue-id", "0",
+                       "--offset", "1", "--json")
+    row = json.loads(out)
+    assert row["sysFlag"] & 0x1 and (row["sysFlag"] >> 8) & 0x7 == 3  # compressed, zlib
+    assert len(base64.b64decode(row["body"])) == 5000  # shown decompressed
+
+
+def test_query_by_msg_id_both_kinds(store, capsys):
+    _, out, _ = run(capsys, "query-msg", "--store", str(store), "--topic", "T", "--queue-id", "0", "--offset", "7",
+                    "--json")
+    row = json.loads(out)
+    for msg_id in (row["msgId"], row["offsetMsgId"]):
+        code, out2, _ = run(capsys, "query-msg", "--store", str(store), "--msg-id", msg_id, "--json")
+        assert code == 0 and json.loads(out2) == row
+
+
+def test_topic_list_and_status(store, capsys):
+    code, out, _ = run(capsys, "topic-list", "--store", str(store), "--json")
+    assert code == 0 and json.loads(out)["topics"] == ["T"]
+    code, out, _ = run(capsys, "topic-status", "--store", str(store), "--topic", "T", "--json")
+    queues = json.loads(out)["queues"]
+    assert [(q["brokerName"], q["queueId"], q["minOffset"], q["maxOffset"]) for q in queues] == [
+        ("broker-x", 0, 0, 50), ("broker-x", 1, 0, 50)]
+    assert all(q["lastUpdateTimestamp"] > 0 for q in queues)
+    code, out, _ = run(capsys, "topic-status", "--store", str(store), "--topic", "T")
+    assert "minOffset" in out and "broker-x" in out
+
+
+def test_consumer_progress_shows_lag(store, capsys):
+    ConsumerOffsetManager(store).commit("g1", "T", {0: 50, 1: 20})
+    code, out, _ = run(capsys, "consumer-progress", "--store", str(store), "--group", "g1", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["diffTotal"] == 30
+    assert [(q["queueId"], q["brokerOffset"], q["consumerOffset"], q["diff"]) for q in data["queues"]] == [
+        (0, 50, 50, 0), (1, 50, 20, 30)]
+    code, _, err = run(capsys, "consumer-progress", "--store", str(store), "--group", "nobody")
+    assert code == 2 and "--group" in err
+
+
+def test_inspection_is_read_only(store, capsys):
+    before = {p: p.stat().st_mtime_ns for p in store.rglob("*")}
+    for argv in (["topic-list"], ["topic-status", "--topic", "T"], ["check"],
+                 ["query-msg", "--topic", "T", "--queue-id", "0", "--offset", "0"]):
+        assert run(capsys, *argv, "--store", str(store))[0] == 0
+    after = {p: p.stat().st_mtime_ns for p in store.rglob("*")}
+    assert after == before
+
+
+def test_check_reports_a_flipped_body_byte_with_file_and_offset(store, capsys):
+    assert run(capsys, "check", "--store", str(store))[0] == 0
+    with MessageStore.open(store, read_only=True) as s:
+        rec = s.get_message("g", "T", 0, 3, 1).messages[0]
+    commitlog = sorted((store / "commitlog").iterdir())[0]
+    body_at = rec.physical_offset + rec.total_size - len(rec.topic) - 2 - len(rec.body) - 1 - 1  # inside the body
+    data = bytearray(commitlog.read_bytes())
+    data[body_at] ^= 0xFF
+    commitlog.write_bytes(bytes(data))
+    code, out, _ = run(capsys, "check", "--store", str(store), "--json")
+    report = json.loads(out)
+    assert code == 1 and not report["ok"]
+    assert any(p["file"].endswith(commitlog.name) and p["offset"] == rec.physical_offset for p in report["problems"])
+
+
+def test_errors_are_one_clean_line(tmp_path, capsys):
+    code, out, err = run(capsys, "topic-list", "--store", str(tmp_path / "nope"))
+    assert code == 2 and out == ""
+    assert err.startswith("rocketstream topic-list: error:") and "nope" in err and "Traceback" not in err
+    code, _, err = run(capsys, "produce", "--store", str(tmp_path / "s"), "--topic", "T", "--count", "-1")
+    assert code == 2 and "--count" in err
+    code, _, err = run(capsys, "query-msg", "--store", str(tmp_path / "s"), "--topic", "T")
+    assert code == 2 and "--msg-id" in err
