@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from rocketstream.store import Message, MessageStore, StoreConfig
+from rocketstream.store import MessageStore, StoreConfig
 from rocketstream.store.schema import MESSAGE_SCHEMA
 
 TOPIC = "BenchTopic"
@@ -78,17 +78,21 @@ class SyntheticSource(DataSource):
 
 
 def produce(root: Path, n: int, body_size: int) -> None:
+    """Distinct, incompressible bodies (slices of a random pool at distinct offsets), so neither
+    Parquet's dictionary encoding nor compression can shortcut the scan."""
     cfg = StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=1 << 30, compress_msg_body_over=1 << 30)
-    body = os.urandom(body_size)
+    pool = os.urandom(64 << 20)
+    span = len(pool) - body_size
     with MessageStore.open(root, config=cfg) as store:
         store.create_topic(TOPIC, QUEUES)
         batch = 256
         for i in range(0, n, batch):
-            msgs = [
-                Message(topic=TOPIC, body=body, tags="TagRare" if (i + k) % 100 == 0 else "TagCommon", keys=f"k{i + k}")
-                for k in range(min(batch, n - i))
-            ]
-            store.put_messages(msgs, queue_id=(i // batch) % QUEUES)
+            count = min(batch, n - i)
+            bodies = [pool[(k * 4099) % span:][:body_size] for k in range(i, i + count)]
+            tags = ["TagRare" if (i + k) % 100 == 0 else "TagCommon" for k in range(count)]
+            keys = [f"k{i + k}" for k in range(count)]
+            result = store.put_batch(TOPIC, (i // batch) % QUEUES, bodies, tags=tags, keys=keys)
+            assert result.status.name == "PUT_OK", result.status
 
 
 def write_parquet(root: Path, path: Path) -> None:
