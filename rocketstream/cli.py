@@ -26,6 +26,7 @@ EXAMPLES = {
     "query-msg": "rocketstream query-msg --topic TopicTest --queue-id 0 --offset 42 --json\n"
     "  rocketstream query-msg --msg-id 7F00000100002A9F0000000000000000",
     "check": "rocketstream check --store /data/rocketmq/store",
+    "delete-expired": "rocketstream delete-expired --reserved-hours 24",
     "demo": "rocketstream demo",
 }
 
@@ -50,7 +51,7 @@ def _writer_config(store: Path):
     import dataclasses
 
     from rocketstream.errors import StoreConfigError
-    from rocketstream.store.config import StoreConfig, default_broker_conf, default_broker_name
+    from rocketstream.store.config import StoreConfig, default_broker_conf, default_broker_name, resolve_sizes
 
     try:
         conf = default_broker_conf()
@@ -58,8 +59,10 @@ def _writer_config(store: Path):
         return StoreConfig(store_path_root_dir=Path(store), broker_name=default_broker_name(store))
     cfg = StoreConfig.from_broker_conf(conf)
     if Path(cfg.store_path_root_dir).resolve() == Path(store).resolve():
-        return cfg
-    return dataclasses.replace(cfg, store_path_root_dir=Path(store), broker_name=default_broker_name(store))
+        return cfg   # the configured store: sizes that conflict with its files are refused
+    # another store: broker.conf's sizes only for a new one; an existing one keeps its own
+    other = dataclasses.replace(cfg, store_path_root_dir=Path(store), broker_name=default_broker_name(store))
+    return resolve_sizes(Path(store), other, explicit=False)
 
 
 def _default_store() -> Path:
@@ -293,6 +296,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_delete_expired(args: argparse.Namespace) -> int:
+    if args.reserved_hours is not None and args.reserved_hours < 0:
+        raise OptionError("--reserved-hours", "must be >= 0", args.reserved_hours)
+    with _open_store(args, read_only=False) as store:
+        deleted = store.delete_expired_files(reserved_hours=args.reserved_hours)
+        hours = store.config.file_reserved_time_hours if args.reserved_hours is None else args.reserved_hours
+    payload = {"reservedHours": hours, "deleted": [str(p) for p in deleted]}
+    _emit(args, payload, lambda p: f"deleted {len(p['deleted'])} files older than {p['reservedHours']} h"
+          + "".join(f"\n  {x}" for x in p["deleted"]))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from rocketstream.demo import run_demo
 
@@ -347,6 +362,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offset", type=int)
     p.add_argument("--msg-id")
     add("check", cmd_check, "Verify CRCs and CommitLog/ConsumeQueue agreement; exit 1 when they disagree.")
+    p = add("delete-expired", cmd_delete_expired,
+            "Delete commit-log files older than fileReservedTime (never the newest) and the consume-queue "
+            "files they orphan; a writer also does this on open and whenever the commit log rolls.")
+    p.add_argument("--reserved-hours", type=float, default=None,
+                   help="override fileReservedTime of conf/broker.conf for this run")
     p = add("demo", cmd_demo, "Produce a sample topic and aggregate it with a Spark streaming query (AvailableNow).")
     p.add_argument("--count", type=int, default=20000, help="messages to produce (default 20000)")
     return parser

@@ -116,3 +116,26 @@ def test_errors_are_one_clean_line(tmp_path, capsys):
     assert code == 2 and "--count" in err
     code, _, err = run(capsys, "query-msg", "--store", str(tmp_path / "s"), "--topic", "T")
     assert code == 2 and "--msg-id" in err
+
+
+def test_delete_expired_removes_old_commit_log_files(tmp_path, capsys):
+    import os
+    import time
+
+    root = tmp_path / "ret"
+    from rocketstream.store import Message, StoreConfig
+
+    with MessageStore.open(root, config=StoreConfig(root, mapped_file_size_commit_log=4096,
+                                                    mapped_file_size_consume_queue=320)) as s:
+        for i in range(100):
+            s.put_message(Message("T", b"x" * 90), 0)
+    files = sorted((root / "commitlog").iterdir())
+    old = time.time() - 3 * 3600
+    for f in files:
+        os.utime(f, (old, old))
+    code, out, _ = run(capsys, "delete-expired", "--store", str(root), "--reserved-hours", "1", "--json")
+    deleted = json.loads(out)["deleted"]
+    assert code == 0 and sorted(Path(p).name for p in deleted if "commitlog" in p) == [f.name for f in files[:-1]]
+    assert sorted((root / "commitlog").iterdir()) == files[-1:]
+    code, _, err = run(capsys, "delete-expired", "--store", str(root), "--reserved-hours", "-1")
+    assert code == 2 and "--reserved-hours" in err

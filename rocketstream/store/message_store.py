@@ -5,6 +5,9 @@ Flush model: ASYNC_FLUSH (default) leaves dirty pages to the OS and msyncs on ``
 msyncs the commit log before ``put_*`` returns. Either way the bytes are in the shared mapping
 before ``put_*`` returns, so other processes see them at once.
 
+Retention (``fileReservedTime``) runs when a writer opens the store and whenever the commit log rolls
+to a new file; ``delete_expired_files`` can also be called (or ``rocketstream delete-expired`` run).
+
 Readers (``read_only=True``) take no lock and write nothing. They find the end of each consume
 queue by scanning for the first unit with size 0 (a writer publishes a batch by writing its first
 unit's size last), and check every unit they return against the record header it points to.
@@ -136,6 +139,7 @@ class MessageStore(QueryMixin):
             if not (self.root / SETTINGS_FILE).exists():
                 save_settings(self.root, self.config)
             self.topic_config.load()
+            self.delete_expired_files()   # a writer that was down for a while catches up on retention
             (self.root / "abort").touch()
         except BaseException:
             self._store_lock.release()
@@ -305,6 +309,10 @@ class MessageStore(QueryMixin):
             self.checkpoint.physic_msg_timestamp = result.store_timestamp
         elif len(self.commit_log.queue.files) != files_before and files_before:
             self.flush()   # rolled to a new file: persist the full one and move the checkpoint on
+        if len(self.commit_log.queue.files) > files_before and files_before:
+            # RocketMQ's clean service runs on a timer; with no background thread, a roll is our tick:
+            # files older than fileReservedTime go (never the last one), queue minimums follow.
+            self.delete_expired_files()
         host = self.config.store_host
         if batch.count == 1:
             offset_ids = [fmt.offset_msg_id(host, result.physical_offset)]

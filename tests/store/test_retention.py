@@ -98,3 +98,39 @@ def test_reader_notices_retention_of_live_writer(store):
         assert ro.get_message("g", "T", 0, 0, 1).status is S.OFFSET_TOO_SMALL
     finally:
         ro.close()
+
+
+def test_writer_applies_retention_when_the_commit_log_rolls(tmp_path):
+    st = open_small(tmp_path / "auto", file_reserved_time_hours=1)
+    try:
+        i = 0
+        while len(cl_files(st)) < 3:
+            st.put_message(Message("T", b"a%04d" % i + b"." * 90), 0)
+            i += 1
+        names = cl_files(st)
+        for n in names:
+            age(st.root / "commitlog" / n, 2)   # older than fileReservedTime
+        first_new = len(names)
+        while len(cl_files(st)) == first_new or cl_files(st)[-1] == names[-1]:
+            st.put_message(Message("T", b"b%04d" % i + b"." * 90), 0)   # until the log rolls again
+            i += 1
+        assert cl_files(st)[0] not in names[:-1], "expired files survived a roll"
+        assert st.min_offset("T", 0) > 0
+        assert st.get_message("g", "T", 0, 0, 1).status is S.OFFSET_TOO_SMALL
+    finally:
+        st.close()
+
+
+def test_writer_applies_retention_when_it_opens(tmp_path):
+    st = open_small(tmp_path / "reopen", file_reserved_time_hours=1)
+    for i in range(100):
+        st.put_message(Message("T", b"r%03d" % i + b"." * 90), 0)
+    st.close()
+    names = sorted(os.listdir(tmp_path / "reopen" / "commitlog"))
+    for n in names:
+        age(tmp_path / "reopen" / "commitlog" / n, 2)
+    with open_small(tmp_path / "reopen", file_reserved_time_hours=1) as st:
+        assert cl_files(st) == names[-1:]
+        assert st.max_offset("T", 0) == 100 and st.min_offset("T", 0) > 0
+    with MessageStore.open(tmp_path / "reopen", read_only=True) as ro:   # readers never delete
+        assert cl_files(ro) == names[-1:]
