@@ -21,6 +21,12 @@ boundary with ``raise ... from exc`` so callers need to catch only this tree::
 from __future__ import annotations
 
 
+def _where(path: str | None, unit: str, at: int | None) -> str:
+    """`` [file F, offset N]``-style suffix naming what is at fault (empty when nothing is known)."""
+    parts = ([f"file {path}"] if path is not None else []) + ([f"{unit} {at}"] if at is not None else [])
+    return f" [{', '.join(parts)}]" if parts else ""
+
+
 class RocketStreamError(Exception):
     """Root of every error raised by rocketstream."""
 
@@ -31,13 +37,7 @@ class StoreError(RocketStreamError):
     def __init__(self, message: str, *, path: object = None, offset: int | None = None) -> None:
         self.path = None if path is None else str(path)
         self.offset = offset
-        where = ""
-        if self.path is not None:
-            where = f" [file {self.path}"
-            where += f", offset {offset}]" if offset is not None else "]"
-        elif offset is not None:
-            where = f" [offset {offset}]"
-        super().__init__(message + where)
+        super().__init__(message + _where(self.path, "offset", offset))
 
 
 class NotAStoreError(StoreError):
@@ -66,13 +66,7 @@ class OffsetFileError(RocketStreamError):
     def __init__(self, message: str, *, path: object = None, position: int | None = None) -> None:
         self.path = None if path is None else str(path)
         self.position = position
-        where = ""
-        if self.path is not None:
-            where = f" [file {self.path}"
-            where += f", character {position}]" if position is not None else "]"
-        elif position is not None:
-            where = f" [character {position}]"
-        super().__init__(message + where)
+        super().__init__(message + _where(self.path, "character", position))
 
 
 class OptionError(RocketStreamError, ValueError):
