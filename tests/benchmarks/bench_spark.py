@@ -83,12 +83,14 @@ def produce(root: Path, n: int, body_size: int) -> None:
     cfg = StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=1 << 30, compress_msg_body_over=1 << 30)
     pool = os.urandom(64 << 20)
     span = len(pool) - body_size
+    view = memoryview(pool)
     with MessageStore.open(root, config=cfg) as store:
         store.create_topic(TOPIC, QUEUES)
         batch = 256
         for i in range(0, n, batch):
             count = min(batch, n - i)
-            bodies = [pool[(k * 4099) % span:][:body_size] for k in range(i, i + count)]
+            # slice the memoryview: pool[o:] would copy up to 64 MiB per message
+            bodies = [bytes(view[o:o + body_size]) for o in ((k * 4099) % span for k in range(i, i + count))]
             tags = ["TagRare" if (i + k) % 100 == 0 else "TagCommon" for k in range(count)]
             keys = [f"k{i + k}" for k in range(count)]
             result = store.put_batch(TOPIC, (i // batch) % QUEUES, bodies, tags=tags, keys=keys)
