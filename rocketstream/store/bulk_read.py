@@ -7,14 +7,16 @@ are not decoded: without ``body`` the bodies are never copied, without ``propert
 ``tags``/``keys`` the properties are never parsed.
 
 Every row is checked against the unit that points to it (magic, PHYSICALOFFSET, TOTALSIZE, length
-formula, ports); a mismatch is a :class:`CorruptStoreError` naming the commit-log file and offset.
-Torn units at the tail of a live queue are the caller's business: it hands over only units it
-considers written.
+formula, ports) — this is the only check of the units on the read path, done on the headers the
+batch decodes anyway. A mismatch is a :class:`CorruptStoreError` naming the commit-log file and
+offset; with ``reread`` the batch's units are first read again once (a unit torn while a live writer
+wrote it reads whole the second time). Under a tag filter only the units whose tagsCode matches are
+ever looked at, like a RocketMQ broker's filter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -66,6 +68,7 @@ def read_range_batches(
     tags: Collection[str] | None = None,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
     check_crc: bool = False,
+    reread: Callable[[int, int], np.ndarray] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Record batches for the messages of ``units`` (CQ_DTYPE, queue offsets from ``queue_offset_start``).
 
@@ -77,7 +80,8 @@ def read_range_batches(
     filtered by tagsCode so the other records are never touched. ``None`` or empty means no filter
     (RocketMQ's "*" subscription has an empty tag set). ``check_crc`` verifies BODYCRC of every row.
     ``store_host_default`` is accepted for API compatibility and unused: ids and hosts always come
-    from the record itself.
+    from the record itself. ``reread(start, end)``: fresh units for queue offsets [start, end), asked
+    once for a batch whose records do not match their units before that is an error.
     """
     del store_host_default
     schema = project_schema(columns)
@@ -87,6 +91,7 @@ def read_range_batches(
     sizes = units["size"].astype(np.int64)
     queue_offsets = np.arange(len(units), dtype=np.int64) + queue_offset_start
     tag_set = frozenset(tags) if tags else None
+    codes = None
     if tag_set is not None:
         codes = np.fromiter((java_hash(t) for t in tag_set), dtype=np.int64, count=len(tag_set))
         hit = np.isin(units["tags_code"].astype(np.int64), codes)
@@ -94,9 +99,28 @@ def read_range_batches(
     reader = _BatchReader(commit_log, schema, topic=topic, queue_id=queue_id, broker_name=broker_name,
                           tag_set=tag_set, check_crc=check_crc)
     for lo, hi in batch_bounds(sizes, batch_bytes):
-        batch = reader.read(offsets[lo:hi], sizes[lo:hi], queue_offsets[lo:hi])
+        o, s, q = offsets[lo:hi], sizes[lo:hi], queue_offsets[lo:hi]
+        try:
+            batch = reader.read(o, s, q)
+        except _UnitMismatch:
+            if reread is None:
+                raise
+            o, s, q = _fresh_units(reread, q, codes)
+            batch = reader.read(o, s, q)  # a second mismatch is corruption
         if batch.num_rows:
             yield batch
+
+
+def _fresh_units(reread: Callable[[int, int], np.ndarray], queue_offsets: np.ndarray,
+                 codes: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets, sizes, queue offsets) of the same queue offsets read again; units whose tagsCode no
+    longer matches the tag filter are dropped (the fresh unit is the truth)."""
+    first = int(queue_offsets[0])
+    units = reread(first, int(queue_offsets[-1]) + 1)[queue_offsets - first]
+    if codes is not None:
+        hit = np.isin(units["tags_code"].astype(np.int64), codes)
+        units, queue_offsets = units[hit], queue_offsets[hit]
+    return units["offset"].astype(np.int64), units["size"].astype(np.int64), queue_offsets
 
 
 def batch_bounds(sizes: np.ndarray, batch_bytes: int) -> list[tuple[int, int]]:
@@ -155,7 +179,7 @@ class _BatchReader:
         buf = vz.as_uint8(buf)
         rel = offsets - file_from
         h = vz.decode_headers(buf, rel, topic_len_hint=self.topic_len)
-        self._check_headers(h, rel, offsets, sizes, file_from)
+        self._check_headers(h, rel, offsets, sizes, queue_offsets, file_from)
         props = tag_col = keys_col = uniq_col = None
         if self.parse_props:
             raw = vz.gather_segments(buf, h["props_pos"], h["props_len"], pa.binary())
@@ -184,7 +208,7 @@ class _BatchReader:
         return str(Path(directory or "commitlog") / f"{file_from:020d}")
 
     def _check_headers(self, h: dict[str, np.ndarray], rel: np.ndarray, offsets: np.ndarray, sizes: np.ndarray,
-                       file_from: int) -> None:
+                       queue_offsets: np.ndarray, file_from: int) -> None:
         problems = vz.header_problems(h, rel, offsets, sizes)
         bad = np.zeros(len(rel), dtype=bool)
         for mask in problems.values():
@@ -193,9 +217,9 @@ class _BatchReader:
             return
         i = int(np.argmax(bad))
         reasons = [name for name, mask in problems.items() if mask[i]]
-        raise CorruptStoreError(
-            f"record does not match its consume-queue unit (size {int(sizes[i])}): {'; '.join(reasons)}",
-            path=self._path(file_from), offset=int(offsets[i]))
+        raise _UnitMismatch(
+            f"record does not match consume-queue unit {int(queue_offsets[i])} of {self.topic}/{self.queue_id} "
+            f"(size {int(sizes[i])}): {'; '.join(reasons)}", path=self._path(file_from), offset=int(offsets[i]))
 
     def _properties(self, raw: pa.Array, offsets: np.ndarray, file_from: int) -> tuple[pa.Array, ...]:
         try:
@@ -316,6 +340,10 @@ class _BatchReader:
         if keys is not None and n and (keys == keys[0]).all():
             return self._constant(f"{side}Host", vz.format_ipv4_host(int(keys[0])), n)
         return vz.host_strings(buf, h[f"{side}_host_pos"], h[f"{side}_v6"], keys)
+
+
+class _UnitMismatch(CorruptStoreError):
+    """A record header disagrees with its consume-queue unit (retried once with fresh units)."""
 
 
 def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:

@@ -10,7 +10,8 @@ to a new file; ``delete_expired_files`` can also be called (or ``rocketstream de
 
 Readers (``read_only=True``) take no lock and write nothing. They find the end of each consume
 queue by scanning for the first unit with size 0 (a writer publishes a batch by writing its first
-unit's size last), and check every unit they return against the record header it points to.
+unit's size last), and check every unit they return against the record header it points to
+(``read_range``: in bulk_read, on the headers it decodes anyway).
 """
 
 from __future__ import annotations
@@ -388,11 +389,18 @@ class MessageStore(QueryMixin):
         if start < lo:
             raise StoreError(f"{topic}/{queue_id}: start offset {start} is below the min offset {lo} "
                              "(removed by retention)", path=cq.directory if cq else self.root, offset=start)
-        units = cq.read_units(start, end) if cq else np.empty(0, dtype=CQ_DTYPE)
+        if cq is None:
+            units, reread = np.empty(0, dtype=CQ_DTYPE), None
+        else:
+            # bulk_read checks every unit it reads against the header it decodes (once; a batch
+            # that disagrees is read again from the queue before that is an error)
+            start, units = cq.clamped_units(start, end)
+            reread = cq.raw_units
         return bulk_read.read_range_batches(self.commit_log, units, start, topic=topic, queue_id=queue_id,
                                             broker_name=broker_name or self.broker_name,
                                             store_host_default=self.config.store_host, columns=columns,
-                                            tags=tags, batch_bytes=batch_bytes, check_crc=check_crc)
+                                            tags=tags, batch_bytes=batch_bytes, check_crc=check_crc,
+                                            reread=reread)
 
     def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> MessageRecord:
         return self.commit_log.read_record(commit_log_offset, size)

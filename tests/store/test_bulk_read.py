@@ -415,6 +415,48 @@ def test_corrupt_header_raises_naming_file_and_offset(change: str, reason: str) 
     assert info.value.offset == victim
 
 
+def test_mismatching_unit_is_read_again_once_before_it_is_an_error() -> None:
+    """A unit torn while a live writer wrote it reads whole the second time: the batch is read with the
+    fresh units. A mismatch that persists is a CorruptStoreError naming the commit-log file and offset."""
+    log, units, victim = corrupt_case("unit size")
+    good = log.cq("T", 0)
+    asked = []
+
+    def reread(start: int, end: int) -> np.ndarray:
+        asked.append((start, end))
+        return good[start:end]
+
+    batches = list(read_range_batches(log, units, 0, topic="T", queue_id=0, broker_name="b",
+                                      columns=["queueOffset", "storeSize"], reread=reread))
+    table = pa.Table.from_batches(batches)
+    assert table.column("queueOffset").to_pylist() == list(range(len(good)))
+    assert table.column("storeSize").to_pylist() == good["size"].tolist()
+    assert asked == [(0, len(good))]
+
+    asked.clear()
+    with pytest.raises(CorruptStoreError, match="TOTALSIZE differs") as info:
+        list(read_range_batches(log, units, 0, topic="T", queue_id=0, broker_name="b", columns=["queueOffset"],
+                                reread=lambda a, b: (asked.append((a, b)), units[a:b])[1]))
+    assert info.value.path == "/fake/commitlog/00000000000000000000" and info.value.offset == victim
+    assert "consume-queue unit 3 of T/0" in str(info.value) and len(asked) == 1
+
+
+def test_reread_under_a_tag_filter_keeps_only_fresh_units_that_match() -> None:
+    log = FakeCommitLog()
+    for i in range(6):
+        log.append(topic="T", queue_id=0, body=b"b%d" % i, properties={"TAGS": "a" if i % 2 else "b"})
+    good = log.cq("T", 0)
+    torn = good.copy()
+    torn[1]["size"] += 1                      # a matching unit torn: read again
+    torn[2]["tags_code"] = fmt.tags_code("a")  # a unit that looked like "a" but is "b" when read again
+    torn[2]["size"] += 1
+    batches = list(read_range_batches(log, torn, 0, topic="T", queue_id=0, broker_name="b",
+                                      columns=["queueOffset", "tags"], tags={"a"}, reread=lambda a, b: good[a:b]))
+    table = pa.Table.from_batches(batches)
+    assert table.column("queueOffset").to_pylist() == [1, 3, 5]
+    assert table.column("tags").to_pylist() == ["a", "a", "a"]
+
+
 def test_crc_checked_only_when_asked() -> None:
     log = FakeCommitLog()
     log.append(topic="T", queue_id=0, body=b"hello")
