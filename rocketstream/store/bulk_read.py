@@ -190,7 +190,7 @@ class _BatchReader:
                     sel = np.flatnonzero(keep.to_numpy(zero_copy_only=False))
                     h = {k: v[sel] if isinstance(v, np.ndarray) and v.ndim else v for k, v in h.items()}
                     offsets, sizes, queue_offsets = offsets[sel], sizes[sel], queue_offsets[sel]
-                    index = pa.array(sel)
+                    index = vz.numeric_array(sel)
                     props, tag_col, keys_col, uniq_col = (None if a is None else a.take(index)
                                                           for a in (props, tag_col, keys_col, uniq_col))
                     if not len(sel):
@@ -280,11 +280,11 @@ class _BatchReader:
             elif name == "queueId":
                 arr = self._constant(name, self.queue_id, n)
             elif name == "queueOffset":
-                arr = pa.array(queue_offsets)
+                arr = vz.numeric_array(queue_offsets)
             elif name == "commitLogOffset":
-                arr = pa.array(offsets)
+                arr = vz.numeric_array(offsets)
             elif name == "storeSize":
-                arr = pa.array(sizes.astype(np.int32))
+                arr = vz.numeric_array(sizes, pa.int32())
             elif name == "msgId" and uniq is not None and uniq.null_count == 0:
                 arr = uniq  # every record carries a UNIQ_KEY: no offset ids needed
             elif name in ("msgId", "offsetMsgId"):
@@ -309,15 +309,15 @@ class _BatchReader:
             elif name == "storeHost":
                 arr = self._hosts(buf, h, "store", n)
             elif name == "sysFlag":
-                arr = pa.array(h["sys_flag"])
+                arr = vz.numeric_array(h["sys_flag"], pa.int32())
             elif name == "bodyCRC":
-                arr = pa.array(h["body_crc"])
+                arr = vz.numeric_array(h["body_crc"], pa.int32())
             elif name == "reconsumeTimes":
-                arr = pa.array(h["reconsume_times"])
+                arr = vz.numeric_array(h["reconsume_times"], pa.int32())
             elif name == "flag":
-                arr = pa.array(h["flag"])
+                arr = vz.numeric_array(h["flag"], pa.int32())
             else:  # preparedTransactionOffset
-                arr = pa.array(h["prepared_transaction_offset"])
+                arr = vz.numeric_array(h["prepared_transaction_offset"])
             arrays.append(arr)
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
@@ -331,7 +331,7 @@ class _BatchReader:
             if isinstance(value, str):
                 arr = vz.repeat_string(value, n)
             else:
-                arr = pa.array(np.full(n, value, dtype=np.int32))
+                arr = vz.numeric_array(np.full(n, value, dtype=np.int32), pa.int32())
             self._constants[key] = arr
         return arr
 

@@ -257,13 +257,13 @@ def gather_segments(buf: object, starts: np.ndarray, lengths: np.ndarray,
         return interleaved.take(_even_index(n))
     index = np.empty(n, dtype=np.int64)
     index[order] = np.arange(0, 2 * n, 2, dtype=np.int64)
-    return interleaved.take(pa.array(index))
+    return interleaved.take(numeric_array(index))
 
 
 @functools.lru_cache(maxsize=16)
 def _even_index(n: int) -> pa.Array:
     """0, 2, ..., 2n-2 as an Arrow index (a few row counts recur batch after batch)."""
-    return pa.array(np.arange(0, 2 * n, 2, dtype=np.int64))
+    return numeric_array(np.arange(0, 2 * n, 2, dtype=np.int64))
 
 
 def _gather_by_index(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, type_: pa.DataType) -> pa.Array:
@@ -279,6 +279,18 @@ def binary_from_parts(values: np.ndarray | bytes, offsets: np.ndarray, type_: pa
     n = len(offsets) - 1
     return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(np.asarray(offsets, dtype=np.int32)),
                                             pa.py_buffer(values)])
+
+
+_NUMPY_OF = {pa.int32(): np.dtype(np.int32), pa.int64(): np.dtype(np.int64)}
+
+
+def numeric_array(values: np.ndarray, type_: pa.DataType = pa.int64()) -> pa.Array:
+    """Non-null int32/int64 Arrow array over ``values`` (converted to the native dtype if needed).
+
+    ``pa.array(ndarray)`` costs about 16 µs a call (pandas-aware type inference, and its first call
+    imports pandas); wrapping the buffer costs 2. Batches hold a dozen such columns."""
+    data = np.ascontiguousarray(values, dtype=_NUMPY_OF[type_])
+    return pa.Array.from_buffers(type_, len(data), [None, pa.py_buffer(data)])
 
 
 def repeat_string(value: str, n: int) -> pa.Array:
@@ -442,7 +454,7 @@ def parse_properties(props: pa.Array, wanted: Sequence[str] = ()) -> tuple[pa.Ma
     values = gather_segments(blob, sep + 1, seg_end - sep - 1, pa.string())
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.bincount(record_of, minlength=n), out=offsets[1:])
-    result = pa.MapArray.from_arrays(pa.array(offsets), names, values)
+    result = pa.MapArray.from_arrays(numeric_array(offsets, pa.int32()), names, values)
     columns = {}
     for name in wanted:
         raw = name.encode("utf-8")
@@ -545,10 +557,19 @@ def _name_loads(pattern: tuple[bytes, ...]) -> tuple[np.ndarray, ...]:
             np.array(offset, dtype=np.int64), np.array(shift, dtype=np.uint64), np.array(expected, dtype=np.uint64))
 
 
-@functools.lru_cache(maxsize=8)
 def _repeated_keys(pattern: tuple[bytes, ...], n: int) -> tuple[pa.Array, pa.Array]:
-    """The map keys of n records that all hold ``pattern``, and the map offsets (cached: batches of
-    one run share row counts; Arrow arrays are immutable)."""
+    """The map keys of n records that all hold ``pattern``, and the map offsets: zero-copy slices of
+    arrays built for a power-of-two row count (batches of a run differ by a few rows; Arrow arrays are
+    immutable, so one build serves them all)."""
+    cap = max(1024, 1 << (n - 1).bit_length())
+    if sum(map(len, pattern)) * cap > _INT32_MAX:
+        cap = n
+    keys, offsets = _repeated_keys_for(pattern, cap)
+    return keys.slice(0, n * len(pattern)), offsets.slice(0, n + 1)
+
+
+@functools.lru_cache(maxsize=8)
+def _repeated_keys_for(pattern: tuple[bytes, ...], n: int) -> tuple[pa.Array, pa.Array]:
     name_len = np.array([len(name) for name in pattern], dtype=np.int64)
     keys_blob = b"".join(pattern)
     key_offsets = np.empty(n * len(pattern) + 1, dtype=np.int64)
@@ -556,7 +577,7 @@ def _repeated_keys(pattern: tuple[bytes, ...], n: int) -> tuple[pa.Array, pa.Arr
                         + (np.cumsum(name_len) - name_len)[None, :]).reshape(-1)
     key_offsets[-1] = len(keys_blob) * n
     keys = binary_from_parts(keys_blob * n, key_offsets, pa.string())
-    return keys, pa.array(np.arange(n + 1, dtype=np.int32) * len(pattern))
+    return keys, numeric_array(np.arange(n + 1, dtype=np.int32) * len(pattern), pa.int32())
 
 
 def _fixed_or_gathered(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
