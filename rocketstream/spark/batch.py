@@ -167,17 +167,7 @@ def _int_bounds(f: Filter) -> tuple[int, int] | None:
     value = getattr(f, "value", None)
     if isinstance(value, bool) or not isinstance(value, int):
         return None
-    if isinstance(f, EqualTo):
-        return value, value
-    if isinstance(f, GreaterThan):
-        return value + 1, _INT64_MAX
-    if isinstance(f, GreaterThanOrEqual):
-        return value, _INT64_MAX
-    if isinstance(f, LessThan):
-        return -_INT64_MAX, value - 1
-    if isinstance(f, LessThanOrEqual):
-        return -_INT64_MAX, value
-    return None
+    return _comparison_bounds(f, value)
 
 
 def _time_bounds(f: Filter) -> tuple[int, int] | None:
@@ -189,16 +179,21 @@ def _time_bounds(f: Filter) -> tuple[int, int] | None:
         value = value.replace(tzinfo=timezone.utc)
     delta = value.astimezone(timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)
     us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return _comparison_bounds(f, us)
+
+
+def _comparison_bounds(f: Filter, value: int) -> tuple[int, int] | None:
+    """Inclusive [low, high] of an integer comparison filter; None for other filter kinds."""
     if isinstance(f, EqualTo):
-        return us, us
+        return value, value
     if isinstance(f, GreaterThan):
-        return us + 1, _INT64_MAX
+        return value + 1, _INT64_MAX
     if isinstance(f, GreaterThanOrEqual):
-        return us, _INT64_MAX
+        return value, _INT64_MAX
     if isinstance(f, LessThan):
-        return -_INT64_MAX, us - 1
+        return -_INT64_MAX, value - 1
     if isinstance(f, LessThanOrEqual):
-        return -_INT64_MAX, us
+        return -_INT64_MAX, value
     return None
 
 
