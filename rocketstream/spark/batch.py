@@ -51,6 +51,7 @@ class ReadTask(InputPartition):
     tags: frozenset[str] | None  # None: every message
     store_time_us: tuple[int, int] | None = None  # exact [low, high] filter on storeTimestamp (µs)
     fail_on_data_loss: bool = True  # retention passing a range after planning: fail, or skip what is gone
+    check_crc: bool = False  # verify BODYCRC of every row (CorruptStoreError naming file and offset)
 
 
 def read_task(task: ReadTask, projection: Projection) -> Iterator[pa.RecordBatch]:
@@ -71,7 +72,7 @@ def read_task(task: ReadTask, projection: Projection) -> Iterator[pa.RecordBatch
             if start >= end:
                 continue
             for batch in store.read_range(topic, qid, start, end, broker_name=broker, columns=read_columns,
-                                          tags=task.tags):
+                                          tags=task.tags, check_crc=task.check_crc):
                 if task.store_time_us is not None:
                     batch = _filter_time(batch, *task.store_time_us)
                     if need_time:
@@ -239,6 +240,7 @@ def plan_tasks(
             tags=tags,
             store_time_us=store_time_us,
             fail_on_data_loss=options.fail_on_data_loss,
+            check_crc=options.check_crc,
         )
         for task in plan
     ]

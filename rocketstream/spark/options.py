@@ -42,6 +42,7 @@ MIN_MESSAGES_PER_TRIGGER = "minMessagesPerTrigger"
 MIN_OFFSETS_PER_TRIGGER = "minOffsetsPerTrigger"  # alias (Kafka's name)
 MAX_TRIGGER_DELAY = "maxTriggerDelay"
 FAIL_ON_DATA_LOSS = "failOnDataLoss"
+CHECK_CRC = "checkCRC"  # verify every row's BODYCRC while reading (RocketMQ consumer's checkCRC)
 BROKER_NAME = "brokerName"
 BROKERS = "brokers"
 # strategy arguments (only read by the strategy that needs them)
@@ -56,7 +57,7 @@ ALL_OPTIONS: tuple[str, ...] = (
     CONSUMER_GROUP, CONSUME_FROM_WHERE, CONSUME_TIMESTAMP, MESSAGE_MODEL, ALLOCATE_STRATEGY, NUM_PARTITIONS,
     MIN_PARTITIONS, MAX_MESSAGES_PER_PARTITION, MAX_MESSAGES_PER_TRIGGER, MAX_OFFSETS_PER_TRIGGER,
     MAX_BYTES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY,
-    FAIL_ON_DATA_LOSS, BROKER_NAME, BROKERS, CONSUMER_IDCS, VIRTUAL_NODE_CNT, ALLOCATE_QUEUES,
+    FAIL_ON_DATA_LOSS, CHECK_CRC, BROKER_NAME, BROKERS, CONSUMER_IDCS, VIRTUAL_NODE_CNT, ALLOCATE_QUEUES,
     OFFSETS_STORE_DIR, CLIENT_ID,
 )
 _CANONICAL = {k.lower(): k for k in ALL_OPTIONS}
@@ -107,6 +108,7 @@ class RocketMQOptions:
     min_messages_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     fail_on_data_loss: bool = True
+    check_crc: bool = False
     offsets_store_dir: Path | None = None
     client_id: str | None = None
 
@@ -165,6 +167,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
         min_messages_per_trigger=_int(given, MIN_MESSAGES_PER_TRIGGER, minimum=1),
         max_trigger_delay_ms=_duration(given, MAX_TRIGGER_DELAY),
         fail_on_data_loss=_bool(given, FAIL_ON_DATA_LOSS, True),
+        check_crc=_bool(given, CHECK_CRC, False),
         offsets_store_dir=Path(given[OFFSETS_STORE_DIR]).expanduser() if given.get(OFFSETS_STORE_DIR) else None,
         client_id=given.get(CLIENT_ID) or None,
     )
