@@ -34,3 +34,28 @@ def sized(record_size: int, topic: str = "T", tags: str | None = None, **kw) -> 
     """A message whose commit-log record is exactly ``record_size`` bytes."""
     body = b"x" * (record_size - overhead(topic, tags))
     return Message(topic, body, tags=tags, properties={fmt.PROPERTY_UNIQ_KEY: UNIQ}, **kw)
+
+
+def count_uniq_keys_from_zero(m) -> None:
+    """Monkeypatch (``m``) every UNIQ_KEY generator to count from 0, so two stores written through
+    different put paths can be compared byte for byte."""
+    import itertools
+
+    import numpy as np
+
+    counter = itertools.count()
+
+    def keys(n):
+        return [f"{next(counter):032X}" for _ in range(n)]
+
+    m.setattr(fmt, "new_uniq_keys", keys)
+    m.setattr(fmt, "new_uniq_key", lambda: keys(1)[0])
+    m.setattr(fmt, "new_uniq_key_block",
+              lambda n: np.frombuffer("".join(keys(n)).encode(), dtype=np.uint8).reshape(n, 32).copy())
+
+
+def store_bytes(root: Path) -> dict[str, bytes]:
+    """Commit-log and consume-queue file contents by relative path (no config, lock, abort, checkpoint)."""
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.parent.name != "config"
+                   and p.name not in ("lock", "abort", "checkpoint"))
+    return {str(p.relative_to(root)): p.read_bytes() for p in files}

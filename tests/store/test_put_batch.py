@@ -3,10 +3,8 @@ commit-log and consume-queue bytes, the same results, the same refusals."""
 
 from __future__ import annotations
 
-import itertools
 import time
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,6 +12,7 @@ from hypothesis import strategies as st
 from rocketstream.store import HostAddress, Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstream.store import format as fmt
 from rocketstream.store import message_store, put_batch
+from storeutil import count_uniq_keys_from_zero, store_bytes
 
 NOW = 1_700_000_000_000
 
@@ -21,28 +20,9 @@ NOW = 1_700_000_000_000
 @pytest.fixture
 def deterministic(monkeypatch):
     """Fixed clocks (store time, default born time), so two stores can be compared byte for byte
-    (with _fresh_keys)."""
+    (with count_uniq_keys_from_zero)."""
     monkeypatch.setattr(message_store, "_now_ms", lambda: NOW)
     monkeypatch.setattr(time, "time_ns", lambda: NOW * 1_000_000)
-
-
-def _fresh_keys(m):
-    """UNIQ_KEYs counting from 0 for both the batch and the per-message generator."""
-    counter = itertools.count()
-
-    def keys(n):
-        return [f"{next(counter):032X}" for _ in range(n)]
-
-    m.setattr(fmt, "new_uniq_keys", keys)
-    m.setattr(fmt, "new_uniq_key", lambda: keys(1)[0])
-    m.setattr(fmt, "new_uniq_key_block",
-              lambda n: np.frombuffer("".join(keys(n)).encode(), dtype=np.uint8).reshape(n, 32).copy())
-
-
-def _store_bytes(root):
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.parent.name != "config"
-                   and p.name not in ("lock", "abort", "checkpoint"))
-    return {str(p.relative_to(root)): p.read_bytes() for p in files}
 
 
 def _put_both(tmp_path, monkeypatch, deterministic, batches, **cfg):
@@ -65,12 +45,12 @@ def _put_both(tmp_path, monkeypatch, deterministic, batches, **cfg):
 
             if fast:
                 m.setattr(message_store, "prepare_batch", spy)
-            _fresh_keys(m)
+            count_uniq_keys_from_zero(m)
             with MessageStore.open(root, config=config) as store:
                 results = [store.put_messages(msgs, q) for msgs, q in batches]
             if fast:
                 assert all(calls), "expected the fast path to take every batch"
-        out.append((results, _store_bytes(root)))
+        out.append((results, store_bytes(root)))
     return out
 
 
@@ -123,10 +103,10 @@ def test_any_tags_and_keys_same_bytes_or_same_refusal(tmp_path_factory, monkeypa
         with monkeypatch.context() as m:
             if patched:
                 m.setattr(message_store, "prepare_batch", lambda *a, **k: None)
-            _fresh_keys(m)
+            count_uniq_keys_from_zero(m)
             config = StoreConfig(root / name, mapped_file_size_commit_log=1 << 16)
             with MessageStore.open(root / name, config=config) as store:
-                results.append((store.put_messages(msgs, 0), _store_bytes(root / name)))
+                results.append((store.put_messages(msgs, 0), store_bytes(root / name)))
     assert results[0] == results[1]
 
 

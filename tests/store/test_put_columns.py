@@ -33,7 +33,6 @@ def test_crc32_falls_back_to_zlib_without_isal():
 
 
 # --- put_batch against put_messages --------------------------------------------------------------
-import itertools  # noqa: E402
 import time  # noqa: E402
 
 import pyarrow as pa  # noqa: E402
@@ -42,6 +41,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from rocketstream.store import HostAddress, Message, MessageStore, PutMessageStatus, StoreConfig  # noqa: E402
 from rocketstream.store import message_store  # noqa: E402
+from storeutil import count_uniq_keys_from_zero, store_bytes  # noqa: E402
 
 NOW = 1_700_000_000_000
 
@@ -51,21 +51,7 @@ def _deterministic(m):
     through different paths can be compared byte for byte."""
     m.setattr(message_store, "_now_ms", lambda: NOW)
     m.setattr(time, "time_ns", lambda: NOW * 1_000_000)
-    counter = itertools.count()
-
-    def keys(n):
-        return [f"{next(counter):032X}" for _ in range(n)]
-
-    m.setattr(fmt, "new_uniq_keys", keys)
-    m.setattr(fmt, "new_uniq_key", lambda: keys(1)[0])
-    m.setattr(fmt, "new_uniq_key_block",
-              lambda n: np.frombuffer("".join(keys(n)).encode(), dtype=np.uint8).reshape(n, 32).copy())
-
-
-def _store_bytes(root):
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.parent.name != "config"
-                   and p.name not in ("lock", "abort", "checkpoint"))
-    return {str(p.relative_to(root)): p.read_bytes() for p in files}
+    count_uniq_keys_from_zero(m)
 
 
 def _as_messages(topic, bodies, tags=None, keys=None, flag=0, born_timestamp=None, born_host=None):
@@ -99,7 +85,7 @@ def _both(tmp_path, monkeypatch, batches, *, expect_columns=True, **cfg):
                         results.append(("raised", type(exc)))
             if name == "columns" and expect_columns:
                 assert built and all(b is not None for b in built), "expected the columnar encoder for every batch"
-        out.append((results, _store_bytes(root)))
+        out.append((results, store_bytes(root)))
     return out
 
 
