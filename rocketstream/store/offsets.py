@@ -64,8 +64,8 @@ def _where(p: FastjsonParser, container: object, key: object, which: int) -> int
     return p.positions[(id(container), key)][which]
 
 
-def load_consumer_offset_document(text: str | bytes, *, path: object = None) -> ConsumerOffsetDocument:
-    """Parse a 4.x or 5.x consumerOffset.json; ``groupTopicMap`` (derived) and unknown fields are ignored."""
+def _offset_table(text: str | bytes, path: object) -> tuple[FastjsonParser, dict, dict]:
+    """Parse a document of both offset files and return (parser, document, its ``offsetTable``)."""
     p = FastjsonParser(decode_text(text, path), path)
     doc = p.document()
     if not isinstance(doc, dict):
@@ -73,6 +73,12 @@ def load_consumer_offset_document(text: str | bytes, *, path: object = None) -> 
     raw = doc.get("offsetTable", {})
     if not isinstance(raw, dict):
         p.fail("'offsetTable' is not an object", _where(p, doc, "offsetTable", 1))
+    return p, doc, raw
+
+
+def load_consumer_offset_document(text: str | bytes, *, path: object = None) -> ConsumerOffsetDocument:
+    """Parse a 4.x or 5.x consumerOffset.json; ``groupTopicMap`` (derived) and unknown fields are ignored."""
+    p, doc, raw = _offset_table(text, path)
     table: dict[str, dict[int, int]] = {}
     for key, queues in raw.items():
         if not isinstance(key, str) or "@" not in key:
@@ -145,13 +151,7 @@ def _mq_key(mq: object) -> MessageQueueKey:
 
 def load_local_offsets(text: str | bytes, *, path: object = None) -> dict[MessageQueueKey, int]:
     """Parse a broadcasting-mode offsets.json (object keys with brokerName, queueId, topic)."""
-    p = FastjsonParser(decode_text(text, path), path)
-    doc = p.document()
-    if not isinstance(doc, dict):
-        p.fail("the document is not an object", 0)
-    raw = doc.get("offsetTable", {})
-    if not isinstance(raw, dict):
-        p.fail("'offsetTable' is not an object", _where(p, doc, "offsetTable", 1))
+    p, doc, raw = _offset_table(text, path)
     result: dict[MessageQueueKey, int] = {}
     for key, offset in raw.items():
         at = _where(p, raw, key, 0)
