@@ -151,7 +151,7 @@ def _mq_key(mq: object) -> MessageQueueKey:
 
 def load_local_offsets(text: str | bytes, *, path: object = None) -> dict[MessageQueueKey, int]:
     """Parse a broadcasting-mode offsets.json (object keys with brokerName, queueId, topic)."""
-    p, doc, raw = _offset_table(text, path)
+    p, _, raw = _offset_table(text, path)
     result: dict[MessageQueueKey, int] = {}
     for key, offset in raw.items():
         at = _where(p, raw, key, 0)
