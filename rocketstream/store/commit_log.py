@@ -22,6 +22,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,6 +36,8 @@ from rocketstream.store.put_columns import ColumnBatch
 
 _II = struct.Struct(">ii")
 _Q = struct.Struct(">q")
+_I = struct.Struct(">i")
+_H = struct.Struct(">h")
 MIN_RECORD_SIZE = fmt.record_size(0, 0, 0)
 _PWRITE_MIN = 16 << 10   # appends at least this big go through pwrite rather than the mapping
 
@@ -195,8 +198,9 @@ class CommitLog:
     def iter_records(self, start: int, *, check_crc: bool) -> Iterator[tuple[int, MessageRecord | None]]:
         """(offset, record) from ``start`` to the end of the last file; (offset, None) for a blank.
 
-        Raises CorruptStoreError at the first record that does not decode (recovery stops there).
-        Zero bytes where a record should start end the iteration (the unwritten tail).
+        Fully decoded records, for ``check`` and look-ups. Raises CorruptStoreError at the first
+        record that does not decode. Zero bytes where a record should start end the iteration (the
+        unwritten tail). Recovery does not use this: it uses ``scan`` (Java's checks, nothing more).
         """
         offset = start
         while True:
@@ -220,16 +224,13 @@ class CommitLog:
             if rec.physical_offset != offset:
                 raise CorruptStoreError(f"PHYSICALOFFSET field {rec.physical_offset} does not match the record's "
                                         "position", path=mf.path, offset=offset)
-            if check_crc and _props_length(rec) > 0 and mf.mm[pos + rec.total_size - 1] != 0x02:
-                # BODYCRC does not cover the properties; every writer ends them with \x02, so a
-                # different last byte is a torn tail (spec 1.6).
-                raise CorruptStoreError("PROPERTIES do not end with \\x02 (torn record)", path=mf.path,
-                                        offset=offset)
-            if pos + rec.total_size + fmt.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
-                raise CorruptStoreError("record leaves less than 8 bytes before the end of the file",
-                                        path=mf.path, offset=offset)
             yield offset, rec
             offset += rec.total_size
+
+    def scan(self, start: int, *, check_crc: bool) -> RecordScan:
+        """A recovery scan from ``start``: iterate it for ``RecordHead``s; when the iteration ends,
+        ``end`` is the recovered end and ``problem`` says why the scan stopped (None: clean end)."""
+        return RecordScan(self, start, check_crc)
 
     def _peek_size(self, mf: MappedFile, pos: int) -> int:
         """Reader end scan: size of the complete record at ``pos``, -1 for a blank, 0 for 'no record'."""
@@ -289,6 +290,130 @@ class CommitLog:
             bad[lo:hi] = ~ok
         hits = np.flatnonzero(bad)
         return int(hits[0]) if len(hits) else -1
+
+
+class RecordHead(NamedTuple):
+    """What recovery and dispatch need of one record (``CommitLog.scan``); no body copy."""
+
+    offset: int             # PHYSICALOFFSET == position in the commit log
+    size: int               # TOTALSIZE
+    sys_flag: int
+    queue_id: int
+    queue_offset: int
+    store_timestamp: int
+    topic: str
+    props: memoryview       # PROPERTIES bytes (a view into the mapping)
+
+    def properties(self) -> dict[str, str]:
+        return fmt.decode_properties(self.props) if len(self.props) else {}
+
+
+_HEAD = struct.Struct(">iiiiiqqiq")   # TOTALSIZE .. BORNTIMESTAMP
+_TOPIC_CACHE: dict[bytes, str] = {}
+
+
+class RecordScan:
+    """Recovery's walk over records, with the checks ``CommitLog.checkMessageAndReturnSize`` makes
+    and nothing stricter: magic (V1/V2; BLANK ends the file), every field inside the file, BODYCRC
+    when ``check_crc``, the length formula equal to TOTALSIZE — plus PHYSICALOFFSET equal to the
+    record's position (a real broker always writes it so). The first record that fails ends the
+    scan; ``end`` is where it starts and ``problem`` says what failed. Blank records and the zero
+    bytes of an unwritten tail are not problems. Properties are not parsed here (Java decodes them
+    leniently, so their bytes never fail a record)."""
+
+    def __init__(self, cl: CommitLog, start: int, check_crc: bool) -> None:
+        self._cl = cl
+        self.end = start
+        self.problem: str | None = None
+        self.problem_path: Path | None = None
+        self._check_crc = check_crc
+
+    def _stop(self, mf: MappedFile, offset: int, problem: str | None) -> None:
+        self.end = offset
+        self.problem = problem
+        self.problem_path = mf.path
+
+    def __iter__(self) -> Iterator[RecordHead]:
+        cl, check_crc = self._cl, self._check_crc
+        offset = self.end
+        mf = cl.find_file(offset)
+        while mf is not None:
+            mm, size_of_file, base = mf.mm, mf.file_size, mf.file_from_offset
+            view = memoryview(mm)
+            pos = offset - base
+            while True:
+                if pos + 8 > size_of_file:
+                    self._stop(mf, base + pos, None if pos == size_of_file else
+                               f"{size_of_file - pos} bytes left at the end of the file, too few for a record")
+                    return
+                total, magic = _II.unpack_from(mm, pos)
+                if magic == fmt.BLANK_MAGIC:     # end of this file: go on with the next one
+                    break
+                if magic != fmt.MAGIC_V1 and magic != fmt.MAGIC_V2:
+                    self._stop(mf, base + pos, None if total == 0 and magic == 0 else
+                               f"bad MAGICCODE 0x{magic & 0xFFFFFFFF:08X}")
+                    return
+                problem, head = _check_record(view, pos, total, magic, base, size_of_file, check_crc)
+                if problem is not None:
+                    self._stop(mf, base + pos, problem)
+                    return
+                yield head
+                pos += total
+            offset = mf.end_offset
+            self.end = offset
+            nxt = cl.find_file(offset)
+            if nxt is None:
+                return
+            mf = nxt
+
+
+def _check_record(view: memoryview, pos: int, total: int, magic: int, base: int, file_size: int,
+                  check_crc: bool) -> tuple[str | None, RecordHead | None]:
+    """(problem, head) for the record at ``pos`` whose TOTALSIZE and magic were read already."""
+    end = pos + total
+    if total < MIN_RECORD_SIZE or end > file_size:
+        return f"TOTALSIZE {total} does not fit in the file", None
+    (_, _, body_crc, queue_id, _, queue_offset, physical_offset, sys_flag, _) = _HEAD.unpack_from(view, pos)
+    p = pos + fmt.POS_BORN_HOST + (20 if sys_flag & fmt.FLAG_BORNHOST_V6 else 8)
+    (store_timestamp,) = _Q.unpack_from(view, p)
+    p += 8 + (20 if sys_flag & fmt.FLAG_STOREHOST_V6 else 8) + 12
+    if p + 4 > end:
+        return f"TOTALSIZE {total} is too small for the hosts of SYSFLAG 0x{sys_flag:X}", None
+    (body_len,) = _I.unpack_from(view, p)
+    p += 4
+    if body_len < 0 or p + body_len > end:
+        return f"BODY length {body_len} does not fit in TOTALSIZE {total}", None
+    if check_crc and body_len > 0:
+        crc = fmt.crc32(view[p:p + body_len]) & 0x7FFFFFFF
+        if crc != body_crc:
+            return f"BODYCRC mismatch: stored {body_crc}, computed {crc}", None
+    p += body_len
+    v2 = magic == fmt.MAGIC_V2
+    if p + (2 if v2 else 1) > end:
+        return f"TOPIC length does not fit in TOTALSIZE {total}", None
+    if v2:
+        (topic_len,) = _H.unpack_from(view, p)
+        p += 2
+    else:
+        topic_len = view[p] - 256 if view[p] > 127 else view[p]   # Java reads a signed byte
+        p += 1
+    if topic_len < 0 or p + topic_len + 2 > end:
+        return f"TOPIC length {topic_len} does not fit in TOTALSIZE {total}", None
+    raw_topic = bytes(view[p:p + topic_len])
+    p += topic_len
+    (props_len,) = _H.unpack_from(view, p)
+    p += 2
+    if props_len < 0 or p + props_len != end:
+        return f"length formula gives {p + max(props_len, 0) - pos} but TOTALSIZE is {total}", None
+    if physical_offset != base + pos:
+        return f"PHYSICALOFFSET field {physical_offset} does not match the record's position", None
+    topic = _TOPIC_CACHE.get(raw_topic)
+    if topic is None:
+        topic = raw_topic.decode("utf-8", "replace")    # Java: new String(bytes, UTF_8)
+        if len(_TOPIC_CACHE) < 65536:
+            _TOPIC_CACHE[raw_topic] = topic
+    return None, RecordHead(physical_offset, total, sys_flag, queue_id, queue_offset, store_timestamp, topic,
+                            view[p:end])
 
 
 def _pwrite_all(fd: int, data: memoryview, pos: int, mf: MappedFile) -> None:

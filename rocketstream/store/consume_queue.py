@@ -9,6 +9,7 @@ the commit-log bytes were copied before ``put`` was called.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections.abc import Callable
@@ -27,6 +28,8 @@ _PWRITE_MIN = 4096
 _UNIT = struct.Struct(">qiq")
 _SIZE = struct.Struct(">i")
 UNIT = CQ_UNIT_SIZE
+_TAIL_CHECK = 16   # units at a queue's end always checked against their records on writer open
+log = logging.getLogger(__name__)
 
 
 def units_of(mf: MappedFile) -> np.ndarray:
@@ -98,24 +101,47 @@ class ConsumeQueue:
         self.queue.truncate_dirty(process)
         self.max_physic_offset = self._last_real_unit_end()
 
-    def repair_tail(self) -> bool:
-        """Cut the last file at the first unit that disagrees with the record header it points to
-        (magic, TOTALSIZE, PHYSICALOFFSET). Returns True when something was cut.
+    def repair_tail(self, commit_log_min: int, check_from: int) -> bool:
+        """Cut the last file at the first unit that disagrees with the commit log. Returns True
+        when something was cut (the caller re-dispatches the cut units from the commit log).
 
-        Normal recovery used to trust every unit that passed the offset >= 0 / size > 0 test, so a
-        damaged tail after a clean shutdown stayed damaged (reliability campaign, item 4); the
-        recovery that calls this re-dispatches the cut units from the commit log.
+        Disagreeing: a unit that does not start after the previous one ends (dispatch writes units
+        in commit-log order), or whose record header (magic, TOTALSIZE, PHYSICALOFFSET) differs —
+        checked for units pointing at or beyond ``check_from`` (the commit-log files recovery
+        scans) and for the last ``_TAIL_CHECK`` units, not every unit (``ConsumeQueue.recover``
+        checks none). Units below ``commit_log_min`` are expired by retention, not damaged: they
+        stay (docs/store-format.md). Normal recovery used to trust every unit that passed the
+        offset >= 0 / size > 0 test, so a damaged tail after a clean shutdown stayed damaged
+        (reliability campaign, item 4).
         """
         mf = self.queue.last
         if mf is None or not mf.wrote_position:
             return False
         units = units_of(mf)[:mf.wrote_position // UNIT]
-        real = units["size"] != PREFILL_SIZE
-        first_real = int(np.argmax(real)) if real.any() else len(units)
-        bad = self._check_units(units[first_real:])
-        if bad < 0:
+        offsets = units["offset"].astype(np.int64)
+        sizes = units["size"].astype(np.int64)
+        real = np.flatnonzero(sizes != PREFILL_SIZE)
+        if not len(real):
             return False
-        self.queue.truncate_dirty(mf.file_from_offset + (first_real + bad) * UNIT)
+        bad = len(units)
+        ro, rs = offsets[real], sizes[real]
+        out_of_order = np.flatnonzero(ro[1:] < ro[:-1] + rs[:-1])
+        if len(out_of_order):
+            bad = int(real[out_of_order[0] + 1])
+        live = real[(ro >= commit_log_min)]
+        live = live[live < bad]
+        if len(live):
+            probe = live[(offsets[live] >= check_from) | (live >= live[-1] - _TAIL_CHECK)]
+            first = self._check_units(units[probe])
+            if first >= 0:
+                bad = int(probe[first])
+        if bad >= len(units):
+            return False
+        u = units[bad]
+        log.warning("consume queue %s: unit %d (commitLogOffset %d, size %d) disagrees with the commit log; "
+                    "the queue is cut there and rebuilt from the commit log", self.directory,
+                    (mf.file_from_offset + bad * UNIT) // UNIT, int(u["offset"]), int(u["size"]))
+        self.queue.truncate_dirty(mf.file_from_offset + bad * UNIT)
         if len(self.queue.files) > 1 and not self.queue.last.wrote_position:
             self.queue.delete_last()   # an emptied last file would stop truncate_dirty_logic_files early
         self.max_physic_offset = self._last_real_unit_end()
@@ -234,8 +260,10 @@ class ConsumeQueue:
                 return                    # duplicates of units already present
             units, expect = units[dup:], current
         elif expect > current:
-            raise CorruptStoreError(f"queue offset gap: unit for logical offset {cq_offset} but the queue ends at "
-                                    f"{current // UNIT}", path=self.directory, offset=current)
+            # ConsumeQueue.putMessagePositionInfo: Java logs "logic queue order maybe wrong" and
+            # appends at the queue's end; the commit log is never touched because of it.
+            log.warning("consume queue %s: unit for queue offset %d but the queue ends at %d; appended at the end",
+                        self.directory, cq_offset, current // UNIT)
         data = bytearray(prefill + units.tobytes())
         first_size = bytes(data[8:12])
         data[8:12] = bytes(4)

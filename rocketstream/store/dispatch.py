@@ -13,7 +13,7 @@ import numpy as np
 
 from rocketstream.store import format as fmt
 from rocketstream.store.checkpoint import StoreCheckpoint
-from rocketstream.store.commit_log import AppendResult
+from rocketstream.store.commit_log import AppendResult, RecordHead
 from rocketstream.store.consume_queue import ConsumeQueue
 from rocketstream.store.format import CQ_DTYPE, MessageRecord
 from rocketstream.store.put_batch import PreparedList
@@ -58,6 +58,17 @@ class Dispatcher:
             cq.put(result.queue_offset, units)
         if self._checkpoint is not None:
             self._checkpoint.logics_msg_timestamp = ts
+
+    def dispatch_head(self, head: RecordHead) -> None:
+        """Recovery replay of one scanned record (``CommitLog.scan``)."""
+        if not is_dispatchable(head.sys_flag):
+            return
+        code = 0
+        if len(head.props):
+            code = self.tags_code(head.topic, head.properties(), head.store_timestamp)
+        self._get_queue(head.topic, head.queue_id).put_one(head.queue_offset, head.offset, head.size, code)
+        if self._checkpoint is not None:
+            self._checkpoint.logics_msg_timestamp = head.store_timestamp
 
     def dispatch_record(self, rec: MessageRecord) -> None:
         """Recovery replay of one decoded record."""

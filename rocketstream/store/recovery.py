@@ -6,13 +6,14 @@ points at, re-dispatching every record), then consume-queue truncation to the re
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import struct
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from rocketstream.errors import CorruptStoreError, StoreLockedError
+from rocketstream.errors import StoreLockedError
 from rocketstream.store import format as fmt
 from rocketstream.store.checkpoint import StoreCheckpoint
 from rocketstream.store.commit_log import CommitLog
@@ -22,7 +23,7 @@ from rocketstream.store.dispatch import Dispatcher, is_dispatchable
 _held_locks: set[str] = set()
 _held_guard = threading.Lock()
 _II = struct.Struct(">ii")
-_Q = struct.Struct(">q")
+log = logging.getLogger(__name__)
 
 
 class StoreLock:
@@ -64,7 +65,7 @@ class StoreLock:
 
 
 def _first_record_ok_for_abnormal(cl: CommitLog, index: int, min_timestamp: int) -> bool:
-    """Spec 4.5 step 1 probe: V1/V2 magic, non-zero STORETIMESTAMP <= checkpoint minimum."""
+    """``CommitLog.isMappedFileMatchedRecover``: V1/V2 magic, non-zero STORETIMESTAMP <= checkpoint minimum."""
     mf = cl.queue.files[index]
     _, magic = _II.unpack_from(mf.mm, 0)
     if magic not in (fmt.MAGIC_V1, fmt.MAGIC_V2):
@@ -73,10 +74,10 @@ def _first_record_ok_for_abnormal(cl: CommitLog, index: int, min_timestamp: int)
     return ts != 0 and ts <= min_timestamp
 
 
-def _repair_tail(cq: ConsumeQueue) -> bool:
+def _repair_tail(cq: ConsumeQueue, cl_min: int, check_from: int) -> bool:
     """Repeat ConsumeQueue.repair_tail while it removes whole files (the new last file is checked too)."""
     cut = False
-    while cq.repair_tail():
+    while cq.repair_tail(cl_min, check_from):
         cut = True
     return cut
 
@@ -85,64 +86,77 @@ def recover(cl: CommitLog, queues: Iterable[ConsumeQueue], dispatcher: Dispatche
             *, abnormal: bool, check_crc: bool) -> int:
     """Recover the commit log and the consume queues; returns the commit-log end offset.
 
-    Beyond spec 4.4/4.5, consume queues are treated as derived data that must agree with the commit
-    log whatever the shutdown: each queue's last file is checked unit by unit against the record
-    headers (a disagreeing unit and everything after it is cut), and a queue whose units stop short
-    of the last record the scan saw for it is re-dispatched from its own end — so a damaged or lost
-    consume-queue tail is rebuilt after a clean shutdown too.
+    The commit log is cut only where a record fails the checks ``CommitLog.checkMessageAndReturnSize``
+    makes (``CommitLog.scan``): normal recovery scans from the third-to-last file
+    (``CommitLog.recoverNormally``), abnormal from the newest file whose first record is older than the
+    checkpoint (``recoverAbnormally``). Nothing a consume queue holds can shorten the commit log.
+
+    Consume queues are derived data, repaired forward: ``ConsumeQueue.recover`` keeps the valid unit
+    prefix; beyond Java, each queue's last file is checked against the record headers its units point
+    to (units below the commit-log minimum are expired, not damaged — docs/store-format.md) and a
+    disagreeing unit is cut; then every queue that ends before records the scan saw for it — cut,
+    lost, or abnormal shutdown — is re-dispatched from its own end (the reput catch-up of
+    ``DefaultMessageStore.recover``).
     """
     queues = list(queues)
     for cq in queues:
         cq.recover()
     files = cl.queue.files
     if not files:
-        for cq in queues:          # no commit log at all: every unit would dangle
+        for cq in queues:          # no commit log at all: every unit would dangle (Java destroyLogics)
             cq.queue.truncate_dirty(-1)
             cq.min_logic_offset = cq.max_physic_offset = 0
         return 0
-    repaired = [cq for cq in queues if _repair_tail(cq)]
-    max_cq_phys = max((cq.max_physic_offset for cq in queues), default=0)
     if abnormal:
         min_ts = checkpoint.min_timestamp()
         start_index = next((i for i in range(len(files) - 1, -1, -1)
                             if _first_record_ok_for_abnormal(cl, i, min_ts)), 0)
     else:
         start_index = max(len(files) - 3, 0)
-    scan_start = process = files[start_index].file_from_offset
+    scan_start = files[start_index].file_from_offset
+    cl_min = cl.queue.min_offset()
+    repaired = [cq for cq in queues if _repair_tail(cq, cl_min, scan_start)]
+    max_cq_phys = max((cq.max_physic_offset for cq in queues), default=0)
     last_seen: dict[tuple[str, int], int] = {}   # (topic, queue) -> last queue offset in the scan
-    try:
-        for offset, rec in cl.iter_records(process, check_crc=check_crc):
-            if rec is None:
-                process = cl.queue.find(offset).end_offset
-                continue
-            if abnormal:
-                dispatcher.dispatch_record(rec)
-            elif is_dispatchable(rec.sys_flag):
-                last_seen[rec.topic, rec.queue_id] = rec.queue_offset
-            process = offset + rec.total_size
-            cl.last_store_timestamp = max(cl.last_store_timestamp, rec.store_timestamp)
-    except CorruptStoreError:
-        pass   # a torn or damaged tail: everything from ``process`` on is cut (spec 4.4 step 3)
+    scan = cl.scan(scan_start, check_crc=check_crc)
+    last_ts = cl.last_store_timestamp
+    for head in scan:
+        if is_dispatchable(head.sys_flag):
+            last_seen[head.topic, head.queue_id] = head.queue_offset
+        if head.store_timestamp > last_ts:
+            last_ts = head.store_timestamp
+    cl.last_store_timestamp = last_ts
+    process = scan.end
+    if scan.problem is not None:
+        log.warning("commit log %s: %s at offset %d; recovery cuts the commit log there (%d bytes)",
+                    scan.problem_path, scan.problem, process, cl.queue.max_offset() - process)
     cl.queue.truncate_dirty(process)
-    if max_cq_phys >= process or abnormal or repaired:
+    if max_cq_phys >= process or repaired:
         for cq in queues:
             cq.truncate_dirty_logic_files(process)
-    # 4.x reput catch-up: records beyond every CQ's end get their units now; queues whose tail was
-    # cut or lost (they end before the last record of theirs the scan saw) are replayed from their end.
-    reput = max(max((cq.max_physic_offset for cq in queues), default=0), cl.queue.min_offset())
+    # Reput catch-up: records beyond every queue's end get their units now (4.x reputFromOffset);
+    # after a crash everything from the scan start is dispatched again (put skips what is there);
+    # queues whose tail was cut or lost are replayed from their own end.
+    reput = max(max((cq.max_physic_offset for cq in queues), default=0), cl_min)
     if abnormal:
-        reput = max(reput, process)     # the scan dispatched everything from scan_start on
-        lagging = [cq for cq in repaired if cq.max_physic_offset < scan_start]
-    else:
-        lagging = [cq for cq in queues if cq in repaired
-                   or last_seen.get((cq.topic, cq.queue_id), -1) >= cq.max_offset()]
-    for cq in lagging:
-        reput = min(reput, max(cq.max_physic_offset, cl.queue.min_offset()))
+        reput = min(reput, scan_start)
+    by_key = {(cq.topic, cq.queue_id): cq for cq in queues}
+    for key, last in last_seen.items():
+        cq = by_key.get(key)
+        if cq is None:                     # a queue the scan saw has no consume queue at all
+            reput = cl_min
+        elif last >= cq.max_offset():
+            reput = min(reput, max(cq.max_physic_offset, cl_min))
+    for cq in repaired:
+        reput = min(reput, max(cq.max_physic_offset, cl_min))
     if reput < process:
-        for _, rec in cl.iter_records(reput, check_crc=False):
-            if rec is None:
-                continue
-            if rec.physical_offset >= process:
-                break
-            dispatcher.dispatch_record(rec)
+        _replay(cl, dispatcher, reput, process)
     return process
+
+
+def _replay(cl: CommitLog, dispatcher: Dispatcher, start: int, end: int) -> None:
+    """Dispatch every record in [start, end) (already validated by the scan, so no CRC again)."""
+    for head in cl.scan(start, check_crc=False):
+        if head.offset >= end:
+            break
+        dispatcher.dispatch_head(head)

@@ -51,11 +51,16 @@ def test_redispatch_is_idempotent(tmp_path):
     assert cq.read_units(0, 7)["offset"].tolist() == [i * 100 for i in range(7)]
 
 
-def test_gap_is_corruption(tmp_path):
+def test_gap_is_logged_and_the_unit_appended_at_the_end(tmp_path, caplog):
+    """ConsumeQueue.putMessagePositionInfo: a queue-offset gap is a warning, not damage — the unit
+    goes to the queue's end and nothing is refused (a refusal used to truncate the commit log)."""
     cq = make(tmp_path)
     cq.put(0, seq(0, 2))
-    with pytest.raises(CorruptStoreError, match="gap"):
+    with caplog.at_level("WARNING"):
         cq.put(5, seq(5, 1))
+    assert "queue offset 5 but the queue ends at 2" in caplog.text
+    assert cq.max_offset() == 3
+    assert cq.unit(2) == (500, 100, 0)
 
 
 def test_first_unit_at_nonzero_offset_prefills(tmp_path):
