@@ -28,6 +28,7 @@ import numpy as np
 
 from rocketstream.errors import CorruptStoreError, StoreError
 from rocketstream.store import format as fmt
+from rocketstream.store import vectorized
 from rocketstream.store.format import HostAddress, MessageRecord
 from rocketstream.store.mapped_file import MappedFile, MappedFileQueue
 from rocketstream.store.messages import PreparedMessage
@@ -40,6 +41,8 @@ _I = struct.Struct(">i")
 _H = struct.Struct(">h")
 MIN_RECORD_SIZE = fmt.record_size(0, 0, 0)
 _PWRITE_MIN = 16 << 10   # appends at least this big go through pwrite rather than the mapping
+_BULK_MIN = 8            # shorter runs of known record starts are walked one by one
+_BULK_MAX = 1 << 16      # records checked per bulk step (bounds the temporary arrays)
 
 
 @dataclass
@@ -227,10 +230,14 @@ class CommitLog:
             yield offset, rec
             offset += rec.total_size
 
-    def scan(self, start: int, *, check_crc: bool) -> RecordScan:
+    def scan(self, start: int, *, check_crc: bool, known_starts: np.ndarray | None = None) -> RecordScan:
         """A recovery scan from ``start``: iterate it for ``RecordHead``s; when the iteration ends,
-        ``end`` is the recovered end and ``problem`` says why the scan stopped (None: clean end)."""
-        return RecordScan(self, start, check_crc)
+        ``end`` is the recovered end and ``problem`` says why the scan stopped (None: clean end).
+
+        ``known_starts`` (sorted, unique commit-log offsets, e.g. from consume-queue units): runs of
+        records starting there are checked in bulk and not yielded; every other record is walked
+        and yielded. Either way the same checks decide where the scan ends."""
+        return RecordScan(self, start, check_crc, known_starts)
 
     def _peek_size(self, mf: MappedFile, pos: int) -> int:
         """Reader end scan: size of the complete record at ``pos``, -1 for a blank, 0 for 'no record'."""
@@ -321,12 +328,66 @@ class RecordScan:
     bytes of an unwritten tail are not problems. Properties are not parsed here (Java decodes them
     leniently, so their bytes never fail a record)."""
 
-    def __init__(self, cl: CommitLog, start: int, check_crc: bool) -> None:
+    def __init__(self, cl: CommitLog, start: int, check_crc: bool, known_starts: np.ndarray | None = None) -> None:
         self._cl = cl
         self.end = start
         self.problem: str | None = None
         self.problem_path: Path | None = None
         self._check_crc = check_crc
+        self._known = known_starts
+        self.max_store_timestamp = 0
+        self.skipped = 0    # records validated in bulk and not yielded
+        self._runs: list[tuple[np.ndarray, np.ndarray]] = []
+        self._walked_starts: list[int] = []
+        self._walked_sizes: list[int] = []
+
+    def validated(self) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, sizes) of every record the scan accepted, ascending."""
+        starts = [r[0] for r in self._runs] + [np.array(self._walked_starts, dtype=np.int64)]
+        sizes = [r[1] for r in self._runs] + [np.array(self._walked_sizes, dtype=np.int64)]
+        s, z = np.concatenate(starts), np.concatenate(sizes)
+        order = np.argsort(s, kind="stable")
+        return s[order], z[order]
+
+    def _fast_forward(self, mf: MappedFile, pos: int) -> int:
+        """Validate, in bulk, the run of records at ``known_starts`` that begins at ``pos`` and
+        chains (each ends where the next known start is) inside ``mf``; returns the position after
+        the last record that passed every check. Anything doubtful is left to the record-by-record
+        walk, which stays the authority on where the commit log ends."""
+        known = self._known
+        base = mf.file_from_offset
+        i = int(np.searchsorted(known, base + pos))
+        if i >= len(known) or known[i] != base + pos:
+            return pos
+        j = min(int(np.searchsorted(known, mf.end_offset)), i + _BULK_MAX)
+        if j - i < _BULK_MIN:
+            return pos
+        rel = known[i:j] - base
+        h = vectorized.decode_headers(mf.array, rel)
+        total = h["total_size"].astype(np.int64)
+        v2 = h["v2"]
+        ok = (h["in_bounds"] & ((h["magic"] == fmt.MAGIC_V1) | v2) & (total >= MIN_RECORD_SIZE)
+              & (rel + total <= mf.file_size) & (h["body_len"] >= 0) & (h["topic_len"] >= 0)
+              & (h["props_len"] >= 0) & (h["props_pos"] + h["props_len"] == rel + total)
+              & (h["physical_offset"] == known[i:j]))
+        ok[:-1] &= rel[:-1] + total[:-1] == rel[1:]    # chained: nothing unknown in between
+        n = len(rel) if ok.all() else int(np.argmin(ok))
+        if self._check_crc and n:
+            view = memoryview(mf.mm)
+            crc = fmt.crc32
+            body_pos, body_len, body_crc = h["body_pos"][:n].tolist(), h["body_len"][:n].tolist(), \
+                h["body_crc"][:n].tolist()
+            for k in range(n):
+                if body_len[k] and crc(view[body_pos[k]:body_pos[k] + body_len[k]]) & 0x7FFFFFFF != body_crc[k]:
+                    n = k
+                    break
+        if n == 0:
+            return pos
+        # the last record of a run was not chained to a known start; the walk checks what follows
+        self.max_store_timestamp = max(self.max_store_timestamp, int(h["store_timestamp"][:n].max()))
+        self.skipped += n
+        self._runs.append((known[i:i + n].copy(), total[:n].copy()))
+        return int(rel[n - 1] + total[n - 1])
 
     def _stop(self, mf: MappedFile, offset: int, problem: str | None) -> None:
         self.end = offset
@@ -342,6 +403,8 @@ class RecordScan:
             view = memoryview(mm)
             pos = offset - base
             while True:
+                if self._known is not None:
+                    pos = self._fast_forward(mf, pos)
                 if pos + 8 > size_of_file:
                     self._stop(mf, base + pos, None if pos == size_of_file else
                                f"{size_of_file - pos} bytes left at the end of the file, too few for a record")
@@ -357,6 +420,10 @@ class RecordScan:
                 if problem is not None:
                     self._stop(mf, base + pos, problem)
                     return
+                if head.store_timestamp > self.max_store_timestamp:
+                    self.max_store_timestamp = head.store_timestamp
+                self._walked_starts.append(head.offset)
+                self._walked_sizes.append(total)
                 yield head
                 pos += total
             offset = mf.end_offset

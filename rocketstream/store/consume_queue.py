@@ -101,18 +101,18 @@ class ConsumeQueue:
         self.queue.truncate_dirty(process)
         self.max_physic_offset = self._last_real_unit_end()
 
-    def repair_tail(self, commit_log_min: int, check_from: int) -> bool:
+    def repair_tail(self, commit_log_min: int, scanned_from: int, records: tuple[np.ndarray, np.ndarray]) -> bool:
         """Cut the last file at the first unit that disagrees with the commit log. Returns True
         when something was cut (the caller re-dispatches the cut units from the commit log).
 
         Disagreeing: a unit that does not start after the previous one ends (dispatch writes units
-        in commit-log order), or whose record header (magic, TOTALSIZE, PHYSICALOFFSET) differs —
-        checked for units pointing at or beyond ``check_from`` (the commit-log files recovery
-        scans) and for the last ``_TAIL_CHECK`` units, not every unit (``ConsumeQueue.recover``
-        checks none). Units below ``commit_log_min`` are expired by retention, not damaged: they
-        stay (docs/store-format.md). Normal recovery used to trust every unit that passed the
-        offset >= 0 / size > 0 test, so a damaged tail after a clean shutdown stayed damaged
-        (reliability campaign, item 4).
+        in commit-log order); a unit at or after ``scanned_from`` that is not exactly one of the
+        ``records`` (starts, sizes) recovery's scan accepted; one of the last ``_TAIL_CHECK`` units
+        whose record header (magic, TOTALSIZE, PHYSICALOFFSET) differs. Not every unit is read
+        against its record (``ConsumeQueue.recover`` checks none). Units below ``commit_log_min``
+        are expired by retention, not damaged: they stay (docs/store-format.md). Normal recovery
+        used to trust every unit that passed the offset >= 0 / size > 0 test, so a damaged tail
+        after a clean shutdown stayed damaged (reliability campaign, item 4).
         """
         mf = self.queue.last
         if mf is None or not mf.wrote_position:
@@ -128,13 +128,20 @@ class ConsumeQueue:
         out_of_order = np.flatnonzero(ro[1:] < ro[:-1] + rs[:-1])
         if len(out_of_order):
             bad = int(real[out_of_order[0] + 1])
-        live = real[(ro >= commit_log_min)]
-        live = live[live < bad]
-        if len(live):
-            probe = live[(offsets[live] >= check_from) | (live >= live[-1] - _TAIL_CHECK)]
-            first = self._check_units(units[probe])
+        scanned = real[ro >= scanned_from]
+        if len(scanned):
+            starts, totals = records
+            at = np.minimum(np.searchsorted(starts, offsets[scanned]), max(len(starts) - 1, 0))
+            known = (starts[at] == offsets[scanned]) & (totals[at] == sizes[scanned]) if len(starts) else \
+                np.zeros(len(scanned), dtype=bool)
+            if not known.all():
+                bad = min(bad, int(scanned[np.argmin(known)]))
+        tail = real[(ro >= commit_log_min) & (ro < scanned_from)][-_TAIL_CHECK:]
+        tail = tail[tail < bad]
+        if len(tail):
+            first = self._check_units(units[tail])
             if first >= 0:
-                bad = int(probe[first])
+                bad = int(tail[first])
         if bad >= len(units):
             return False
         u = units[bad]
@@ -146,6 +153,16 @@ class ConsumeQueue:
             self.queue.delete_last()   # an emptied last file would stop truncate_dirty_logic_files early
         self.max_physic_offset = self._last_real_unit_end()
         return True
+
+    def record_starts_from(self, phy_offset: int) -> np.ndarray:
+        """Commit-log offsets of this queue's units at or after ``phy_offset`` (recovery hints)."""
+        parts = []
+        for mf in reversed(self.queue.files):
+            offsets = units_of(mf)[:mf.wrote_position // UNIT]["offset"]
+            parts.append(offsets[offsets >= phy_offset])
+            if len(offsets) and offsets[0] < phy_offset:
+                break
+        return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
 
     def _last_real_unit_end(self) -> int:
         for mf in reversed(self.queue.files):
@@ -160,15 +177,18 @@ class ConsumeQueue:
         """Drop units pointing at or beyond ``phy_offset`` (the recovered commit-log end)."""
         while self.queue.files:
             mf = self.queue.last
-            units = units_of(mf)
+            units = units_of(mf)[:mf.wrote_position // UNIT]
+            if not len(units):
+                break
             first = units[0]
             if first["size"] > 0 and first["offset"] >= phy_offset and first["size"] != PREFILL_SIZE:
                 self.queue.delete_last()
                 continue
             keep = (units["offset"] >= 0) & (units["size"] > 0) & (units["offset"] < phy_offset)
-            n = len(units) if keep.all() else int(np.argmin(keep))
-            mf.set_positions(n * UNIT)
-            mf.zero_tail(n * UNIT)
+            if not keep.all():
+                n = int(np.argmin(keep))
+                mf.set_positions(n * UNIT)
+                mf.zero_tail(n * UNIT)
             break
         if not self.queue.files:
             self.min_logic_offset = 0

@@ -12,6 +12,7 @@ goes away (Linux semantics). Dropping the ``MappedFile`` is enough to release it
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from pathlib import Path
@@ -67,14 +68,43 @@ class MappedFile:
         self.flushed_position = self.wrote_position
 
     def zero_tail(self, position: int) -> None:
-        """Zero every non-zero byte in [position, file_size): removes a torn write for good."""
-        pos = position
-        while pos < self.file_size:
-            end = min(pos + _ZERO_CHUNK, self.file_size)
-            chunk = self.array[pos:end]
-            if chunk.any():
-                self.mm[pos:end] = bytes(end - pos)
-            pos = end
+        """Zero every non-zero byte in [position, file_size): removes a torn write for good.
+
+        Only the file's data regions are looked at (SEEK_DATA / SEEK_HOLE): a pre-allocated file is
+        sparse beyond its end, and reading its holes (zeros by definition) cost ~6 MB of page
+        faults per consume queue on every writer open."""
+        for start, end in self._data_regions(position):
+            pos = start
+            while pos < end:
+                stop = min(pos + _ZERO_CHUNK, end)
+                if self.array[pos:stop].any():
+                    self.mm[pos:stop] = bytes(stop - pos)
+                pos = stop
+
+    def _data_regions(self, position: int) -> list[tuple[int, int]]:
+        """[start, end) ranges at or after ``position`` that may hold non-zero bytes."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError as exc:
+            raise StoreError(f"cannot open: {exc}", path=self.path) from exc
+        regions = []
+        try:
+            pos = position
+            while pos < self.file_size:
+                try:
+                    data = os.lseek(fd, pos, os.SEEK_DATA)
+                except OSError as exc:
+                    if exc.errno == errno.ENXIO:        # nothing but a hole up to the end
+                        break
+                    return [(position, self.file_size)]   # no SEEK_DATA here: look at everything
+                if data >= self.file_size:
+                    break
+                hole = min(os.lseek(fd, data, os.SEEK_HOLE), self.file_size)
+                regions.append((max(data, position), hole))
+                pos = hole
+        finally:
+            os.close(fd)
+        return regions
 
     def set_positions(self, position: int) -> None:
         self.wrote_position = self.flushed_position = position

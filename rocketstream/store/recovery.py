@@ -13,6 +13,8 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
+
 from rocketstream.errors import StoreLockedError
 from rocketstream.store import format as fmt
 from rocketstream.store.checkpoint import StoreCheckpoint
@@ -20,6 +22,7 @@ from rocketstream.store.commit_log import CommitLog
 from rocketstream.store.consume_queue import ConsumeQueue
 from rocketstream.store.dispatch import Dispatcher, is_dispatchable
 
+LMQ_PREFIX = "%LMQ%"
 _held_locks: set[str] = set()
 _held_guard = threading.Lock()
 _II = struct.Struct(">ii")
@@ -74,10 +77,10 @@ def _first_record_ok_for_abnormal(cl: CommitLog, index: int, min_timestamp: int)
     return ts != 0 and ts <= min_timestamp
 
 
-def _repair_tail(cq: ConsumeQueue, cl_min: int, check_from: int) -> bool:
+def _repair_tail(cq: ConsumeQueue, cl_min: int, scanned_from: int, records: tuple[np.ndarray, np.ndarray]) -> bool:
     """Repeat ConsumeQueue.repair_tail while it removes whole files (the new last file is checked too)."""
     cut = False
-    while cq.repair_tail(cl_min, check_from):
+    while cq.repair_tail(cl_min, scanned_from, records):
         cut = True
     return cut
 
@@ -115,23 +118,25 @@ def recover(cl: CommitLog, queues: Iterable[ConsumeQueue], dispatcher: Dispatche
         start_index = max(len(files) - 3, 0)
     scan_start = files[start_index].file_from_offset
     cl_min = cl.queue.min_offset()
-    repaired = [cq for cq in queues if _repair_tail(cq, cl_min, scan_start)]
-    max_cq_phys = max((cq.max_physic_offset for cq in queues), default=0)
     last_seen: dict[tuple[str, int], int] = {}   # (topic, queue) -> last queue offset in the scan
-    scan = cl.scan(scan_start, check_crc=check_crc)
-    last_ts = cl.last_store_timestamp
+    # Records that consume-queue units point at are checked in bulk (they have their units, so they
+    # cannot make a queue lag); the others are walked one by one and noted. LMQ units point at other
+    # topics' records: not hints.
+    hints = [cq.record_starts_from(scan_start) for cq in queues if not cq.topic.startswith(LMQ_PREFIX)]
+    known = np.unique(np.concatenate(hints)) if hints else None
+    scan = cl.scan(scan_start, check_crc=check_crc, known_starts=known)
     for head in scan:
         if is_dispatchable(head.sys_flag):
             last_seen[head.topic, head.queue_id] = head.queue_offset
-        if head.store_timestamp > last_ts:
-            last_ts = head.store_timestamp
-    cl.last_store_timestamp = last_ts
+    cl.last_store_timestamp = max(cl.last_store_timestamp, scan.max_store_timestamp)
     process = scan.end
     if scan.problem is not None:
         log.warning("commit log %s: %s at offset %d; recovery cuts the commit log there (%d bytes)",
                     scan.problem_path, scan.problem, process, cl.queue.max_offset() - process)
     cl.queue.truncate_dirty(process)
-    if max_cq_phys >= process or repaired:
+    records = scan.validated()
+    repaired = [cq for cq in queues if _repair_tail(cq, cl_min, scan_start, records)]
+    if repaired or max((cq.max_physic_offset for cq in queues), default=0) > process:
         for cq in queues:
             cq.truncate_dirty_logic_files(process)
     # Reput catch-up: records beyond every queue's end get their units now (4.x reputFromOffset);
