@@ -108,7 +108,8 @@ class ConsumeQueue:
         Disagreeing: a unit that does not start after the previous one ends (dispatch writes units
         in commit-log order); a unit at or after ``scanned_from`` that is not exactly one of the
         ``records`` (starts, sizes) recovery's scan accepted; one of the last ``_TAIL_CHECK`` units
-        whose record header (magic, TOTALSIZE, PHYSICALOFFSET) differs. Not every unit is read
+        whose record header (magic, TOTALSIZE, PHYSICALOFFSET) differs, for a queue whose units all
+        point before ``scanned_from``. Not every unit is read
         against its record (``ConsumeQueue.recover`` checks none). Units below ``commit_log_min``
         are expired by retention, not damaged: they stay (docs/store-format.md). Normal recovery
         used to trust every unit that passed the offset >= 0 / size > 0 test, so a damaged tail
@@ -138,7 +139,7 @@ class ConsumeQueue:
                 bad = min(bad, int(scanned[np.argmin(known)]))
         tail = real[(ro >= commit_log_min) & (ro < scanned_from)][-_TAIL_CHECK:]
         tail = tail[tail < bad]
-        if len(tail):
+        if len(tail) and not len(scanned):   # a queue whose tail the scan did not reach
             first = self._check_units(units[tail])
             if first >= 0:
                 bad = int(tail[first])

@@ -63,10 +63,13 @@ class Dispatcher:
         """Recovery replay of one scanned record (``CommitLog.scan``)."""
         if not is_dispatchable(head.sys_flag):
             return
+        cq = self._get_queue(head.topic, head.queue_id)
+        if head.offset + head.size <= cq.max_physic_offset:
+            return                        # already dispatched (ConsumeQueue.putMessagePositionInfo)
         code = 0
         if len(head.props):
             code = self.tags_code(head.topic, head.properties(), head.store_timestamp)
-        self._get_queue(head.topic, head.queue_id).put_one(head.queue_offset, head.offset, head.size, code)
+        cq.put_one(head.queue_offset, head.offset, head.size, code)
         if self._checkpoint is not None:
             self._checkpoint.logics_msg_timestamp = head.store_timestamp
 

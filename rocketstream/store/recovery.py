@@ -120,11 +120,8 @@ def recover(cl: CommitLog, queues: Iterable[ConsumeQueue], dispatcher: Dispatche
     cl_min = cl.queue.min_offset()
     last_seen: dict[tuple[str, int], int] = {}   # (topic, queue) -> last queue offset in the scan
     # Records that consume-queue units point at are checked in bulk (they have their units, so they
-    # cannot make a queue lag); the others are walked one by one and noted. LMQ units point at other
-    # topics' records: not hints.
-    hints = [cq.record_starts_from(scan_start) for cq in queues if not cq.topic.startswith(LMQ_PREFIX)]
-    known = np.unique(np.concatenate(hints)) if hints else None
-    scan = cl.scan(scan_start, check_crc=check_crc, known_starts=known)
+    # cannot make a queue lag); the others are walked one by one and noted.
+    scan = cl.scan(scan_start, check_crc=check_crc, known_starts=_unit_starts(queues, scan_start))
     for head in scan:
         if is_dispatchable(head.sys_flag):
             last_seen[head.topic, head.queue_id] = head.queue_offset
@@ -155,13 +152,24 @@ def recover(cl: CommitLog, queues: Iterable[ConsumeQueue], dispatcher: Dispatche
     for cq in repaired:
         reput = min(reput, max(cq.max_physic_offset, cl_min))
     if reput < process:
-        _replay(cl, dispatcher, reput, process)
+        _replay(cl, dispatcher, queues, reput, process)
     return process
 
 
-def _replay(cl: CommitLog, dispatcher: Dispatcher, start: int, end: int) -> None:
-    """Dispatch every record in [start, end) (already validated by the scan, so no CRC again)."""
-    for head in cl.scan(start, check_crc=False):
+def _unit_starts(queues: list[ConsumeQueue], start: int) -> np.ndarray | None:
+    """Sorted commit-log offsets that units of ``queues`` point at, from ``start`` on. LMQ units
+    point at other topics' records, so they say nothing about those records' own queues."""
+    hints = [cq.record_starts_from(start) for cq in queues if not cq.topic.startswith(LMQ_PREFIX)]
+    if not hints:
+        return None
+    starts = np.sort(np.concatenate(hints))
+    return starts[np.r_[True, starts[1:] != starts[:-1]]] if len(starts) else starts
+
+
+def _replay(cl: CommitLog, dispatcher: Dispatcher, queues: list[ConsumeQueue], start: int, end: int) -> None:
+    """Dispatch the records in [start, end) that no unit points at yet (already validated by the
+    scan, so no CRC again); records with units are passed over in bulk."""
+    for head in cl.scan(start, check_crc=False, known_starts=_unit_starts(queues, start)):
         if head.offset >= end:
             break
         dispatcher.dispatch_head(head)
