@@ -350,7 +350,18 @@ public final class RealStorePeer {
                 if (topic.isEmpty()) {
                     continue;
                 }
-                TopicStatsTable stats = admin.examineTopicStats(topic);
+                TopicStatsTable stats;
+                try {
+                    stats = admin.examineTopicStats(topic);
+                } catch (Exception ex) {
+                    // e.g. a topic the broker has no TopicConfig / route for: say so, go on
+                    JSONObject err = new JSONObject(true);
+                    err.put("kind", "error");
+                    err.put("topic", topic);
+                    err.put("error", String.valueOf(ex).split("\n")[0]);
+                    ps.println(err.toJSONString());
+                    continue;
+                }
                 List<Map.Entry<MessageQueue, TopicOffset>> queues = new ArrayList<>(stats.getOffsetTable().entrySet());
                 queues.sort(Comparator.comparingInt(e -> e.getKey().getQueueId()));
                 for (Map.Entry<MessageQueue, TopicOffset> e : queues) {

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -42,7 +43,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.realbroker import peers
+from tests.realbroker import peers, storefiles
 
 VARIANTS = ("clean", "abort", "retention", "aged")
 AGED_HOURS = 100.0
@@ -61,6 +62,8 @@ class RealStore:
 
 
 def load_oracle(path: Path) -> tuple[dict[tuple[str, int], dict], list[dict]]:
+    """(queues keyed (topic, queueId), messages). Topics the Java side could not read at all appear
+    as a queue key (topic, -1) holding {"kind": "error", ...}."""
     queues: dict[tuple[str, int], dict] = {}
     msgs: list[dict] = []
     with open(path, encoding="utf-8") as fh:
@@ -70,6 +73,8 @@ def load_oracle(path: Path) -> tuple[dict[tuple[str, int], dict], list[dict]]:
             rec = json.loads(line)
             if rec["kind"] == "queue":
                 queues[(rec["topic"], rec["queueId"])] = rec
+            elif rec["kind"] == "error":
+                queues[(rec["topic"], -1)] = rec
             else:
                 msgs.append(rec)
     return queues, msgs
@@ -112,6 +117,24 @@ def _wait_for(cond, timeout: float, what: str, poll: float = 0.2) -> float:
             raise peers.PeerError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(poll)
     return time.monotonic() - t0
+
+
+def _delay_offsets_persisted(store: Path) -> bool:
+    """config/delayOffset.json ({level: offset}, ScheduleMessageService) has caught up with every
+    SCHEDULE_TOPIC_XXXX queue (queue id = level - 1)."""
+    f = store / "config" / "delayOffset.json"
+    if not f.is_file():
+        return False
+    text = f.read_text()
+    table = {int(k): int(v) for k, v in re.findall(r"(\d+)\s*:\s*(\d+)", text)}
+    units = storefiles.cq_units(store)
+    for rel, data in units.items():
+        topic, qid, _ = rel.split("/")
+        if topic == "SCHEDULE_TOPIC_XXXX":
+            total = sum(len(d) for r, d in units.items() if r.startswith(f"{topic}/{qid}/")) // storefiles.CQ_UNIT
+            if table.get(int(qid) + 1, 0) < total:
+                return False
+    return True
 
 
 def _write_info(d: Path, info: dict) -> None:
@@ -166,7 +189,12 @@ def generate(outdir: Path, variants=VARIANTS, *, count: int = 5000, retention_co
         mark("compiled")
         if main_needed:
             ns1.wait_ready()
-            b1 = peers.start_broker(main_home, ns1.port, store_a)
+            # persist delay offsets / consumer offsets often (defaults 10 s / 5 s), so that the store
+            # killed below already records every delivered delayed message: otherwise the recovery
+            # broker's ScheduleMessageService delivers them again and the oracle would describe
+            # messages the abort store does not hold
+            b1 = peers.start_broker(main_home, ns1.port, store_a,
+                                    {"flushDelayOffsetInterval": "500", "flushConsumerOffsetInterval": "1000"})
             servers.append(b1)
         if ret_needed:
             ns2.wait_ready()
@@ -196,6 +224,8 @@ def generate(outdir: Path, variants=VARIANTS, *, count: int = 5000, retention_co
             mark("main workload done")
             # the broker persists consumer offsets every flushConsumerOffsetInterval (5 s)
             _wait_for(lambda: (store_a / "config" / "consumerOffset.json").is_file(), 20, "config/consumerOffset.json")
+            _wait_for(lambda: _delay_offsets_persisted(store_a), 20, "config/delayOffset.json to reach the "
+                      "SCHEDULE_TOPIC_XXXX max offsets")
             b1.kill()
             ns1.kill()
             if not (store_a / "abort").is_file():
@@ -203,6 +233,7 @@ def generate(outdir: Path, variants=VARIANTS, *, count: int = 5000, retention_co
             files = commitlog_files(store_a)
             if "abort" in variants:
                 copy_store(store_a, outdir / "abort" / "store")
+            killed_end = storefiles.commitlog_end(store_a)
             # recovery by the Java broker, the oracle, a clean stop
             with peers.Cluster(work / "main-recover", store_a, clean_stop=True) as c:
                 mark("recovery broker ready")
@@ -212,6 +243,10 @@ def generate(outdir: Path, variants=VARIANTS, *, count: int = 5000, retention_co
             if (store_a / "abort").exists():
                 raise peers.PeerError(f"abort still present in {store_a} after a clean stop")
             mark("recovery broker stopped")
+            if storefiles.commitlog_end(store_a) != killed_end:
+                raise peers.PeerError(f"the recovery broker appended to the commit log ({killed_end} -> "
+                                      f"{storefiles.commitlog_end(store_a)}): the oracle would not describe the "
+                                      "abort store")
             base = {"count": count, "workload": summary, "commitlog_files": files,
                     "commitlog_file_size": peers.COMMITLOG_FILE_SIZE, "cq_file_size": peers.CQ_FILE_SIZE}
             if "abort" in variants:
