@@ -377,7 +377,14 @@ public final class RealStorePeer {
                     long offset = min;
                     int guard = 0;
                     while (offset < max && guard++ < 100000) {
-                        PullResult pr = consumer.pull(mq, "*", offset, 32);
+                        PullResult pr;
+                        try {
+                            pr = consumer.pull(mq, "*", offset, 32);
+                        } catch (Exception ex) {
+                            // e.g. the broker failing on the store: report it in the queue line, go on
+                            statuses.add("ERROR@" + offset + ": " + String.valueOf(ex).split("\n")[0]);
+                            break;
+                        }
                         switch (pr.getPullStatus()) {
                             case FOUND:
                                 for (MessageExt m : pr.getMsgFoundList()) {

@@ -490,6 +490,8 @@ def test_java_broker_reads_our_writes_and_all_old_messages(written, oracle, real
         out = peers.read_oracle(peer_classes, c.namesrv_addr, topics, tmp_path / "after.jsonl", home=tmp_path / "java")
     after = Oracle.load(out)
     problems = [f"Java client could not read {k[0]}: {q['error']}" for k, q in after.queues.items() if k[1] < 0]
+    problems += [f"Java broker failed a pull of {k[0]}/{k[1]}: {s}" for k, q in sorted(after.queues.items())
+                 if k[1] >= 0 for s in q.get("pullStatuses", []) if s.startswith("ERROR")][:5]
     old = {k: m for k, m in after.messages.items() if k[0] != NEW_TOPIC}
     problems += [p.replace("read_range", "Java after our writer") for p in compare(oracle.messages, list(old.values()),
                                                                                    "read_range")]
