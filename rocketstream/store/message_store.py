@@ -45,7 +45,7 @@ from rocketstream.store.checkpoint import StoreCheckpoint
 from rocketstream.store.commit_log import CommitLog
 from rocketstream.store import layout as layouts
 from rocketstream.store.config import (SETTINGS_FILE, StoreConfig, broker_conf_for, default_broker_conf,
-                                       default_broker_name, resolve_sizes, save_settings)
+                                       resolve_sizes, save_settings)
 from rocketstream.store.consume_queue import ConsumeQueue
 from rocketstream.store.dispatch import Dispatcher
 from rocketstream.store.format import CQ_DTYPE, HostAddress, MessageRecord
@@ -111,12 +111,14 @@ class MessageStore(QueryMixin):
         explicit = config is not None
         if config is None:
             if root is not None:
-                config = StoreConfig(broker_name=default_broker_name(root))
                 conf = broker_conf_for(root)
-                if conf is not None:   # the broker.conf of this very store: its retention and layout settings
-                    config = replace(config, file_reserved_time_hours=conf.file_reserved_time_hours,
-                                     delete_when=conf.delete_when, layout_settings=conf.layout_settings,
-                                     conf_path=conf.conf_path)
+                if conf is None:
+                    config = StoreConfig(broker_name=Path(root).resolve().name)
+                else:   # the broker.conf of this very store: its name, retention and layout settings
+                    config = StoreConfig(broker_name=conf.broker_name,
+                                         file_reserved_time_hours=conf.file_reserved_time_hours,
+                                         delete_when=conf.delete_when, layout_settings=conf.layout_settings,
+                                         conf_path=conf.conf_path)
             else:
                 config = StoreConfig.from_broker_conf(default_broker_conf())
         root = Path(root if root is not None else config.store_path_root_dir)
