@@ -48,7 +48,6 @@ def _open_store(args: argparse.Namespace, *, read_only: bool):
 def _writer_config(store: Path):
     """conf/broker.conf's settings (the configured store's broker name, or the directory's name for
     any other store); RocketMQ's defaults when there is no broker.conf."""
-    import dataclasses
 
     from rocketstream.errors import StoreConfigError
     from rocketstream.store.config import StoreConfig, default_broker_conf, default_broker_name, resolve_sizes
@@ -60,8 +59,9 @@ def _writer_config(store: Path):
     cfg = StoreConfig.from_broker_conf(conf)
     if Path(cfg.store_path_root_dir).resolve() == Path(store).resolve():
         return cfg   # the configured store: sizes that conflict with its files are refused
-    # another store: broker.conf's sizes only for a new one; an existing one keeps its own
-    other = dataclasses.replace(cfg, store_path_root_dir=Path(store), broker_name=default_broker_name(store))
+    # another store: broker.conf's sizes only for a new one; an existing one keeps its own. Retention and
+    # layout settings belong to the configured store, not to this one.
+    other = cfg.without_broker_settings(Path(store), default_broker_name(store))
     return resolve_sizes(Path(store), other, explicit=False)
 
 
@@ -301,7 +301,7 @@ def cmd_delete_expired(args: argparse.Namespace) -> int:
         raise OptionError("--reserved-hours", "must be >= 0", args.reserved_hours)
     with _open_store(args, read_only=False) as store:
         deleted = store.delete_expired_files(reserved_hours=args.reserved_hours)
-        hours = store.config.file_reserved_time_hours if args.reserved_hours is None else args.reserved_hours
+        hours = store.config.reserved_hours if args.reserved_hours is None else args.reserved_hours
     payload = {"reservedHours": hours, "deleted": [str(p) for p in deleted]}
     _emit(args, payload, lambda p: f"deleted {len(p['deleted'])} files older than {p['reservedHours']} h"
           + "".join(f"\n  {x}" for x in p["deleted"]))
@@ -364,9 +364,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("check", cmd_check, "Verify CRCs and CommitLog/ConsumeQueue agreement; exit 1 when they disagree.")
     p = add("delete-expired", cmd_delete_expired,
             "Delete commit-log files older than fileReservedTime (never the newest) and the consume-queue "
-            "files they orphan; a writer also does this on open and whenever the commit log rolls.")
+            "files they orphan; a writer also does this on open and whenever the commit log rolls. A store "
+            "written by a real broker has no retention policy of its own: give --reserved-hours.")
     p.add_argument("--reserved-hours", type=float, default=None,
-                   help="override fileReservedTime of conf/broker.conf for this run")
+                   help="override fileReservedTime of conf/broker.conf for this run (required for a store "
+                        "written by a real broker, unless conf/broker.conf configures that store)")
     p = add("demo", cmd_demo, "Produce a sample topic and aggregate it with a Spark streaming query (AvailableNow).")
     p.add_argument("--count", type=int, default=20000, help="messages to produce (default 20000)")
     return parser

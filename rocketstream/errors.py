@@ -10,6 +10,7 @@ boundary with ``raise ... from exc`` so callers need to catch only this tree::
     │   ├── NotAStoreError         the path is not a store root
     │   ├── StoreConfigError       settings conflict with the files / with the persisted settings
     │   ├── StoreLockedError       another process holds the writer lock
+    │   ├── UnsupportedLayoutError a store layout we do not read or write (names the broker setting)
     │   ├── ReadOnlyStoreError     a write was attempted through a read-only handle
     │   └── CorruptStoreError      bytes on disk that do not decode (bad magic, CRC, lengths)
     ├── OffsetFileError            consumerOffset.json / offsets.json that does not parse
@@ -50,6 +51,17 @@ class StoreConfigError(StoreError):
 
 class StoreLockedError(StoreError):
     """Another process already holds the store's writer lock."""
+
+
+class UnsupportedLayoutError(StoreError):
+    """A store layout rocketstream does not support (for reading, or only for writing): DLedger, a
+    multi-path commit log, BatchConsumeQueue, RocksDB consume queues ... ``setting`` names the broker
+    setting that produces the layout (``enableDLegerCommitLog=true``); the message says why."""
+
+    def __init__(self, message: str, *, setting: str, path: object = None, writer_only: bool = False) -> None:
+        self.setting = setting
+        self.writer_only = writer_only
+        super().__init__(f"{message} (broker setting {setting})", path=path)
 
 
 class ReadOnlyStoreError(StoreError):

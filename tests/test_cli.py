@@ -139,3 +139,30 @@ def test_delete_expired_removes_old_commit_log_files(tmp_path, capsys):
     assert sorted((root / "commitlog").iterdir()) == files[-1:]
     code, _, err = run(capsys, "delete-expired", "--store", str(root), "--reserved-hours", "-1")
     assert code == 2 and "--reserved-hours" in err
+
+
+def test_produce_into_a_foreign_store_deletes_no_old_files(tmp_path, capsys):
+    """conf/broker.conf's fileReservedTime belongs to the store it configures, not to a copy of a broker's."""
+    import os
+    import time
+
+    from rocketstream.store import Message, StoreConfig
+
+    root = tmp_path / "copy"
+    with MessageStore.open(root, config=StoreConfig(root, mapped_file_size_commit_log=4096,
+                                                    mapped_file_size_consume_queue=320)) as s:
+        for i in range(100):
+            s.put_message(Message("T", b"x" * 90), 0)
+    os.unlink(root / "config" / "rocketstream.json")    # as a real broker's store: not ours
+    files = sorted((root / "commitlog").iterdir())
+    old = time.time() - 200 * 3600
+    for f in files:
+        os.utime(f, (old, old))
+    assert run(capsys, "produce", "--store", str(root), "--topic", "N", "--count", "3")[0] == 0
+    assert sorted((root / "commitlog").iterdir())[:len(files)] == files
+    code, _, err = run(capsys, "delete-expired", "--store", str(root))
+    assert code == 2 and "--reserved-hours" in err
+    assert sorted((root / "commitlog").iterdir())[:len(files)] == files
+    code, out, _ = run(capsys, "delete-expired", "--store", str(root), "--reserved-hours", "100", "--json")
+    assert code == 0 and json.loads(out)["reservedHours"] == 100
+    assert files[0] not in sorted((root / "commitlog").iterdir())

@@ -2,10 +2,17 @@
 
 * physicMsgTimestamp: store time of the last commit-log message known flushed;
 * logicsMsgTimestamp: store time of the last message written to a consume queue;
-* indexMsgTimestamp: unused here (we keep no index files), preserved as found.
+* indexMsgTimestamp: we keep no index files; preserved as found, except that a writer appending to a
+  store with ``index/`` raises it to the index files' newest end time (layout.py says why).
+
+RocketMQ 5.x adds masterFlushedOffset (24) and confirmPhyOffset (32); we write single fields in place
+through the mapping, so every other byte of the page, those fields included, is left as found.
+A file of another length is taken as ``StoreCheckpoint`` (4.9.8 and 5.x) takes it: mapped 4 KiB long
+(a shorter file is extended with zeros, a reader sees zeros; a longer one keeps its tail).
 
 Abnormal recovery starts from the newest commit-log file whose first message is older than
-``min_timestamp()`` (3 s safety margin).
+``min_timestamp()`` (3 s safety margin). ``freeze_recovery_point`` stops a writer from moving
+physicMsgTimestamp / logicsMsgTimestamp on, so a later abnormal start re-dispatches from there.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import os
 import struct
 from pathlib import Path
 
-from rocketstream.errors import CorruptStoreError, StoreError
+from rocketstream.errors import StoreError
 
 CHECKPOINT_SIZE = 4096
 _Q = struct.Struct(">q")
@@ -30,6 +37,7 @@ class StoreCheckpoint:
         self.read_only = read_only
         self._mm: mmap.mmap | None = None
         self._values = [0, 0, 0]
+        self._frozen = False
         try:
             if read_only:
                 self._load_snapshot()
@@ -43,7 +51,7 @@ class StoreCheckpoint:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return
-        self._check_length(len(data))
+        data = data[:INDEX + 8].ljust(INDEX + 8, b"\0")
         self._values = [_Q.unpack_from(data, pos)[0] for pos in (PHYSIC, LOGICS, INDEX)]
 
     def _open_writable(self) -> None:
@@ -55,12 +63,9 @@ class StoreCheckpoint:
                 os.fsync(f.fileno())
             os.rename(tmp, self.path)
         with open(self.path, "r+b") as f:
-            self._check_length(os.fstat(f.fileno()).st_size)
+            if os.fstat(f.fileno()).st_size < CHECKPOINT_SIZE:   # FileChannel.map extends it the same way
+                os.ftruncate(f.fileno(), CHECKPOINT_SIZE)
             self._mm = mmap.mmap(f.fileno(), CHECKPOINT_SIZE)
-
-    def _check_length(self, n: int) -> None:
-        if n != CHECKPOINT_SIZE:
-            raise CorruptStoreError(f"checkpoint has length {n}, expected {CHECKPOINT_SIZE}", path=self.path)
 
     def _get(self, pos: int) -> int:
         if self._mm is not None:
@@ -70,7 +75,21 @@ class StoreCheckpoint:
     def _set(self, pos: int, value: int) -> None:
         if self._mm is None:
             raise StoreError("checkpoint is read-only", path=self.path)
+        if self._frozen and pos != INDEX:
+            return
         _Q.pack_into(self._mm, pos, value)
+
+    def freeze_recovery_point(self, below: int | None = None) -> None:
+        """Keep physicMsgTimestamp / logicsMsgTimestamp: later assignments are ignored until the writer
+        closes. ``below``: first lower each of them to ``below - 1`` unless it is already lower."""
+        if self._mm is None:
+            raise StoreError("checkpoint is read-only", path=self.path)
+        self._frozen = True
+        if below is not None:
+            for pos in (PHYSIC, LOGICS):
+                if self._get(pos) >= below:
+                    _Q.pack_into(self._mm, pos, below - 1)
+            self.flush()
 
     physic_msg_timestamp = property(lambda self: self._get(PHYSIC), lambda self, v: self._set(PHYSIC, v))
     logics_msg_timestamp = property(lambda self: self._get(LOGICS), lambda self, v: self._set(LOGICS, v))

@@ -8,11 +8,16 @@ as ``<name>.tmp``, sized with ftruncate, and renamed into place.
 Mappings are never closed explicitly while the store is open: numpy views handed to readers keep
 the mmap exported, and an unlinked file stays readable through its mapping until the last view
 goes away (Linux semantics). Dropping the ``MappedFile`` is enough to release it.
+
+A zero-length *last* file is what a crash between creating and sizing a file leaves (and what a live
+Java broker shows for an instant while it maps a new file). RocketMQ 5.x's ``MappedFileQueue.doLoad``
+deletes it; 4.9.8 refuses to start. It holds nothing: a reader skips it, a writer removes it.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import mmap
 import os
 from pathlib import Path
@@ -23,6 +28,7 @@ from rocketstream.errors import CorruptStoreError, StoreError
 
 NAME_LENGTH = 20
 _ZERO_CHUNK = 4 << 20
+log = logging.getLogger(__name__)
 
 
 def file_name(offset: int) -> str:
@@ -145,7 +151,27 @@ class MappedFileQueue:
                                         f"{self.file_size}", path=self.directory / name)
             out.append(name)
         out.sort()
+        if out and self._is_empty(out[-1]):
+            if self.writable:
+                log.warning("removing the zero-length last file %s (a crash while creating it; it holds nothing)",
+                            self.directory / out[-1])
+                self._unlink(self.directory / out[-1])
+            out.pop()
         return out
+
+    def _is_empty(self, name: str) -> bool:
+        try:
+            return os.stat(self.directory / name).st_size == 0
+        except FileNotFoundError:
+            return False   # gone meanwhile: the caller's open reports or skips it
+
+    def _unlink(self, path: Path) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreError(f"cannot delete file: {exc}", path=path) from exc
 
     def load(self) -> None:
         """Map every file (spec 2.4); a gap between files is corruption.

@@ -7,6 +7,17 @@ before ``put_*`` returns, so other processes see them at once.
 
 Retention (``fileReservedTime``) runs when a writer opens the store and whenever the commit log rolls
 to a new file; ``delete_expired_files`` can also be called (or ``rocketstream delete-expired`` run).
+That holds for our own stores (``config/rocketstream.json``: we created them; 72 h unless configured).
+A *foreign* store (written by a real broker: store files but no ``config/rocketstream.json``) carries no
+retention policy of its own (spec 2.9), so a writer deletes nothing there unless retention settings are
+given explicitly (``StoreConfig.file_reserved_time_hours`` / ``delete_when``, from the broker.conf of
+that store, or ``delete_expired_files(reserved_hours=...)``); we never mark a foreign store as ours.
+
+Layouts are checked before anything is opened (layout.py): DLedger, multi-path commit logs,
+BatchConsumeQueue and RocksDB stores are refused; consumequeue_ext/ and LMQ stores open read-only
+only. A writer never creates a store over a root that holds store data without commitlog/. A writer
+that appends to a store with ``index/`` leaves ``abort`` and the checkpoint so that Java's next start
+re-indexes what it appended (layout.py has the reasoning and the RocketMQ facts).
 
 Readers (``read_only=True``) take no lock and write nothing. They find the end of each consume
 queue by scanning for the first unit with size 0 (a writer publishes a batch by writing its first
@@ -32,7 +43,8 @@ from rocketstream.store import bulk_read
 from rocketstream.store import format as fmt
 from rocketstream.store.checkpoint import StoreCheckpoint
 from rocketstream.store.commit_log import CommitLog
-from rocketstream.store.config import (SETTINGS_FILE, StoreConfig, default_broker_conf, default_broker_name,
+from rocketstream.store import layout as layouts
+from rocketstream.store.config import (SETTINGS_FILE, StoreConfig, broker_conf_for, default_broker_conf,
                                        resolve_sizes, save_settings)
 from rocketstream.store.consume_queue import ConsumeQueue
 from rocketstream.store.dispatch import Dispatcher
@@ -41,7 +53,7 @@ from rocketstream.store.messages import IllegalMessage, Message, PutMessageResul
 from rocketstream.store.put_batch import PreparedList, prepare_batch
 from rocketstream.store.put_columns import ColumnBatch, build_columns
 from rocketstream.store.queries import QueryMixin
-from rocketstream.store.recovery import StoreLock, recover
+from rocketstream.store.recovery import StoreLock, recover, warn_if_locked
 from rocketstream.store.topic_config import TopicConfigTable
 
 
@@ -68,10 +80,15 @@ def _messages_of(topic: str, bodies, tags, keys, flag, born_timestamp, born_host
 class MessageStore(QueryMixin):
     """Open with ``MessageStore.open(root, read_only=...)``; use as a context manager."""
 
-    def __init__(self, root: Path, config: StoreConfig, *, read_only: bool) -> None:
+    def __init__(self, root: Path, config: StoreConfig, *, read_only: bool, foreign: bool = False,
+                 layout: layouts.Layout | None = None) -> None:
         self.root = root
         self.config = config
         self.read_only = read_only
+        self.foreign = foreign   # store files we did not create (no config/rocketstream.json): see module doc
+        self._index_dir = layout is not None and layout.index is not None
+        self._abort_at_open = False
+        self._index_kept = False   # _keep_index ran: abort stays after close
         self.broker_name = config.broker_name
         self.commit_log = CommitLog(root, config.mapped_file_size_commit_log, read_only=read_only,
                                     store_host=config.store_host)
@@ -94,20 +111,33 @@ class MessageStore(QueryMixin):
         explicit = config is not None
         if config is None:
             if root is not None:
-                config = StoreConfig(broker_name=default_broker_name(root))
+                conf = broker_conf_for(root)
+                if conf is None:
+                    config = StoreConfig(broker_name=Path(root).resolve().name)
+                else:   # the broker.conf of this very store: its name, retention and layout settings
+                    config = StoreConfig(broker_name=conf.broker_name,
+                                         file_reserved_time_hours=conf.file_reserved_time_hours,
+                                         delete_when=conf.delete_when, layout_settings=conf.layout_settings,
+                                         conf_path=conf.conf_path)
             else:
                 config = StoreConfig.from_broker_conf(default_broker_conf())
         root = Path(root if root is not None else config.store_path_root_dir)
         config = replace(config, store_path_root_dir=root)
-        is_store = root.is_dir() and (root / "commitlog").is_dir()
+        layout = layouts.scan(root) if root.is_dir() else None
+        if layout is not None:
+            layouts.check(layout, config, read_only=read_only)
+        is_store = layout is not None and layout.commitlog
         if not is_store:
             if read_only or create is False:
                 raise NotAStoreError("not a RocketMQ store (no commitlog/ directory)", path=root)
+            if layout is not None:
+                layouts.refuse_create(layout)   # store data without commitlog/: never, whatever create says
             if root.exists() and (not root.is_dir() or (create is None and any(root.iterdir()))):
                 raise NotAStoreError("refusing to create a store in a non-empty directory without commitlog/ "
                                      "(pass create=True to force)", path=root)
+        foreign = (layout is not None and layout.has_store_data and not (root / SETTINGS_FILE).exists())
         config = resolve_sizes(root, config, explicit=explicit)
-        store = cls(root, config, read_only=read_only)
+        store = cls(root, config, read_only=read_only, foreign=foreign, layout=layout)
         if read_only:
             store._start_reader()
         else:
@@ -115,6 +145,7 @@ class MessageStore(QueryMixin):
         return store
 
     def _start_reader(self) -> None:
+        warn_if_locked(self.root)
         self.commit_log.load()
         self.checkpoint = StoreCheckpoint(self.root / "checkpoint", read_only=True)
         self.topic_config.load()
@@ -125,11 +156,17 @@ class MessageStore(QueryMixin):
         self._store_lock = StoreLock(self.root)
         self._store_lock.acquire()
         try:
-            abnormal = (self.root / "abort").exists()
+            if not self.foreign and not (self.root / SETTINGS_FILE).exists():
+                save_settings(self.root, self.config)   # a store we create: ours from now on
+            abnormal = self._abort_at_open = (self.root / "abort").exists()
             self.commit_log.load()
             for topic, queue_id in self._queue_dirs():
                 self._load_queue(topic, queue_id)
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint", read_only=False)
+            if self._index_dir and abnormal:
+                # records behind this abort may still wait for Java's re-indexing: recovery must not move
+                # the checkpoint past them (layout.py)
+                self.checkpoint.freeze_recovery_point()
             self._dispatcher = Dispatcher(self._queue_for_dispatch, self.checkpoint, self.config.delay_levels_ms)
             recover(self.commit_log, list(self._queues.values()), self._dispatcher, self.checkpoint,
                     abnormal=abnormal, check_crc=self.config.check_crc_on_recover)
@@ -137,14 +174,29 @@ class MessageStore(QueryMixin):
             for (topic, queue_id), cq in self._queues.items():
                 self.commit_log.topic_queue_table[f"{topic}-{queue_id}"] = cq.max_offset()
                 cq.correct_min_offset(cl_min)
-            if not (self.root / SETTINGS_FILE).exists():
-                save_settings(self.root, self.config)
             self.topic_config.load()
-            self.delete_expired_files()   # a writer that was down for a while catches up on retention
+            if self._retention_enabled:
+                self.delete_expired_files()   # a writer that was down for a while catches up on retention
             (self.root / "abort").touch()
         except BaseException:
             self._store_lock.release()
             raise
+
+    @property
+    def _retention_enabled(self) -> bool:
+        """Automatic retention (on open and on a roll): our own stores always, foreign ones only when
+        retention settings were given explicitly."""
+        return not self.foreign or self.config.retention_configured
+
+    def _keep_index(self, first_store_timestamp: int) -> None:
+        """Before the first append to a store with index/: make Java's next start index what we append
+        (layout.py: indexMsgTimestamp, frozen recovery point, abort left in place)."""
+        if not self._abort_at_open:
+            newest = layouts.sync_index_end_timestamp(self.root)
+            if newest > self.checkpoint.index_msg_timestamp:
+                self.checkpoint.index_msg_timestamp = newest
+        self.checkpoint.freeze_recovery_point(below=first_store_timestamp)
+        self._index_kept = True
 
     def _queue_dirs(self) -> list[tuple[str, int]]:
         base = self.root / "consumequeue"
@@ -186,17 +238,19 @@ class MessageStore(QueryMixin):
 
     # --- closing ------------------------------------------------------------------------------
     def close(self) -> None:
-        """Writer: flush, write the checkpoint, remove ``abort``, unlock. Idempotent."""
+        """Writer: flush, write the checkpoint, remove ``abort`` (kept for Java's re-indexing in a store
+        with index/ that we appended to or found aborted: layout.py), unlock. Idempotent."""
         if self._closed:
             return
         try:
             if not self.read_only:
                 self.flush()
                 self.checkpoint.close()
-                try:
-                    os.unlink(self.root / "abort")
-                except FileNotFoundError:
-                    pass
+                if not (self._index_kept or (self._index_dir and self._abort_at_open)):
+                    try:
+                        os.unlink(self.root / "abort")
+                    except FileNotFoundError:
+                        pass
         finally:
             self._closed = True
             self.commit_log.release()
@@ -303,14 +357,17 @@ class MessageStore(QueryMixin):
         if have is None or have <= queue_id:   # auto-create / widen the topic (autoCreateTopicEnable)
             self.topic_config.ensure(topic, max(queue_id + 1, have or self.config.default_topic_queue_nums))
         files_before = len(self.commit_log.queue.files)
-        result = self.commit_log.append(batch, _now_ms())
+        now = _now_ms()
+        if self._index_dir and not self._index_kept:
+            self._keep_index(now)
+        result = self.commit_log.append(batch, now)
         self._dispatcher.dispatch_append(batch, result)
         if self.config.sync_flush:
             self.commit_log.flush()
             self.checkpoint.physic_msg_timestamp = result.store_timestamp
         elif len(self.commit_log.queue.files) != files_before and files_before:
             self.flush()   # rolled to a new file: persist the full one and move the checkpoint on
-        if len(self.commit_log.queue.files) > files_before and files_before:
+        if len(self.commit_log.queue.files) > files_before and files_before and self._retention_enabled:
             # RocketMQ's clean service runs on a timer; with no background thread, a roll is our tick:
             # files older than fileReservedTime go (never the last one), queue minimums follow.
             self.delete_expired_files()
