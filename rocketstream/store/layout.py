@@ -141,8 +141,8 @@ def _commit_log_gap(directory: Path) -> tuple[Path, int] | None:
     files = _data_files(directory)
     if len(files) < 2:
         return None
-    try:
-        size = files[0].stat().st_size
+    try:   # files are created full length: a short (damaged) one is a length error for the loader, not a gap
+        size = max(f.stat().st_size for f in files)
     except FileNotFoundError:   # retention of a live writer: the reader's load deals with it
         return None
     if size <= 0:
