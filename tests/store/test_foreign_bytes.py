@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import struct
 import subprocess
 from pathlib import Path
 
@@ -79,7 +78,8 @@ def _java_oracle(tmp_dir: Path, inputs: list[bytes]) -> list[str] | None:
     src.write_text(
         "import java.io.*; import java.nio.charset.StandardCharsets;\n"
         "public class Utf8Oracle { public static void main(String[] a) throws Exception {\n"
-        "  BufferedReader r = new BufferedReader(new InputStreamReader(System.in)); StringBuilder o = new StringBuilder();\n"
+        "  BufferedReader r = new BufferedReader(new InputStreamReader(System.in));\n"
+        "  StringBuilder o = new StringBuilder();\n"
         "  for (String line; (line = r.readLine()) != null;) { byte[] b = new byte[line.length() / 2];\n"
         "    for (int i = 0; i < b.length; i++) b[i] = (byte) Integer.parseInt(line.substring(2 * i, 2 * i + 2), 16);\n"
         "    String s = new String(b, StandardCharsets.UTF_8);\n"
