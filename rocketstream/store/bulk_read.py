@@ -10,8 +10,9 @@ Every row is checked against the unit that points to it (magic, PHYSICALOFFSET, 
 formula, ports) — this is the only check of the units on the read path, done on the headers the
 batch decodes anyway. A mismatch is a :class:`CorruptStoreError` naming the commit-log file and
 offset; with ``reread`` the batch's units are first read again once (a unit torn while a live writer
-wrote it reads whole the second time). Under a tag filter only the units whose tagsCode matches are
-ever looked at, like a RocketMQ broker's filter.
+wrote it reads whole the second time). Under a tag filter only the units whose tagsCode matches (or
+is a ConsumeQueueExt address, which hides the tags code) are ever looked at, like a RocketMQ
+broker's filter, and the record's TAGS string then decides.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pyarrow.compute as pc
 from rocketstream.errors import CorruptStoreError, OptionError
 from rocketstream.store import vectorized as vz
 from rocketstream.store.format import (
+    EXT_ADDRESS_MAX,
     FLAG_COMPRESSED,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -77,7 +79,8 @@ def read_range_batches(
     single larger record makes a batch of its own); empty batches are not yielded.
 
     ``tags``: keep only messages whose TAGS property is one of these strings — units are first
-    filtered by tagsCode so the other records are never touched. ``None`` or empty means no filter
+    filtered by tagsCode so the other records are never touched (units holding a ConsumeQueueExt
+    address are kept for the TAGS check). ``None`` or empty means no filter
     (RocketMQ's "*" subscription has an empty tag set). ``check_crc`` verifies BODYCRC of every row.
     ``store_host_default`` is accepted for API compatibility and unused: ids and hosts always come
     from the record itself. ``reread(start, end)``: fresh units for queue offsets [start, end), asked
@@ -94,7 +97,7 @@ def read_range_batches(
     codes = None
     if tag_set is not None:
         codes = np.fromiter((java_hash(t) for t in tag_set), dtype=np.int64, count=len(tag_set))
-        hit = np.isin(units["tags_code"].astype(np.int64), codes)
+        hit = tags_code_may_match(units["tags_code"], codes)
         offsets, sizes, queue_offsets = offsets[hit], sizes[hit], queue_offsets[hit]
     reader = _BatchReader(commit_log, schema, topic=topic, queue_id=queue_id, broker_name=broker_name,
                           tag_set=tag_set, check_crc=check_crc)
@@ -118,9 +121,19 @@ def _fresh_units(reread: Callable[[int, int], np.ndarray], queue_offsets: np.nda
     first = int(queue_offsets[0])
     units = reread(first, int(queue_offsets[-1]) + 1)[queue_offsets - first]
     if codes is not None:
-        hit = np.isin(units["tags_code"].astype(np.int64), codes)
+        hit = tags_code_may_match(units["tags_code"], codes)
         units, queue_offsets = units[hit], queue_offsets[hit]
     return units["offset"].astype(np.int64), units["size"].astype(np.int64), queue_offsets
+
+
+def tags_code_may_match(tags_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Units whose record may carry one of the tags hashed to ``codes``: its tagsCode is one of them,
+    or it is a ConsumeQueueExt address (``ConsumeQueueExt.isExtAddr``: <= Integer.MIN_VALUE - 1,
+    written when ``enableConsumeQueueExt`` is on, spec 3.5) that hides the real tags code. The
+    broker lets the latter through when it cannot read the ext unit; here the record's TAGS, which
+    every unit that passes is checked against, decides."""
+    values = np.asarray(tags_codes).astype(np.int64)
+    return np.isin(values, codes) | (values <= EXT_ADDRESS_MAX)
 
 
 def batch_bounds(sizes: np.ndarray, batch_bytes: int) -> list[tuple[int, int]]:
@@ -183,7 +196,7 @@ class _BatchReader:
         props = tag_col = keys_col = uniq_col = None
         if self.parse_props:
             raw = vz.gather_segments(buf, h["props_pos"], h["props_len"], pa.binary())
-            props, tag_col, keys_col, uniq_col = self._properties(raw, offsets, file_from)
+            props, tag_col, keys_col, uniq_col = self._properties(raw)
             if self.tag_set is not None:
                 keep = pc.fill_null(pc.is_in(tag_col, value_set=pa.array(sorted(self.tag_set), pa.string())), False)
                 if not pc.all(keep).as_py():
@@ -221,14 +234,9 @@ class _BatchReader:
             f"record does not match consume-queue unit {int(queue_offsets[i])} of {self.topic}/{self.queue_id} "
             f"(size {int(sizes[i])}): {'; '.join(reasons)}", path=self._path(file_from), offset=int(offsets[i]))
 
-    def _properties(self, raw: pa.Array, offsets: np.ndarray, file_from: int) -> tuple[pa.Array, ...]:
-        try:
-            text = raw.cast(pa.string())
-        except pa.ArrowInvalid:
-            i = _first_invalid_utf8(raw)
-            raise CorruptStoreError("PROPERTIES are not valid UTF-8", path=self._path(file_from),
-                                    offset=int(offsets[i])) from None
-        props, wanted = vz.parse_properties(text, self.wanted_properties)
+    def _properties(self, raw: pa.Array) -> tuple[pa.Array, ...]:
+        # never an error: bytes that are not UTF-8 read as Java's new String(bytes, UTF_8) reads them
+        props, wanted = vz.parse_properties(vz.properties_text(raw), self.wanted_properties)
         return props, wanted.get(PROPERTY_TAGS), wanted.get(PROPERTY_KEYS), wanted.get(PROPERTY_UNIQ_KEY)
 
     def _check_crc(self, buf: np.ndarray, h: dict[str, np.ndarray], offsets: np.ndarray, file_from: int) -> None:
@@ -354,11 +362,3 @@ def _timestamps(millis: np.ndarray) -> pa.Array:
     micros = np.asarray(millis, dtype=np.int64) * 1000
     return pa.Array.from_buffers(TIMESTAMP_UTC, len(micros), [None, pa.py_buffer(micros)])
 
-
-def _first_invalid_utf8(raw: pa.Array) -> int:
-    for i, value in enumerate(raw.to_pylist()):
-        try:
-            value.decode("utf-8")
-        except UnicodeDecodeError:
-            return i
-    return 0

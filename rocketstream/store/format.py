@@ -38,6 +38,7 @@ Commit-log record (V1 magic, both hosts IPv4; each IPv6 host adds 12 bytes and s
 
 from __future__ import annotations
 
+import codecs
 import ipaddress
 import os
 import re
@@ -70,6 +71,9 @@ END_FILE_MIN_BLANK_LENGTH = 8
 CQ_UNIT_SIZE = 20
 MAX_PROPERTIES_LENGTH = 32767
 MAX_TOPIC_LENGTH_V1 = 127
+# ConsumeQueueExt.isExtAddr: a CQ unit's tagsCode <= Integer.MIN_VALUE - 1 is an address into
+# consumequeue_ext/ (realOffset + Long.MIN_VALUE), not a tags code (spec 3.5).
+EXT_ADDRESS_MAX = -(2**31) - 1
 
 FLAG_COMPRESSED = 0x1
 FLAG_MULTI_TAGS = 0x2
@@ -152,6 +156,11 @@ def java_hash(s: str) -> int:
     for unit in units:
         h = (31 * h + unit) & 0xFFFFFFFF
     return h - 0x1_0000_0000 if h & 0x80000000 else h
+
+
+def is_ext_address(tags_code: int) -> bool:
+    """True when a CQ unit's tagsCode is a ConsumeQueueExt address (``ConsumeQueueExt.isExtAddr``)."""
+    return tags_code <= EXT_ADDRESS_MAX
 
 
 def tags_code(tags: str | None) -> int:
@@ -409,20 +418,59 @@ def encode_properties(props: Mapping[str, str | None]) -> bytes:
         raise OptionError("properties", f"not encodable as UTF-8: {exc}") from exc
 
 
-def decode_properties(raw: bytes, *, path: object = None, offset: int | None = None) -> dict[str, str]:
-    """Tolerant parse (spec 1.6): split on \\x02, then at the first \\x01; drop empty names/values;
-    a final segment without \\x02 still counts; a later duplicate wins. Invalid UTF-8 is corruption."""
-    try:
-        text = str(raw, "utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorruptStoreError(f"PROPERTIES are not valid UTF-8 ({exc.reason} at byte {exc.start})",
-                                path=path, offset=offset) from None
+def decode_properties(raw: object, *, path: object = None, offset: int | None = None) -> dict[str, str]:
+    """``MessageDecoder.string2messageProperties(new String(raw, UTF_8))`` (spec 1.6); never fails.
+
+    The bytes are decoded as Java does (:func:`decode_java_utf8`), then split on \\x02 and each
+    segment at its first \\x01; segments with an empty name or value are dropped; a final segment
+    without \\x02 counts like any other (4.9.1-5.1.4 brokers write no trailing \\x02, older and
+    5.2+ ones do); a later duplicate name wins. ``path``/``offset`` are accepted for callers that
+    pass them and unused: no property bytes are an error."""
+    del path, offset
     out: dict[str, str] = {}
-    for segment in text.split("\x02"):
-        name, sep, value = segment.partition("\x01")
+    for segment in decode_java_utf8(raw).split("\x02"):
+        name, _, value = segment.partition("\x01")
         if name and value:
             out[name] = value
     return out
+
+
+def _java_utf8_replace(exc: UnicodeError) -> tuple[str, int]:
+    """Error handler giving the U+FFFD that Java's UTF-8 decoder (``new String(bytes, UTF_8)``,
+    JDK 17) gives for a malformed sequence.
+
+    Python replaces each maximal valid prefix of a sequence with one U+FFFD, and so does Java, except
+    for an encoded UTF-16 surrogate (ED A0..BF ..): Python stops after ED (ED only continues with
+    80..9F) and replaces ED, A0..BF and the third byte separately; Java reads the sequence as one
+    three-byte character, finds a surrogate and replaces the whole of it — the first two bytes
+    alone when the third is not a continuation byte or the input ends. Checked against the JDK
+    (tests/store/test_foreign_bytes.py runs ``new String(b, UTF_8)`` on 20,000 malformed inputs).
+    No replaced sequence ever includes an ASCII byte, so 0x01/0x02 survive as separators.
+    """
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    raw, start = exc.object, exc.start
+    if raw[start] == 0xED and start + 1 < len(raw) and 0xA0 <= raw[start + 1] <= 0xBF:
+        third = start + 2 < len(raw) and 0x80 <= raw[start + 2] <= 0xBF
+        return "\ufffd", start + (3 if third else 2)
+    return "\ufffd", exc.end
+
+
+codecs.register_error("rocketstream.java_utf8", _java_utf8_replace)
+
+
+def decode_java_utf8(raw: object) -> str:
+    """The string Java's ``new String(raw, StandardCharsets.UTF_8)`` builds: never fails, each
+    malformed sequence becomes U+FFFD exactly where and as often as Java puts one."""
+    try:
+        return str(raw, "utf-8")
+    except UnicodeDecodeError:
+        return bytes(raw).decode("utf-8", "rocketstream.java_utf8")
+
+
+def java_utf8_bytes(raw: object) -> bytes:
+    """UTF-8 of :func:`decode_java_utf8` (the bytes themselves when they are valid UTF-8)."""
+    return decode_java_utf8(raw).encode("utf-8")
 
 
 # --- compression ------------------------------------------------------------------------------
@@ -679,10 +727,7 @@ def decode_record(buf: object, pos: int = 0, *, check_crc: bool = True, path: ob
         p += 1
     if topic_len < 0 or p + topic_len + 2 > end:
         raise corrupt(f"TOPIC length {topic_len} does not fit in a record of TOTALSIZE {total_size}")
-    try:
-        topic = str(mv[p:p + topic_len], "utf-8")
-    except UnicodeDecodeError as exc:
-        raise corrupt(f"TOPIC is not valid UTF-8 ({exc.reason})") from None
+    topic = decode_java_utf8(mv[p:p + topic_len])   # MessageDecoder.decode: new String(topic, UTF_8)
     p += topic_len
     (props_len,) = _H.unpack_from(mv, p)
     p += 2
@@ -690,7 +735,7 @@ def decode_record(buf: object, pos: int = 0, *, check_crc: bool = True, path: ob
         raise corrupt(f"negative PROPERTIES length {props_len}")
     if p + props_len != end:
         raise corrupt(f"length formula gives {p + props_len - pos} but TOTALSIZE is {total_size}")
-    properties = decode_properties(mv[p:end], path=path, offset=where) if props_len else {}
+    properties = decode_properties(mv[p:end]) if props_len else {}
     return MessageRecord(
         total_size, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
         _unpack_host(born_ip, born_port), store_timestamp, _unpack_host(store_ip, store_port), reconsume_times,
@@ -760,7 +805,7 @@ def decode_batch_body(raw: object, *, path: object = None, base_offset: int = 0)
             raise CorruptStoreError(f"batch entry lengths (body {body_len}, properties {props_len}) disagree "
                                     f"with TOTALSIZE {total}", path=path, offset=where)
         props_at = p + body_len + 2
-        properties = decode_properties(mv[props_at:props_at + props_len], path=path, offset=where)
+        properties = decode_properties(mv[props_at:props_at + props_len])
         out.append(BatchEntry(flag, body, properties))
         pos += total
     return out

@@ -27,7 +27,8 @@ class QueryMixin:
         limits (256 KiB / 32 messages by default; every page is treated as in memory).
 
         ``tags``: None, empty or containing "*" means all; otherwise a message passes when its
-        tagsCode is one of the tags' hashes and its TAGS string is one of ``tags``.
+        tagsCode is one of the tags' hashes (or a ConsumeQueueExt address, which hides the code)
+        and its TAGS string is one of ``tags``.
         """
         cq = self._queue(topic, queue_id)
         if cq is None:
@@ -68,8 +69,8 @@ class QueryMixin:
                 break
             if phys < next_phy_file_start:
                 continue
-            if codes is not None and code not in codes:
-                continue
+            if codes is not None and code not in codes and not fmt.is_ext_address(code):
+                continue   # an ext address hides the tags code: the record's TAGS decides below
             if phys < cl_min or cl.find_file(phys) is None:
                 if not msgs:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
@@ -148,6 +149,8 @@ class QueryMixin:
         """An offset message id decodes to its physical offset; otherwise ``msg_id`` is taken as a
         UNIQ_KEY and found by searching the commit-log bytes (newest file first)."""
         cl = self.commit_log
+        if not msg_id.strip():
+            raise OptionError("msgId", "must not be empty", msg_id)
         text = msg_id.strip().upper()
         try:
             _, phys = fmt.decode_offset_msg_id(text)
@@ -157,7 +160,10 @@ class QueryMixin:
             rec = self._record_if_any(phys)
             if rec is not None and rec.offset_msg_id == text:
                 return rec
-        needle = f"{fmt.PROPERTY_UNIQ_KEY}\x01{msg_id.strip()}\x02".encode()
+        # No \x02 after the value: 4.9.1-5.1.4 brokers write none after the last property (spec
+        # 1.6). A longer value with the same prefix, or bytes of a body, are ruled out below by
+        # decoding the record that holds the hit and comparing its UNIQ_KEY.
+        needle = f"{fmt.PROPERTY_UNIQ_KEY}\x01{msg_id.strip()}".encode()
         end = cl.max_offset()
         for mf in reversed(list(cl.queue.files)):
             limit = min(mf.file_size, max(end - mf.file_from_offset, 0))

@@ -30,6 +30,7 @@ from rocketstream.store.format import (
     MAGIC_V1,
     MAGIC_V2,
     HostAddress,
+    java_utf8_bytes,
 )
 
 # Header of a V1/V2 record with two IPv4 hosts, up to and including the BODY length field.
@@ -409,14 +410,60 @@ def _name_prefixes(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
     return (heads >> back) & _PREFIX_MASKS[np.minimum(lengths, 8)]
 
 
+def properties_text(raw: pa.Array) -> pa.Array:
+    """Stored PROPERTIES bytes (binary array) as the strings Java reads from them: valid UTF-8 is
+    taken as is (one Arrow cast, no copy); a row that is not valid UTF-8 — batch records carry a
+    non-Java client's bytes verbatim (spec 1.6) — is replaced by ``format.java_utf8_bytes`` of it,
+    the U+FFFD that ``new String(bytes, UTF_8)`` puts there. Never fails."""
+    try:
+        return raw.cast(pa.string())
+    except pa.ArrowInvalid:
+        pass
+    bad = _invalid_utf8_rows(raw)
+    mask = np.zeros(len(raw), dtype=bool)
+    mask[bad] = True
+    fixed = pa.array([java_utf8_bytes(raw[i].as_py()) for i in bad], pa.binary())  # malformed rows only
+    return pc.replace_with_mask(raw, pa.array(mask), fixed).cast(pa.string())
+
+
+_UTF8_LEAF_ROWS = 32
+
+
+def _invalid_utf8_rows(raw: pa.Array) -> list[int]:
+    """Indexes of the rows that are not valid UTF-8, by halving: a slice whose cast succeeds is
+    clean; a failing slice of at most ``_UTF8_LEAF_ROWS`` rows is tested row by row (k bad rows
+    cost about 2k log2(n / 32) casts of zero-copy slices and 32k row decodes)."""
+    bad: list[int] = []
+    pending = [(0, len(raw))]
+    while pending:
+        lo, hi = pending.pop()
+        try:
+            raw.slice(lo, hi - lo).cast(pa.string())
+            continue
+        except pa.ArrowInvalid:
+            pass
+        if hi - lo <= _UTF8_LEAF_ROWS:
+            for i, value in enumerate(raw.slice(lo, hi - lo).to_pylist(), start=lo):
+                try:
+                    if value is not None:
+                        value.decode("utf-8")
+                except UnicodeDecodeError:
+                    bad.append(i)
+        else:
+            mid = (lo + hi) // 2
+            pending += [(mid, hi), (lo, mid)]
+    return sorted(bad)
+
+
 def parse_properties(props: pa.Array, wanted: Sequence[str] = ()) -> tuple[pa.MapArray, dict[str, pa.Array]]:
     """Properties strings (``name\x01value\x02``...) to a ``map<string, string>`` array, plus one
     string column per name in ``wanted`` (null where the record lacks it).
 
-    Same rules as ``format.decode_properties``: split on \x02, then at the first \x01; segments with
-    an empty name or value are dropped; a later duplicate name wins. ``props`` must be a string
-    array (UTF-8 already validated; \x01/\x02 never occur inside multi-byte UTF-8 sequences, so
-    splitting bytes equals splitting characters).
+    Same rules as ``format.decode_properties`` (``MessageDecoder.string2messageProperties``): split on
+    \x02, then at the first \x01; segments with an empty name or value are dropped; a final segment
+    without \x02 counts like any other; a later duplicate name wins. ``props`` must be a string
+    array — :func:`properties_text` makes one from the stored bytes as Java decodes them; \x01/\x02
+    never occur inside multi-byte UTF-8 sequences, so splitting bytes equals splitting characters.
 
     Works on the bytes of all records at once: segment ends are the \x02 positions (a final
     segment without \x02 gets one appended first), names end at the first \x01 of their segment.
@@ -466,47 +513,80 @@ def parse_properties(props: pa.Array, wanted: Sequence[str] = ()) -> tuple[pa.Ma
     return result, columns
 
 
-def _uniform_layout(blob: np.ndarray, first_len: int) -> list[bytes] | None:
-    """The names of the first record if it is "clean" (every segment ``name\x01value\x02`` with a
-    non-empty name and value, names distinct), else None."""
+def _uniform_layout(blob: np.ndarray, first_len: int) -> tuple[list[bytes], bool] | None:
+    """(names, ends with \x02) of the first record if it is "clean" (every segment
+    ``name\x01value`` with a non-empty name and value, names distinct), else None. Both forms of
+    the last segment are clean: 4.9.1-5.1.4 brokers write no \x02 after it, others do (spec 1.6)."""
     row0 = blob[:first_len].tobytes()
-    if not row0.endswith(b"\x02"):
-        return None
+    terminated = row0.endswith(b"\x02")
     names = []
-    for segment in row0[:-1].split(b"\x02"):
+    for segment in (row0[:-1] if terminated else row0).split(b"\x02"):
         name, sep, value = segment.partition(b"\x01")
         if not (sep and name and value):
             return None
         names.append(name)
-    return names if len(set(names)) == len(names) else None
+    return (names, terminated) if len(set(names)) == len(names) else None
+
+
+def _uniform_segments(roff: np.ndarray, blob: np.ndarray, r: int,
+                      terminated: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    """(start, end) of the r segments of every record, record-major, when every record is split by
+    \x02 into exactly r segments the way the first one is — each ending with a \x02
+    (``terminated``), or the last one ending at the record's end — else None. ``end`` is the
+    position of the segment's \x02, or the record's end."""
+    n = len(roff) - 1
+    x02 = np.flatnonzero(blob == 2)
+    if terminated:
+        # the r-th \x02 of record i is its last byte, so every record holds exactly r of them
+        if len(x02) != n * r or not np.array_equal(x02[r - 1::r], roff[1:] - 1):
+            return None
+        seg_end = x02
+        seg_start = np.empty_like(seg_end)
+        seg_start[0] = 0
+        seg_start[1:] = seg_end[:-1] + 1
+        return seg_start, seg_end
+    if len(x02) != n * (r - 1):
+        return None
+    ends = np.empty((n, r), dtype=np.int64)
+    ends[:, r - 1] = roff[1:]
+    if r > 1:
+        # group i of the sorted \x02 positions lies inside record i and not on its last byte: with
+        # n * (r - 1) positions in all, every record then holds exactly r - 1, none trailing
+        inner = x02.reshape(n, r - 1)
+        if not (np.all(inner[:, 0] >= roff[:-1]) and np.all(inner[:, -1] < roff[1:] - 1)):
+            return None
+        ends[:, :r - 1] = inner
+    starts = np.empty((n, r), dtype=np.int64)
+    starts[:, 0] = roff[:-1]
+    starts[:, 1:] = ends[:, :-1] + 1
+    return starts.reshape(-1), ends.reshape(-1)
 
 
 def _parse_uniform(roff: np.ndarray, blob: np.ndarray,
                    wanted: Sequence[str]) -> tuple[pa.MapArray, dict[str, pa.Array]] | None:
     """``parse_properties`` for the usual batch: every record holds the same names in the same order
-    (one producer, one code path), each segment clean. None when any record differs.
+    (one producer, one code path), each segment clean, the last one ended the same way in every
+    record. None when any record differs.
 
     Then the keys column is the first record's names repeated, each wanted column sits at a fixed
     entry index, and nothing can be a duplicate or empty, so only the values need copying. The check
-    is exact: every record has exactly R \x02-terminated segments (the R-th \x02 of record i is its
-    last byte), and in each segment the bytes before position ``len(name_j)`` are name j (no \x01 in
-    it) followed by \x01, with a non-empty value after it — which is precisely what the general
-    rules would find there.
+    is exact: every record has exactly R segments (``_uniform_segments``), and in each segment the
+    bytes before position ``len(name_j)`` are name j (no \x01 in it) followed by \x01, with a
+    non-empty value after it — which is precisely what the general rules would find there.
     """
     n = len(roff) - 1
     first_len = int(roff[1]) if n else 0
     if n < 2 or first_len < 8:  # tiny first records would make the 8-byte name loads below unsafe
         return None
-    pattern = _uniform_layout(blob, first_len)
-    if pattern is None:
+    layout = _uniform_layout(blob, first_len)
+    if layout is None:
         return None
+    pattern, terminated = layout
     r = len(pattern)
-    seg_end = np.flatnonzero(blob == 2)
-    if len(seg_end) != n * r or not np.array_equal(seg_end[r - 1::r], roff[1:] - 1):
+    segments = _uniform_segments(roff, blob, r, terminated)
+    if segments is None:
         return None
-    seg_start = np.empty_like(seg_end)
-    seg_start[0] = 0
-    seg_start[1:] = seg_end[:-1] + 1
+    seg_start, seg_end = segments
     name_len, load_segment, load_offset, load_shift, load_expected = _name_loads(tuple(pattern))
     sep = (seg_start.reshape(n, r) + name_len).reshape(-1)
     value_len = seg_end - sep - 1

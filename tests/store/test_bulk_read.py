@@ -77,7 +77,7 @@ class FakeCommitLog:
         if isinstance(props, dict):
             tags = props.get("TAGS")
         else:
-            tags = fmt.decode_properties(props.decode("utf-8", "replace").encode()).get("TAGS")
+            tags = fmt.decode_properties(props).get("TAGS")
         queue.append((offset, size, fmt.tags_code(tags)))
         return offset
 
@@ -468,13 +468,11 @@ def test_crc_checked_only_when_asked() -> None:
     assert info.value.offset == off
 
 
-def test_invalid_utf8_properties_raise() -> None:
+def test_invalid_utf8_properties_read_with_replacement_characters() -> None:
     log = FakeCommitLog()
     log.append(topic="T", queue_id=0, properties={"TAGS": "ok"})
-    off = log.append(topic="T", queue_id=0, properties=b"TAGS\x01\xff\xfe\x02")
-    with pytest.raises(CorruptStoreError, match="UTF-8") as info:
-        read_rows(log, "T", 0, columns=["tags"])
-    assert info.value.offset == off
+    log.append(topic="T", queue_id=0, properties=b"TAGS\x01\xff\xfe\x02")
+    assert [r["tags"] for r in read_rows(log, "T", 0, columns=["tags"])] == ["ok", "\ufffd\ufffd"]
 
 
 def test_undecompressable_body_raises() -> None:

@@ -308,9 +308,9 @@ def test_encode_properties_skips_none_and_rejects_separators():
         encode_properties({"A\x01": "y"})
 
 
-def test_invalid_utf8_properties_are_corruption():
-    with pytest.raises(CorruptStoreError, match="UTF-8"):
-        decode_properties(b"A\x01\xff\xfe\x02", path="f", offset=7)
+def test_invalid_utf8_properties_decode_with_replacement_characters_as_java():
+    # spec 1.6: Java's new String(bytes, UTF_8) never fails, and neither may we
+    assert decode_properties(b"A\x01\xff\xfe\x02", path="f", offset=7) == {"A": "\ufffd\ufffd"}
 
 
 # --- bad records ------------------------------------------------------------------------------
@@ -379,11 +379,11 @@ def test_longer_totalsize_than_formula_is_a_mismatch():
     assert "length formula gives 104 but TOTALSIZE is 108" in corrupt_message(raw)
 
 
-def test_invalid_utf8_topic_and_properties_in_a_record():
+def test_invalid_utf8_topic_and_properties_in_a_record_decode_as_java():
     bad_topic = WORKED_EXAMPLE[:91] + b"\xff" + WORKED_EXAMPLE[92:]
-    assert "TOPIC" in corrupt_message(bad_topic)
+    assert decode_record(bad_topic).topic == "\ufffd"
     bad_props = WORKED_EXAMPLE[:-2] + b"\xc3\x02"
-    assert "UTF-8" in corrupt_message(bad_props)
+    assert decode_record(bad_props).properties == {"WAIT": "tru\ufffd"}
 
 
 def test_negative_position_and_empty_buffer():
