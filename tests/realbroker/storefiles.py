@@ -62,6 +62,8 @@ class CommitLogSnapshot:
         for name, digest in self.files.items():
             f = other_store / "commitlog" / name
             if not f.is_file():
+                if int(name) >= self.end:   # a pre-allocated next file with no record: Java's
+                    continue                # truncateDirtyFiles deletes it too
                 bad.append(f"{name}: missing")
                 continue
             base = int(name)
