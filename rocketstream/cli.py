@@ -24,7 +24,8 @@ EXAMPLES = {
     "topic-status": "rocketstream topic-status --topic TopicTest",
     "consumer-progress": "rocketstream consumer-progress --group demo-group --topic TopicTest",
     "query-msg": "rocketstream query-msg --topic TopicTest --queue-id 0 --offset 42 --json\n"
-    "  rocketstream query-msg --msg-id 7F00000100002A9F0000000000000000",
+    "  rocketstream query-msg --msg-id 7F00000100002A9F0000000000000000\n"
+    "  rocketstream query-msg --topic TopicTest --key ORDER-42 --max 16",
     "check": "rocketstream check --store /data/rocketmq/store",
     "delete-expired": "rocketstream delete-expired --reserved-hours 24",
     "demo": "rocketstream demo",
@@ -254,8 +255,14 @@ def cmd_consumer_progress(args: argparse.Namespace) -> int:
 
 
 def cmd_query_msg(args: argparse.Namespace) -> int:
+    if args.key is not None:
+        return _query_msg_by_key(args)
+    for option, value in (("--max", args.max), ("--begin-ms", args.begin_ms), ("--end-ms", args.end_ms)):
+        if value is not None:
+            raise OptionError(option, "only applies to a query by --key")
     if not args.msg_id and (args.topic is None or args.queue_id is None or args.offset is None):
-        raise OptionError("--msg-id", "give either --msg-id or all of --topic, --queue-id and --offset")
+        raise OptionError("--msg-id", "give either --msg-id, all of --topic, --queue-id and --offset, "
+                                      "or --topic and --key")
     with _open_store(args, read_only=True) as store:
         if args.msg_id:
             rec = store.message_by_msg_id(args.msg_id)
@@ -270,7 +277,38 @@ def cmd_query_msg(args: argparse.Namespace) -> int:
                 )
             rec = result.messages[0]
         row = record_to_row(rec, store.broker_name)
-    _emit(args, row, lambda r: "\n".join(f"{k:26} {v}" for k, v in r.items()))
+    _emit(args, row, _render_row)
+    return 0
+
+
+def _render_row(row: dict[str, Any]) -> str:
+    return "\n".join(f"{k:26} {v}" for k, v in row.items())
+
+
+def _query_msg_by_key(args: argparse.Namespace) -> int:
+    """mqadmin queryMsgByKey over the store's index/ files (MessageStore.query_message)."""
+    from rocketstream.store.index_file import MAX_MSGS_NUM_BATCH, MAX_TIMESTAMP
+
+    if args.topic is None:
+        raise OptionError("--topic", "--key needs the topic the key belongs to")
+    for option, value in (("--msg-id", args.msg_id), ("--queue-id", args.queue_id), ("--offset", args.offset)):
+        if value is not None:
+            raise OptionError(option, "cannot be combined with --key")
+    if not args.key:
+        raise OptionError("--key", "must not be empty", args.key)
+    max_num = MAX_MSGS_NUM_BATCH if args.max is None else args.max
+    if max_num <= 0:
+        raise OptionError("--max", "must be >= 1", args.max)
+    begin = 0 if args.begin_ms is None else args.begin_ms
+    end = MAX_TIMESTAMP if args.end_ms is None else args.end_ms
+    if begin > end:
+        raise OptionError("--begin-ms", f"must not be after --end-ms ({end})", begin)
+    with _open_store(args, read_only=True) as store:
+        records = store.query_message(args.topic, args.key, max_num=max_num, begin_ms=begin, end_ms=end)
+        rows = [record_to_row(rec, store.broker_name) for rec in records]
+    payload = {"topic": args.topic, "key": args.key, "messages": rows}
+    _emit(args, payload, lambda p: "\n\n".join(_render_row(r) for r in p["messages"])
+          or f"(no message of {p['topic']} with key {p['key']!r})")
     return 0
 
 
@@ -356,11 +394,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("consumer-progress", cmd_consumer_progress, "Per queue of a consumer group: broker offset, consumer offset, diff.")
     p.add_argument("--group", required=True)
     p.add_argument("--topic", default=None)
-    p = add("query-msg", cmd_query_msg, "Show one message by queue offset or by message id.")
+    p = add("query-msg", cmd_query_msg, "Show one message by queue offset or by message id, or the messages of a "
+            "topic with a key (KEYS, through the index/ files of a real broker's store; a commit-log scan otherwise).")
     p.add_argument("--topic")
     p.add_argument("--queue-id", type=int)
     p.add_argument("--offset", type=int)
     p.add_argument("--msg-id")
+    p.add_argument("--key", help="a message key (one of the space-separated KEYS); needs --topic")
+    p.add_argument("--max", type=int, default=None,
+                   help="at most this many messages, the newest (default and broker cap: maxMsgsNumBatch 64)")
+    p.add_argument("--begin-ms", type=int, default=None, help="only messages stored at or after (epoch ms)")
+    p.add_argument("--end-ms", type=int, default=None, help="only messages stored at or before (epoch ms)")
     add("check", cmd_check, "Verify CRCs and CommitLog/ConsumeQueue agreement; exit 1 when they disagree.")
     p = add("delete-expired", cmd_delete_expired,
             "Delete commit-log files older than fileReservedTime (never the newest) and the consume-queue "

@@ -166,3 +166,30 @@ def test_produce_into_a_foreign_store_deletes_no_old_files(tmp_path, capsys):
     code, out, _ = run(capsys, "delete-expired", "--store", str(root), "--reserved-hours", "100", "--json")
     assert code == 0 and json.loads(out)["reservedHours"] == 100
     assert files[0] not in sorted((root / "commitlog").iterdir())
+
+
+def test_query_msg_by_key(store, capsys):
+    code, out, _ = run(capsys, "query-msg", "--store", str(store), "--topic", "T", "--key", "key-7", "--json")
+    doc = json.loads(out)
+    assert code == 0 and (doc["topic"], doc["key"]) == ("T", "key-7")
+    assert [(r["keys"], r["queueId"], r["queueOffset"]) for r in doc["messages"]] == [("key-7", 1, 3)]
+    assert set(doc["messages"][0]) >= {"msgId", "offsetMsgId", "commitLogOffset", "body", "properties"}
+    code, out, _ = run(capsys, "query-msg", "--store", str(store), "--topic", "T", "--key", "key-1")
+    assert code == 0 and "key-1" in out and "key-10" not in out
+    code, out, _ = run(capsys, "query-msg", "--store", str(store), "--topic", "T", "--key", "nope", "--json")
+    assert code == 0 and json.loads(out)["messages"] == []
+    code, out, _ = run(capsys, "query-msg", "--store", str(store), "--topic", "T", "--key", "key-7",
+                       "--end-ms", "1", "--json")
+    assert code == 0 and json.loads(out)["messages"] == []
+
+
+def test_query_msg_by_key_option_errors(store, capsys):
+    code, _, err = run(capsys, "query-msg", "--store", str(store), "--key", "key-7")
+    assert code == 2 and "'--topic'" in err
+    code, _, err = run(capsys, "query-msg", "--store", str(store), "--topic", "T", "--key", "key-7", "--max", "0")
+    assert code == 2 and "'--max'" in err
+    code, _, err = run(capsys, "query-msg", "--store", str(store), "--topic", "T", "--key", "k", "--offset", "1")
+    assert code == 2 and "'--offset'" in err
+    code, _, err = run(capsys, "query-msg", "--store", str(store), "--topic", "T", "--queue-id", "0",
+                       "--offset", "0", "--max", "3")
+    assert code == 2 and "'--max'" in err

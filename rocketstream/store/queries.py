@@ -1,5 +1,6 @@
 """Read-side queries of ``MessageStore``: getMessage (spec 6), search by time (spec 3.6), lookups by
-message id, consistency check and retention (the last two live in check.py / retention.py).
+message id and by key (spec 5.3, index_file.py), consistency check and retention (the last two live in
+check.py / retention.py).
 """
 
 from __future__ import annotations
@@ -10,8 +11,24 @@ from typing import TYPE_CHECKING
 
 from rocketstream.errors import CorruptStoreError, OptionError, StoreError
 from rocketstream.store import format as fmt
+from rocketstream.store import index_file
+from rocketstream.store import layout as layouts
 from rocketstream.store.format import MessageRecord
 from rocketstream.store.messages import GetMessageResult, GetMessageStatus
+
+_KEY_SEPARATOR = " "   # MessageConst.KEY_SEPARATOR
+
+
+def _key_matches(rec_topic: str, props: dict[str, str], topic: str, key: str, uniq_key: bool) -> bool:
+    """MQAdminImpl.queryMessage's check of a record the index returned (hash collisions): the topic,
+    and the key among KEYS split on " " (MessageConst.KEY_SEPARATOR) or, for an id query, UNIQ_KEY."""
+    if rec_topic != topic:
+        return False
+    if uniq_key:
+        return props.get(fmt.PROPERTY_UNIQ_KEY) == key
+    keys = props.get(fmt.PROPERTY_KEYS)
+    return keys is not None and key in keys.split(_KEY_SEPARATOR)
+
 
 if TYPE_CHECKING:
     from rocketstream.store.check import CheckReport
@@ -190,6 +207,94 @@ class QueryMixin:
             if offset + rec.total_size > target:
                 return rec
         return None
+
+    # --- query by key (spec 5.3) ----------------------------------------------------------------
+    def query_message(self, topic: str, key: str, *, max_num: int = index_file.MAX_MSGS_NUM_BATCH,
+                      begin_ms: int = 0, end_ms: int = index_file.MAX_TIMESTAMP,
+                      uniq_key: bool = False) -> list[MessageRecord]:
+        """Messages of ``topic`` whose KEYS (split on single spaces) hold ``key`` - or, with
+        ``uniq_key``, whose UNIQ_KEY is ``key`` - stored in [begin_ms, end_ms]; at most
+        min(max_num, maxMsgsNumBatch = 64) of them, the newest, in commit-log order.
+
+        With ``index/`` files (every real broker's store): DefaultMessageStore.queryMessage - offsets
+        from IndexService.queryOffset (index times are whole seconds after the file's beginTimestamp,
+        as Java compares them), offsets below the commit-log min (expired) or beyond its end skipped,
+        each record read - then MQAdminImpl.queryMessage's check against hash collisions: same topic,
+        key among KEYS (or UNIQ_KEY equal). DefaultMessageStore's three rounds only repeat with the same
+        ``end`` when nothing was readable, so one round answers the same. Records appended after the
+        index's last endPhyOffset (by our writer: we do not write IndexFiles) are found by scanning
+        that tail of the commit log, and count first, being the newest.
+
+        Without index files (our own stores): a scan of the whole commit log, reading the KEYS of each
+        record of ``topic`` (exact store times; a commit-log file not holding the key's UTF-8 bytes at
+        all is skipped without walking its records). Like IndexService.buildIndex, ROLLBACK records
+        are never found.
+        """
+        if not topic:
+            raise OptionError("topic", "a key query needs a topic", topic)
+        if not key:
+            raise OptionError("key", "must not be empty", key)
+        if max_num <= 0:
+            raise OptionError("max_num", "must be >= 1", max_num)
+        limit = min(max_num, index_file.MAX_MSGS_NUM_BATCH)
+        cl = self.commit_log
+        cl_min, cl_max = cl.min_offset(), cl.max_offset()
+        paths = layouts.index_files(self.root) if (self.root / "index").is_dir() else []
+        with index_file.IndexService(paths, **index_file.configured_geometry(self.config.conf_path)) as index:
+            indexed_end = index.indexed_end()
+            scan_from = cl_min if indexed_end is None else self._tail_start(indexed_end, cl_min, cl_max)
+            found = self._scan_for_key(topic, key, uniq_key, scan_from, cl_max, begin_ms, end_ms)[-limit:]
+            if indexed_end is not None and len(found) < limit:
+                result = index.query_offset(topic, key, limit - len(found), begin_ms, end_ms)
+                for phys in sorted(set(result.phy_offsets)):
+                    if phys < cl_min or phys >= cl_max:
+                        continue   # expired by retention, or cut from the commit log after the index was written
+                    rec = cl.read_record(phys)
+                    if _key_matches(rec.topic, rec.properties, topic, key, uniq_key):
+                        found.append(rec)
+        return sorted(found, key=lambda r: r.physical_offset)
+
+    def _tail_start(self, indexed_end: int, cl_min: int, cl_max: int) -> int:
+        """Where the records the index does not cover begin: after the record at ``indexed_end``
+        (the last one indexed), or the start of its commit-log file when no record starts there."""
+        if indexed_end < cl_min:
+            return cl_min
+        if indexed_end >= cl_max:
+            return cl_max
+        rec = self._record_if_any(indexed_end)
+        if rec is not None:
+            return indexed_end + rec.total_size
+        mf = self.commit_log.find_file(indexed_end)
+        return cl_max if mf is None else max(mf.file_from_offset, cl_min)
+
+    def _scan_for_key(self, topic: str, key: str, uniq_key: bool, start: int, end: int, begin_ms: int,
+                      end_ms: int) -> list[MessageRecord]:
+        """Records in [start, end) of ``topic`` matching ``key`` (query_message), oldest first."""
+        cl = self.commit_log
+        needle = key.encode("utf-8")
+        offsets: list[int] = []
+        offset = start
+        while offset < end:
+            mf = cl.find_file(offset)
+            if mf is None:
+                break
+            file_end = min(mf.end_offset, end)
+            if mf.mm.find(needle, offset - mf.file_from_offset, file_end - mf.file_from_offset) >= 0:
+                scan = cl.scan(offset, check_crc=False)
+                for head in scan:
+                    if head.offset >= file_end:
+                        break
+                    if (head.topic == topic and begin_ms <= head.store_timestamp <= end_ms
+                            and head.sys_flag & fmt.TRANSACTION_MASK != fmt.TRANSACTION_ROLLBACK
+                            and needle in bytes(head.props)
+                            and _key_matches(head.topic, head.properties(), topic, key, uniq_key)):
+                        offsets.append(head.offset)
+                else:
+                    if scan.problem is not None and scan.end < file_end:
+                        raise CorruptStoreError(f"record does not decode while searching for key {key!r}: "
+                                                f"{scan.problem}", path=scan.problem_path, offset=scan.end)
+            offset = mf.end_offset
+        return [cl.read_record(o) for o in offsets]
 
     # --- check and retention ------------------------------------------------------------------
     def check(self) -> CheckReport:

@@ -500,3 +500,76 @@ def test_java_broker_reads_our_writes_and_all_old_messages(written, oracle, real
     if len(new) != 3:
         problems.append(f"the Java client read {len(new)} messages of {NEW_TOPIC}, we wrote 3")
     fail_if(problems)
+
+
+# ------------------------------------------------------------------ index/ (IndexFile, spec 5)
+def test_index_files_hold_every_key_java_indexed(ro_copy, oracle, monkeypatch):
+    """The broker's own index files read with our IndexFile: the geometry of the fixture's
+    broker.conf (maxHashSlotNum 100,000, maxIndexNum 400,000), found from the bytes alone too, and an
+    entry (hash of topic#key, commit-log offset) for UNIQ_KEY and every key of every message the Java
+    client read."""
+    from rocketstream.store import index_file
+    from rocketstream.store.index_file import IndexService, build_key, index_key_hash
+
+    paths = sorted((ro_copy / "index").iterdir())
+    assert paths, "a 4.9.8 store without index/ files"
+    with monkeypatch.context() as m:    # no 1:4 ratio to lean on: a wrong candidate, then the bytes decide
+        m.setattr(index_file, "_DEFAULT_RATIO", 1)
+        m.setattr(index_file, "_GEOMETRY_CACHE", {})
+        with IndexService(paths) as index:
+            assert [(f.geometry.max_hash_slot_num, f.geometry.source) for f in index.files] == [
+                (100_000, "data")] * len(paths)
+    with IndexService(paths) as index:
+        geometry = {(f.geometry.max_hash_slot_num, f.geometry.max_index_num) for f in index.files if f.geometry}
+        assert geometry == {(100_000, 400_000)}
+        entries = set()
+        for f in index.files:
+            e = f.entries()
+            entries |= set(zip(e["key_hash"].tolist(), e["phy_offset"].tolist()))
+            del e
+        begin = min(f.read_header().begin_phy_offset for f in index.files)
+        end = index.indexed_end()
+    missing = []
+    for m in oracle.messages.values():
+        if not begin <= m["commitLogOffset"] <= end:
+            continue
+        keys = [k for k in (m["keys"] or "").split(" ") if k] + [m["properties"].get("UNIQ_KEY")] * (
+            "UNIQ_KEY" in m["properties"])
+        missing += [(m["topic"], k, m["commitLogOffset"]) for k in keys
+                    if (index_key_hash(build_key(m["topic"], k)), m["commitLogOffset"]) not in entries]
+    assert not missing, f"{len(missing)} keys of messages the Java client read are not in the index: {missing[:5]}"
+
+
+def test_query_message_matches_java_client_for_every_key(ro_store, oracle):
+    """MessageStore.query_message for every key of every message (every topic, retry and schedule
+    topics included) and by UNIQ_KEY: the messages of that topic holding the key, as the Java client's
+    key check (MQAdminImpl.queryMessage) keeps them."""
+    by_key: dict[tuple[str, str], set[int]] = {}
+    for m in oracle.messages.values():
+        for k in {k for k in (m["keys"] or "").split(" ") if k}:
+            by_key.setdefault((m["topic"], k), set()).add(m["commitLogOffset"])
+    errors = []
+    cl_min = ro_store.commit_log_min_offset()
+    for (topic, k), expected in sorted(by_key.items()):
+        got = [r.physical_offset for r in ro_store.query_message(topic, k)]
+        want = sorted(o for o in expected if o >= cl_min)[-64:]
+        if got != want:
+            errors.append(f"query_message({topic!r}, {k!r}): {got[:5]}... ({len(got)}), Java {want[:5]}... ({len(want)})")
+    for m in list(oracle.messages.values())[::7]:
+        uniq = m["properties"].get("UNIQ_KEY")
+        if uniq and m["commitLogOffset"] >= cl_min:
+            got = [r.physical_offset for r in ro_store.query_message(m["topic"], uniq, uniq_key=True)]
+            if m["commitLogOffset"] not in got:
+                errors.append(f"query_message({m['topic']!r}, UNIQ_KEY {uniq}): {got}, Java {m['commitLogOffset']}")
+    assert len(by_key) > 100, f"only {len(by_key)} keys in the fixture store"
+    fail_if(errors[:10])
+
+
+def test_query_message_after_writer_finds_keys_java_did_not_index(written):
+    """Our writer appends without writing IndexFiles: its records are found by scanning the commit log
+    after the index's endPhyOffset ("rocketstream produce" gives message i the key key-i)."""
+    code, out, err = run_cli("query-msg", "--store", str(written.root), "--topic", NEW_TOPIC, "--key", "key-1",
+                             "--json")
+    assert code == 0, err
+    rows = json.loads(out)["messages"]
+    assert [(r["topic"], r["keys"]) for r in rows] == [(NEW_TOPIC, "key-1")]
