@@ -320,15 +320,17 @@ def cmd_check(args: argparse.Namespace) -> int:
         "records": report.records,
         "units": report.units,
         "problems": [{"file": p.path, "offset": p.offset, "problem": p.message} for p in report.problems],
+        "notes": report.notes,
     }
 
     def render(p: dict) -> str:
         head = f"{p['records']} records and {p['units']} consume-queue units checked"
+        notes = [f"note: {n}" for n in p["notes"]]
         if p["ok"]:
-            return f"OK: {head}, CRCs and CommitLog/ConsumeQueue agreement verified"
+            return "\n".join([f"OK: {head}, CRCs and CommitLog/ConsumeQueue agreement verified"] + notes)
         lines = [f"PROBLEMS: {len(p['problems'])} found ({head})"]
         lines += [f"- {x['file']} @ {x['offset']}: {x['problem']}" for x in p["problems"]]
-        return "\n".join(lines)
+        return "\n".join(lines + notes)
 
     _emit(args, payload, render)
     return 0 if report.ok else 1
