@@ -121,7 +121,7 @@ def check_store(store: MessageStore) -> CheckReport:
     # A reader's max_offset stops before damage; check must look past it, to the unwritten tail.
     end = cl.max_offset() if not cl.read_only else (last.end_offset if last else 0)
     offset = cl_min = cl.min_offset()
-    levels = store.config.delay_levels_ms
+    levels = store.effective_delay_levels()
     while offset < end:
         try:
             # check_crc=False: the CRCs are verified below, record by record, so that a bad CRC is

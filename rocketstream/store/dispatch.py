@@ -7,7 +7,7 @@ PREPARED and ROLLBACK records get no unit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -24,7 +24,8 @@ def is_dispatchable(sys_flag: int) -> bool:
     return sys_flag & fmt.TRANSACTION_MASK in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT)
 
 
-def tags_code_of(topic: str, properties: dict[str, str], store_timestamp: int, delay_levels: Sequence[int]) -> int:
+def tags_code_of(topic: str, properties: dict[str, str], store_timestamp: int,
+                delay_levels: Sequence[int] | Mapping[int, int]) -> int:
     """The unit's tagsCode: hash of TAGS, or the delivery time for SCHEDULE_TOPIC_XXXX (spec 3.2)."""
     if topic != fmt.SCHEDULE_TOPIC:
         return fmt.tags_code(properties.get(fmt.PROPERTY_TAGS))
@@ -33,7 +34,7 @@ def tags_code_of(topic: str, properties: dict[str, str], store_timestamp: int, d
 
 class Dispatcher:
     def __init__(self, get_queue: Callable[[str, int], ConsumeQueue], checkpoint: StoreCheckpoint | None,
-                 delay_levels: Sequence[int]) -> None:
+                 delay_levels: Sequence[int] | Mapping[int, int]) -> None:
         self._get_queue = get_queue
         self._checkpoint = checkpoint
         self._delay_levels = delay_levels

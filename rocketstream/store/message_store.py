@@ -47,6 +47,7 @@ from rocketstream.store import layout as layouts
 from rocketstream.store.config import (SETTINGS_FILE, StoreConfig, broker_conf_for, default_broker_conf,
                                        resolve_sizes, save_settings)
 from rocketstream.store.consume_queue import ConsumeQueue
+from rocketstream.store.delay_levels import levels_in_store
 from rocketstream.store.dispatch import Dispatcher
 from rocketstream.store.format import CQ_DTYPE, HostAddress, MessageRecord
 from rocketstream.store.messages import IllegalMessage, Message, PutMessageResult, PutMessageStatus, prepare
@@ -167,7 +168,7 @@ class MessageStore(QueryMixin):
                 # records behind this abort may still wait for Java's re-indexing: recovery must not move
                 # the checkpoint past them (layout.py)
                 self.checkpoint.freeze_recovery_point()
-            self._dispatcher = Dispatcher(self._queue_for_dispatch, self.checkpoint, self.config.delay_levels_ms)
+            self._dispatcher = Dispatcher(self._queue_for_dispatch, self.checkpoint, self.effective_delay_levels())
             recover(self.commit_log, list(self._queues.values()), self._dispatcher, self.checkpoint,
                     abnormal=abnormal, check_crc=self.config.check_crc_on_recover)
             cl_min = self.commit_log.queue.min_offset()
@@ -181,6 +182,14 @@ class MessageStore(QueryMixin):
         except BaseException:
             self._store_lock.release()
             raise
+
+    def effective_delay_levels(self) -> Sequence[int] | dict[int, int]:
+        """The delay table for SCHEDULE_TOPIC_XXXX tagsCodes: the configured ``messageDelayLevel``,
+        corrected by what the store's schedule queues show (delay_levels.py)."""
+        ids = [q for t, q in self._queue_dirs() if t == fmt.SCHEDULE_TOPIC]
+        queues = [cq for cq in (self._queues.get((fmt.SCHEDULE_TOPIC, q)) or self._queue(fmt.SCHEDULE_TOPIC, q)
+                                for q in ids) if cq is not None]
+        return levels_in_store(self.commit_log, queues, self.config.delay_levels_ms)
 
     @property
     def _retention_enabled(self) -> bool:

@@ -388,9 +388,33 @@ def test_custom_message_delay_level_sets_the_schedule_tags_code(tmp_path):
         # level 9 is clamped to the highest configured level (3 = 1m), as ScheduleMessageService does
         assert [got[r.physical_offset] for r in results] == [(0, 2000), (1, 7000), (2, 60_000), (2, 60_000)]
         assert ro.check().ok
-    # a checker that assumed the default levels would see every unit as wrong
+    # opened with the default levels (a broker's store opened by path, its broker.conf elsewhere): the
+    # schedule queues' units say which delays the store was written with, and check follows them
     with MessageStore.open(root, read_only=True, config=small_config(root)) as ro:
-        assert len(ro.check().problems) == 4
+        levels = ro.effective_delay_levels()
+        assert [levels[k] for k in (1, 2, 3)] == [2000, 7000, 60_000]
+        assert ro.check().ok, ro.check().problems
+
+
+def test_redispatch_uses_the_delays_the_store_was_written_with(tmp_path, caplog):
+    """Issue 10, finding 5: a writer that re-dispatched SCHEDULE_TOPIC_XXXX records with its own
+    messageDelayLevel wrote other delivery times than the broker that stored them (Java's schedule
+    service then delivers early or late)."""
+    root = tmp_path / "s"
+    results = _write(root, [Message("T", b"d%d" % i, delay_level=2) for i in range(3)],
+                     message_delay_level=DELAY_LEVELS)
+    cq_file = root / "consumequeue" / fmt.SCHEDULE_TOPIC / "1" / f"{0:020d}"
+    data = bytearray(cq_file.read_bytes())
+    data[40:60] = bytes(20)                      # the third unit lost in a crash
+    cq_file.write_bytes(bytes(data))
+    (root / "abort").touch()
+    with caplog.at_level("WARNING"), MessageStore.open(root, config=small_config(root)) as st:
+        assert st.max_offset(fmt.SCHEDULE_TOPIC, 1) == 3
+        offset, _, code = st.read_cq_units(fmt.SCHEDULE_TOPIC, 1, 2, 3).tolist()[0]
+        assert offset == results[2].physical_offset
+        assert code - st.look_message_by_offset(offset).store_timestamp == 7000   # not the default 5 s
+        assert st.check().ok
+    assert "level 2 was stored with a delay of 7000 ms" in caplog.text
 
 
 def test_schedule_tags_code_java_rules():
