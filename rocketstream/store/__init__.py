@@ -4,7 +4,7 @@ Public entry point: ``MessageStore.open(root, read_only=...)``.
 """
 
 from rocketstream.store.config import StoreConfig, default_broker_conf, default_broker_name
-from rocketstream.store.format import HostAddress, MessageRecord
+from rocketstream.codec import HostAddress, MessageRecord
 from rocketstream.store.message_store import MessageStore
 from rocketstream.store.messages import (GetMessageResult, GetMessageStatus, Message, PutMessageResult,
                                          PutMessageStatus)

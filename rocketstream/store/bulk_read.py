@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rocketstream.errors import CorruptStoreError, OptionError
-from rocketstream.store import vectorized as vz
-from rocketstream.store.format import (
+from rocketstream.codec import vectorized as vz
+from rocketstream.codec import (
     EXT_ADDRESS_MAX,
     FLAG_COMPRESSED,
     PROPERTY_KEYS,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rocketstream.errors import CorruptStoreError
-from rocketstream.store import format as fmt
+from rocketstream import codec
 from rocketstream.store.consume_queue import UNIT
 from rocketstream.store.dispatch import is_dispatchable, tags_code_of
 
@@ -73,7 +73,7 @@ def _java_split(text: str) -> list[str]:
     return parts
 
 
-def _multi_dispatch(rec: fmt.MessageRecord) -> list[tuple[str, int]] | str | None:
+def _multi_dispatch(rec: codec.MessageRecord) -> list[tuple[str, int]] | str | None:
     """(queue name, queue offset) pairs the record was also dispatched to
     (``DefaultMessageStore.checkMultiDispatchQueue`` / ``ConsumeQueue.multiDispatchLmqQueue``); None
     when it is not a multi-dispatch record; a message when its properties do not parse."""
@@ -91,10 +91,10 @@ def _multi_dispatch(rec: fmt.MessageRecord) -> list[tuple[str, int]] | str | Non
         return f"{PROPERTY_INNER_MULTI_QUEUE_OFFSET} {offsets!r} is not a list of numbers"
 
 
-def _crc_problem(mm: object, pos: int, rec: fmt.MessageRecord) -> str | None:
+def _crc_problem(mm: object, pos: int, rec: codec.MessageRecord) -> str | None:
     """BODYCRC (when the body is not empty), then ``__CRC32#`` when the record carries one."""
-    if rec.body and fmt.masked_crc32(rec.body) != rec.body_crc:
-        return f"BODYCRC mismatch: stored {rec.body_crc}, computed {fmt.masked_crc32(rec.body)}"
+    if rec.body and codec.masked_crc32(rec.body) != rec.body_crc:
+        return f"BODYCRC mismatch: stored {rec.body_crc}, computed {codec.masked_crc32(rec.body)}"
     text = rec.properties.get(PROPERTY_CRC32)
     if text is None:
         return None
@@ -104,7 +104,7 @@ def _crc_problem(mm: object, pos: int, rec: fmt.MessageRecord) -> str | None:
     expected = expected - (1 << 32) if expected & 0x80000000 else expected
     if expected < 0 or rec.total_size < CRC32_RESERVED_LEN:
         return f"{PROPERTY_CRC32} property {text!r} is not a CRC"
-    actual = fmt.masked_crc32(bytes(mm[pos:pos + rec.total_size - CRC32_RESERVED_LEN]))  # type: ignore[index]
+    actual = codec.masked_crc32(bytes(mm[pos:pos + rec.total_size - CRC32_RESERVED_LEN]))  # type: ignore[index]
     if actual != expected:
         return f"{PROPERTY_CRC32} mismatch: stored {expected}, computed {actual} over the record"
     return None
@@ -185,7 +185,7 @@ def check_store(store: MessageStore) -> CheckReport:
             if want is None and 0 <= phys < cl_min:
                 report.expired_units += 1   # its record was deleted by retention
                 continue
-            if want is not None and fmt.is_ext_address(code) and want[:2] == (phys, size):
+            if want is not None and codec.is_ext_address(code) and want[:2] == (phys, size):
                 report.ext_units += 1
                 continue
             if want != (phys, size, code):

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rocketstream.errors import CorruptStoreError, StoreConfigError
-from rocketstream.store.format import CQ_UNIT_SIZE, DELAY_LEVELS_MS, HostAddress, parse_delay_levels
+from rocketstream.codec import CQ_UNIT_SIZE, DELAY_LEVELS_MS, HostAddress, parse_delay_levels
 
 DEFAULT_COMMIT_LOG_FILE_SIZE = 1073741824
 DEFAULT_CONSUME_QUEUE_FILE_SIZE = 6000000

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from rocketstream.errors import CorruptStoreError, StoreError
-from rocketstream.store.format import CQ_DTYPE, CQ_UNIT_SIZE
+from rocketstream.codec import CQ_DTYPE, CQ_UNIT_SIZE
 from rocketstream.store.mapped_file import MappedFile, MappedFileQueue
 
 PREFILL_SIZE = 0x7FFFFFFF   # size of a pre-fill ("blank") unit, spec 3.1

@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from rocketstream.errors import CorruptStoreError, StoreConfigError, StoreError
-from rocketstream.store.format import java_hash
+from rocketstream.codec import java_hash
 
 INDEX_HEADER_SIZE = 40      # IndexHeader.INDEX_HEADER_SIZE
 HASH_SLOT_SIZE = 4          # IndexFile.hashSlotSize

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from rocketstream.errors import NotAStoreError, OptionError, ReadOnlyStoreError, StoreError
 from rocketstream.store import bulk_read
-from rocketstream.store import format as fmt
+from rocketstream import codec
 from rocketstream.store.checkpoint import StoreCheckpoint
 from rocketstream.store.commit_log import CommitLog
 from rocketstream.store import layout as layouts
@@ -48,7 +48,7 @@ from rocketstream.store.config import (SETTINGS_FILE, StoreConfig, broker_conf_f
                                        resolve_sizes, save_settings)
 from rocketstream.store.consume_queue import ConsumeQueue
 from rocketstream.store.dispatch import Dispatcher
-from rocketstream.store.format import CQ_DTYPE, HostAddress, MessageRecord
+from rocketstream.codec import CQ_DTYPE, HostAddress, MessageRecord
 from rocketstream.store.messages import IllegalMessage, Message, PutMessageResult, PutMessageStatus, prepare
 from rocketstream.store.put_batch import PreparedList, prepare_batch
 from rocketstream.store.put_columns import ColumnBatch, build_columns
@@ -349,7 +349,7 @@ class MessageStore(QueryMixin):
              ) -> PutMessageResult:
         """Append and dispatch; ``topic``/``queue_id`` as the producer named them (before a delay rewrite)."""
         total = batch.total
-        if total + fmt.END_FILE_MIN_BLANK_LENGTH > self.commit_log.file_size:
+        if total + codec.END_FILE_MIN_BLANK_LENGTH > self.commit_log.file_size:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     reason=f"{total} bytes do not fit in a commit-log file of "
                                            f"{self.commit_log.file_size} bytes")
@@ -373,9 +373,9 @@ class MessageStore(QueryMixin):
             self.delete_expired_files()
         host = self.config.store_host
         if batch.count == 1:
-            offset_ids = [fmt.offset_msg_id(host, result.physical_offset)]
+            offset_ids = [codec.offset_msg_id(host, result.physical_offset)]
         else:   # built when first read
-            offset_ids = partial(fmt.offset_msg_ids, host, np.add(result.starts, result.physical_offset))
+            offset_ids = partial(codec.offset_msg_ids, host, np.add(result.starts, result.physical_offset))
         return PutMessageResult(PutMessageStatus.PUT_OK, msg_ids=batch.uniq_keys, offset_msg_ids=offset_ids,
                                 queue_offset=result.queue_offset, physical_offset=result.physical_offset,
                                 wrote_bytes=result.wrote_bytes, store_timestamp=result.store_timestamp,

@@ -1,7 +1,7 @@
 """Consumer offset files: the broker's ``config/consumerOffset.json`` and the client's ``offsets.json``.
 
 RocketMQ writes both with fastjson 1.x's pretty printer, which is not JSON (spec section 7; the dialect
-lives in :mod:`rocketstream.store.fastjson`). This module maps those documents to offset tables, byte for
+lives in :mod:`rocketstream.codec.fastjson`). This module maps those documents to offset tables, byte for
 byte as RocketMQ 4.9.8 writes them, and keeps the two stores with RocketMQ's file discipline (write
 ``.tmp``, copy the current file to ``.bak``, rename) plus an fcntl lock so that several processes can
 commit without losing each other's updates.
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import NamedTuple, TypeVar
 
 from rocketstream.errors import OffsetFileError, OptionError, ReadOnlyStoreError, StoreError
-from rocketstream.store.fastjson import FastjsonParser, FrozenObject, decode_text, dump_fastjson, parse_fastjson
+from rocketstream.codec.fastjson import FastjsonParser, FrozenObject, decode_text, dump_fastjson, parse_fastjson
 
 __all__ = [
     "FrozenObject",

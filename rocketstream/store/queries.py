@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocketstream.errors import CorruptStoreError, OptionError, StoreError
-from rocketstream.store import format as fmt
+from rocketstream import codec
 from rocketstream.store import index_file
 from rocketstream.store import layout as layouts
-from rocketstream.store.format import MessageRecord
+from rocketstream.codec import MessageRecord
 from rocketstream.store.messages import GetMessageResult, GetMessageStatus
 
 _KEY_SEPARATOR = " "   # MessageConst.KEY_SEPARATOR
@@ -25,8 +25,8 @@ def _key_matches(rec_topic: str, props: dict[str, str], topic: str, key: str, un
     if rec_topic != topic:
         return False
     if uniq_key:
-        return props.get(fmt.PROPERTY_UNIQ_KEY) == key
-    keys = props.get(fmt.PROPERTY_KEYS)
+        return props.get(codec.PROPERTY_UNIQ_KEY) == key
+    keys = props.get(codec.PROPERTY_KEYS)
     return keys is not None and key in keys.split(_KEY_SEPARATOR)
 
 
@@ -64,13 +64,13 @@ class QueryMixin:
         if offset > hi:
             return result(GetMessageStatus.OFFSET_OVERFLOW_BADLY, hi)
         file_end = cq.file_end_index(offset)
-        if cq.queue.find(offset * fmt.CQ_UNIT_SIZE) is None:
+        if cq.queue.find(offset * codec.CQ_UNIT_SIZE) is None:
             return result(GetMessageStatus.OFFSET_FOUND_NULL, file_end)
         cfg = self.config
-        limit = max(cfg.max_filter_message_bytes, max_msg_nums * fmt.CQ_UNIT_SIZE) // fmt.CQ_UNIT_SIZE
+        limit = max(cfg.max_filter_message_bytes, max_msg_nums * codec.CQ_UNIT_SIZE) // codec.CQ_UNIT_SIZE
         units = cq.raw_units(offset, min(file_end, hi, offset + limit))
         wanted = None if not tags or "*" in tags else set(tags)
-        codes = None if wanted is None else {fmt.tags_code(t) for t in wanted}
+        codes = None if wanted is None else {codec.tags_code(t) for t in wanted}
         cl = self.commit_log
         cl_min = cl.min_offset()
         status = GetMessageStatus.NO_MATCHED_MESSAGE
@@ -86,7 +86,7 @@ class QueryMixin:
                 break
             if phys < next_phy_file_start:
                 continue
-            if codes is not None and code not in codes and not fmt.is_ext_address(code):
+            if codes is not None and code not in codes and not codec.is_ext_address(code):
                 continue   # an ext address hides the tags code: the record's TAGS decides below
             if phys < cl_min or cl.find_file(phys) is None:
                 if not msgs:
@@ -170,7 +170,7 @@ class QueryMixin:
             raise OptionError("msgId", "must not be empty", msg_id)
         text = msg_id.strip().upper()
         try:
-            _, phys = fmt.decode_offset_msg_id(text)
+            _, phys = codec.decode_offset_msg_id(text)
         except OptionError:
             phys = None
         if phys is not None and cl.min_offset() <= phys < cl.max_offset():
@@ -180,7 +180,7 @@ class QueryMixin:
         # No \x02 after the value: 4.9.1-5.1.4 brokers write none after the last property (spec
         # 1.6). A longer value with the same prefix, or bytes of a body, are ruled out below by
         # decoding the record that holds the hit and comparing its UNIQ_KEY.
-        needle = f"{fmt.PROPERTY_UNIQ_KEY}\x01{msg_id.strip()}".encode()
+        needle = f"{codec.PROPERTY_UNIQ_KEY}\x01{msg_id.strip()}".encode()
         end = cl.max_offset()
         for mf in reversed(list(cl.queue.files)):
             limit = min(mf.file_size, max(end - mf.file_from_offset, 0))
@@ -285,7 +285,7 @@ class QueryMixin:
                     if head.offset >= file_end:
                         break
                     if (head.topic == topic and begin_ms <= head.store_timestamp <= end_ms
-                            and head.sys_flag & fmt.TRANSACTION_MASK != fmt.TRANSACTION_ROLLBACK
+                            and head.sys_flag & codec.TRANSACTION_MASK != codec.TRANSACTION_ROLLBACK
                             and needle in bytes(head.props)
                             and _key_matches(head.topic, head.properties(), topic, key, uniq_key)):
                         offsets.append(head.offset)

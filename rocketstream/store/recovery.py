@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from rocketstream.errors import StoreLockedError
-from rocketstream.store import format as fmt
+from rocketstream import codec
 from rocketstream.store.checkpoint import StoreCheckpoint
 from rocketstream.store.commit_log import CommitLog
 from rocketstream.store.consume_queue import ConsumeQueue
@@ -120,7 +120,7 @@ def _first_record_ok_for_abnormal(cl: CommitLog, index: int, min_timestamp: int)
     """``CommitLog.isMappedFileMatchedRecover``: V1/V2 magic, non-zero STORETIMESTAMP <= checkpoint minimum."""
     mf = cl.queue.files[index]
     _, magic = _II.unpack_from(mf.mm, 0)
-    if magic not in (fmt.MAGIC_V1, fmt.MAGIC_V2):
+    if magic not in (codec.MAGIC_V1, codec.MAGIC_V2):
         return False
     ts = cl.store_timestamp_at(mf.file_from_offset)
     return ts != 0 and ts <= min_timestamp

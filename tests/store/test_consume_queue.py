@@ -5,7 +5,7 @@ import pytest
 
 from rocketstream.errors import CorruptStoreError
 from rocketstream.store.consume_queue import PREFILL_SIZE, ConsumeQueue
-from rocketstream.store.format import CQ_DTYPE, encode_cq_unit
+from rocketstream.codec import CQ_DTYPE, encode_cq_unit
 
 PER_FILE = 4
 

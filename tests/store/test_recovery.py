@@ -12,7 +12,7 @@ import pytest
 
 from rocketstream.errors import CorruptStoreError, StoreLockedError
 from rocketstream.store import Message, MessageStore
-from rocketstream.store import format as fmt
+from rocketstream import codec
 from rocketstream.store.mapped_file import file_name
 from storeutil import CL_SIZE, CQ_SIZE, open_small
 
@@ -67,7 +67,7 @@ def expected_after_cut(records, at):
     kept = []
     for r in records:
         off, size, topic, _, body = r
-        props_start = off + fmt.record_size(len(body), len(topic), 0)
+        props_start = off + codec.record_size(len(body), len(topic), 0)
         if off + size <= at or props_start <= at < off + size:
             kept.append(r)
     return kept
