@@ -51,7 +51,7 @@ def _writer_config(store: Path):
     any other store); RocketMQ's defaults when there is no broker.conf."""
 
     from rocketstream.errors import StoreConfigError
-    from rocketstream.store.config import StoreConfig, default_broker_conf, default_broker_name, resolve_sizes
+    from rocketstream.store.meta.config import StoreConfig, default_broker_conf, default_broker_name, resolve_sizes
 
     try:
         conf = default_broker_conf()
@@ -68,7 +68,7 @@ def _writer_config(store: Path):
 
 def _default_store() -> Path:
     from rocketstream.errors import StoreConfigError
-    from rocketstream.store.config import StoreConfig, default_broker_conf
+    from rocketstream.store.meta.config import StoreConfig, default_broker_conf
 
     try:
         return Path(StoreConfig.from_broker_conf(default_broker_conf()).store_path_root_dir)
@@ -217,7 +217,7 @@ def cmd_topic_status(args: argparse.Namespace) -> int:
 
 
 def cmd_consumer_progress(args: argparse.Namespace) -> int:
-    from rocketstream.store.offsets import ConsumerOffsetManager
+    from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
     with _open_store(args, read_only=True) as store:
         offsets = ConsumerOffsetManager(store.root, read_only=True)
@@ -287,7 +287,7 @@ def _render_row(row: dict[str, Any]) -> str:
 
 def _query_msg_by_key(args: argparse.Namespace) -> int:
     """mqadmin queryMsgByKey over the store's index/ files (MessageStore.query_message)."""
-    from rocketstream.store.index_file import MAX_MSGS_NUM_BATCH, MAX_TIMESTAMP
+    from rocketstream.store.files.index_file import MAX_MSGS_NUM_BATCH, MAX_TIMESTAMP
 
     if args.topic is None:
         raise OptionError("--topic", "--key needs the topic the key belongs to")

@@ -39,22 +39,22 @@ import numpy as np
 import pyarrow as pa
 
 from rocketstream.errors import NotAStoreError, OptionError, ReadOnlyStoreError, StoreError
-from rocketstream.store import bulk_read
+from rocketstream.store.read import bulk_read
 from rocketstream import codec
-from rocketstream.store.checkpoint import StoreCheckpoint
-from rocketstream.store.commit_log import CommitLog
-from rocketstream.store import layout as layouts
-from rocketstream.store.config import (SETTINGS_FILE, StoreConfig, broker_conf_for, default_broker_conf,
+from rocketstream.store.files.checkpoint import StoreCheckpoint
+from rocketstream.store.files.commit_log import CommitLog
+from rocketstream.store.maintenance import layout as layouts
+from rocketstream.store.meta.config import (SETTINGS_FILE, StoreConfig, broker_conf_for, default_broker_conf,
                                        resolve_sizes, save_settings)
-from rocketstream.store.consume_queue import ConsumeQueue
-from rocketstream.store.dispatch import Dispatcher
+from rocketstream.store.files.consume_queue import ConsumeQueue
+from rocketstream.store.write.dispatch import Dispatcher
 from rocketstream.codec import CQ_DTYPE, HostAddress, MessageRecord
-from rocketstream.store.messages import IllegalMessage, Message, PutMessageResult, PutMessageStatus, prepare
-from rocketstream.store.put_batch import PreparedList, prepare_batch
-from rocketstream.store.put_columns import ColumnBatch, build_columns
-from rocketstream.store.queries import QueryMixin
-from rocketstream.store.recovery import StoreLock, recover, warn_if_locked
-from rocketstream.store.topic_config import TopicConfigTable
+from rocketstream.store.write.messages import IllegalMessage, Message, PutMessageResult, PutMessageStatus, prepare
+from rocketstream.store.write.put_batch import PreparedList, prepare_batch
+from rocketstream.store.write.put_columns import ColumnBatch, build_columns
+from rocketstream.store.read.queries import QueryMixin
+from rocketstream.store.maintenance.recovery import StoreLock, recover, warn_if_locked
+from rocketstream.store.meta.topic_config import TopicConfigTable
 
 
 _TOPIC = attrgetter("topic")
@@ -465,7 +465,7 @@ class MessageStore(QueryMixin):
     @property
     def offsets(self):
         """The broker's consumer offset table (config/consumerOffset.json)."""
-        from rocketstream.store.offsets import ConsumerOffsetManager
+        from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
         return ConsumerOffsetManager(self.root, read_only=self.read_only)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from rocketstream import codec
-from rocketstream.store.bulk_read import read_range_batches
+from rocketstream.store.read.bulk_read import read_range_batches
 from rocketstream.codec import CQ_DTYPE, HostAddress, encode_record
 
 

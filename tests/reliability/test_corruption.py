@@ -37,7 +37,7 @@ from reliutil import TOPIC, Figures, body, message, open_store
 from rocketstream.errors import CorruptStoreError, OffsetFileError, RocketStreamError
 from rocketstream.store import GetMessageStatus, MessageStore
 from rocketstream import codec
-from rocketstream.store.offsets import ConsumerOffsetManager, dump_consumer_offsets, load_consumer_offsets
+from rocketstream.store.meta.offsets import ConsumerOffsetManager, dump_consumer_offsets, load_consumer_offsets
 
 QUEUES = 3
 CL = 16 * 1024

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rocketstream.errors import CorruptStoreError
-from rocketstream.store.consume_queue import PREFILL_SIZE, ConsumeQueue
+from rocketstream.store.files.consume_queue import PREFILL_SIZE, ConsumeQueue
 from rocketstream.codec import CQ_DTYPE, encode_cq_unit
 
 PER_FILE = 4

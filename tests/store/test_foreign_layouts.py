@@ -19,7 +19,7 @@ import pytest
 
 from rocketstream.errors import NotAStoreError, StoreConfigError, StoreLockedError, UnsupportedLayoutError
 from rocketstream.store import Message, MessageStore, StoreConfig
-from rocketstream.store.config import _parse_properties
+from rocketstream.store.meta.config import _parse_properties
 from storeutil import CL_SIZE, CQ_SIZE, open_small
 
 HOUR = 3600

@@ -18,8 +18,8 @@ import pytest
 from rocketstream.errors import CorruptStoreError, OptionError, StoreConfigError
 from rocketstream.store import Message, MessageStore
 from rocketstream import codec
-from rocketstream.store import index_file as ix
-from rocketstream.store.index_file import IndexFile, IndexService, build_key, index_key_hash
+from rocketstream.store.files import index_file as ix
+from rocketstream.store.files.index_file import IndexFile, IndexService, build_key, index_key_hash
 
 from storeutil import small_config
 

@@ -8,7 +8,7 @@ import pytest
 from rocketstream.errors import CorruptStoreError, NotAStoreError, StoreConfigError, StoreError
 from rocketstream.store import GetMessageStatus as S
 from rocketstream.store import Message, MessageStore, StoreConfig
-from rocketstream.store.mapped_file import file_name
+from rocketstream.store.files.mapped_file import file_name
 from storeutil import CL_SIZE, CQ_SIZE, open_small, small_config
 
 

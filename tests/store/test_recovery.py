@@ -13,7 +13,7 @@ import pytest
 from rocketstream.errors import CorruptStoreError, StoreLockedError
 from rocketstream.store import Message, MessageStore
 from rocketstream import codec
-from rocketstream.store.mapped_file import file_name
+from rocketstream.store.files.mapped_file import file_name
 from storeutil import CL_SIZE, CQ_SIZE, open_small
 
 TOPICS = [("A", 0), ("A", 1), ("B", 0)]

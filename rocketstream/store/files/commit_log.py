@@ -30,10 +30,10 @@ from rocketstream.errors import CorruptStoreError, StoreError
 from rocketstream import codec
 from rocketstream.codec import vectorized
 from rocketstream.codec import HostAddress, MessageRecord
-from rocketstream.store.mapped_file import MappedFile, MappedFileQueue
-from rocketstream.store.messages import PreparedMessage
-from rocketstream.store.put_batch import PreparedList
-from rocketstream.store.put_columns import ColumnBatch
+from rocketstream.store.files.mapped_file import MappedFile, MappedFileQueue
+from rocketstream.store.write.messages import PreparedMessage
+from rocketstream.store.write.put_batch import PreparedList
+from rocketstream.store.write.put_columns import ColumnBatch
 
 _II = struct.Struct(">ii")
 _Q = struct.Struct(">q")

@@ -37,7 +37,7 @@ from rocketstream.codec import (
     decompress_body,
     java_hash,
 )
-from rocketstream.store.schema import TIMESTAMP_UTC, project_schema
+from rocketstream.store.read.schema import TIMESTAMP_UTC, project_schema
 
 _PROPERTY_COLUMNS = {"msgId", "tags", "keys", "properties"}
 

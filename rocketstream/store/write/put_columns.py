@@ -39,7 +39,7 @@ import pyarrow as pa
 from rocketstream.errors import OptionError
 from rocketstream import codec
 from rocketstream.codec import HostAddress
-from rocketstream.store.messages import DEFAULT_BORN_HOST, _valid_topic
+from rocketstream.store.write.messages import DEFAULT_BORN_HOST, _valid_topic
 
 _WAIT_UNIQ = b"WAIT\x01true\x02UNIQ_KEY\x01"
 _UNIQ_ENTRY = len(_WAIT_UNIQ) + 32 + 1          # ... UNIQ_KEY \x01 <32 hex> \x02

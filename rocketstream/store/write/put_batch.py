@@ -16,8 +16,8 @@ from operator import attrgetter
 
 from rocketstream import codec
 from rocketstream.codec import HostAddress
-from rocketstream.store.messages import Message, PreparedMessage
-from rocketstream.store.put_columns import ColumnBatch, build_columns
+from rocketstream.store.write.messages import Message, PreparedMessage
+from rocketstream.store.write.put_columns import ColumnBatch, build_columns
 
 _NONE = type(None)
 _FIELDS = attrgetter("body", "tags", "keys", "properties", "flag", "delay_level", "born_timestamp", "born_host",

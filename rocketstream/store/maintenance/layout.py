@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocketstream.errors import NotAStoreError, StoreError, UnsupportedLayoutError
-from rocketstream.store.config import StoreConfig, _data_files
+from rocketstream.store.meta.config import StoreConfig, _data_files
 
 log = logging.getLogger(__name__)
 

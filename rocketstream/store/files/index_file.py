@@ -436,7 +436,7 @@ def configured_geometry(conf_path: Path | None) -> dict[str, int]:
     maxIndexNum (empty when there is no conf or it sets neither)."""
     if conf_path is None:
         return {}
-    from rocketstream.store.config import _parse_properties
+    from rocketstream.store.meta.config import _parse_properties
 
     try:
         props = _parse_properties(Path(conf_path).read_bytes().decode("latin-1"), path=Path(conf_path))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocketstream.errors import StoreConfigError, StoreError
-from rocketstream.store.consume_queue import UNIT, units_of
+from rocketstream.store.files.consume_queue import UNIT, units_of
 
 if TYPE_CHECKING:
     from rocketstream.store.message_store import MessageStore

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from rocketstream.errors import CorruptStoreError, OptionError, StoreError
 from rocketstream import codec
-from rocketstream.store import index_file
-from rocketstream.store import layout as layouts
+from rocketstream.store.files import index_file
+from rocketstream.store.maintenance import layout as layouts
 from rocketstream.codec import MessageRecord
-from rocketstream.store.messages import GetMessageResult, GetMessageStatus
+from rocketstream.store.write.messages import GetMessageResult, GetMessageStatus
 
 _KEY_SEPARATOR = " "   # MessageConst.KEY_SEPARATOR
 
@@ -31,7 +31,7 @@ def _key_matches(rec_topic: str, props: dict[str, str], topic: str, key: str, un
 
 
 if TYPE_CHECKING:
-    from rocketstream.store.check import CheckReport
+    from rocketstream.store.maintenance.check import CheckReport
 
 
 class QueryMixin:
@@ -299,12 +299,12 @@ class QueryMixin:
     # --- check and retention ------------------------------------------------------------------
     def check(self) -> CheckReport:
         """Verify every record's CRC and that consume queues and commit log agree (see check.py)."""
-        from rocketstream.store.check import check_store
+        from rocketstream.store.maintenance.check import check_store
 
         return check_store(self)
 
     def delete_expired_files(self, now_ms: int | None = None, reserved_hours: float | None = None) -> list[Path]:
         """Retention (spec 2.8); see retention.py."""
-        from rocketstream.store.retention import delete_expired_files
+        from rocketstream.store.maintenance.retention import delete_expired_files
 
         return delete_expired_files(self, now_ms, reserved_hours)

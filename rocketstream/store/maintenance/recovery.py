@@ -17,11 +17,11 @@ import numpy as np
 
 from rocketstream.errors import StoreLockedError
 from rocketstream import codec
-from rocketstream.store.checkpoint import StoreCheckpoint
-from rocketstream.store.commit_log import CommitLog
-from rocketstream.store.consume_queue import ConsumeQueue
-from rocketstream.store.dispatch import Dispatcher, is_dispatchable
-from rocketstream.store.layout import LMQ_PREFIX
+from rocketstream.store.files.checkpoint import StoreCheckpoint
+from rocketstream.store.files.commit_log import CommitLog
+from rocketstream.store.files.consume_queue import ConsumeQueue
+from rocketstream.store.write.dispatch import Dispatcher, is_dispatchable
+from rocketstream.store.maintenance.layout import LMQ_PREFIX
 
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 from rocketstream.errors import CorruptStoreError
 from rocketstream import codec
-from rocketstream.store.consume_queue import UNIT
-from rocketstream.store.dispatch import is_dispatchable, tags_code_of
+from rocketstream.store.files.consume_queue import UNIT
+from rocketstream.store.write.dispatch import is_dispatchable, tags_code_of
 
 if TYPE_CHECKING:
     from rocketstream.store.message_store import MessageStore

@@ -12,12 +12,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from rocketstream import codec
-from rocketstream.store.checkpoint import StoreCheckpoint
-from rocketstream.store.commit_log import AppendResult, RecordHead
-from rocketstream.store.consume_queue import ConsumeQueue
+from rocketstream.store.files.checkpoint import StoreCheckpoint
+from rocketstream.store.files.commit_log import AppendResult, RecordHead
+from rocketstream.store.files.consume_queue import ConsumeQueue
 from rocketstream.codec import CQ_DTYPE, MessageRecord
-from rocketstream.store.put_batch import PreparedList
-from rocketstream.store.put_columns import ColumnBatch
+from rocketstream.store.write.put_batch import PreparedList
+from rocketstream.store.write.put_columns import ColumnBatch
 
 
 def is_dispatchable(sys_flag: int) -> bool:
