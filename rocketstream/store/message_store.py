@@ -38,10 +38,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from rocketstream.errors import NotAStoreError, OptionError, ReadOnlyStoreError, StoreError
+from rocketstream.errors import NotAStoreError, OptionError, ReadOnlyStoreError, StoreConfigError, StoreError
+from rocketstream.store.maintenance.check import CheckReport, check_store
+from rocketstream.store.maintenance.retention import delete_expired_files
 from rocketstream.store.read import bulk_read
 from rocketstream import codec
 from rocketstream.store.files.checkpoint import StoreCheckpoint
+from rocketstream.store.files import index_file
 from rocketstream.store.files.commit_log import CommitLog
 from rocketstream.store.maintenance import layout as layouts
 from rocketstream.store.meta.config import (SETTINGS_FILE, StoreConfig, broker_conf_for, default_broker_conf,
@@ -49,10 +52,11 @@ from rocketstream.store.meta.config import (SETTINGS_FILE, StoreConfig, broker_c
 from rocketstream.store.files.consume_queue import ConsumeQueue
 from rocketstream.store.write.dispatch import Dispatcher
 from rocketstream.codec import CQ_DTYPE, HostAddress, MessageRecord
-from rocketstream.store.write.messages import IllegalMessage, Message, PutMessageResult, PutMessageStatus, prepare
+from rocketstream.store.write.messages import (GetMessageResult, IllegalMessage, Message, PutMessageResult,
+                                              PutMessageStatus, prepare)
 from rocketstream.store.write.put_batch import PreparedList, prepare_batch
 from rocketstream.store.write.put_columns import ColumnBatch, build_columns
-from rocketstream.store.read.queries import QueryMixin
+from rocketstream.store.read.queries import StoreQueries
 from rocketstream.store.maintenance.recovery import StoreLock, recover, warn_if_locked
 from rocketstream.store.meta.topic_config import TopicConfigTable
 
@@ -77,7 +81,7 @@ def _messages_of(topic: str, bodies, tags, keys, flag, born_timestamp, born_host
             for b, t, k, f, ts in zip(bodies, column(tags), column(keys), column(flag), column(born_timestamp))]
 
 
-class MessageStore(QueryMixin):
+class MessageStore:
     """Open with ``MessageStore.open(root, read_only=...)``; use as a context manager."""
 
     def __init__(self, root: Path, config: StoreConfig, *, read_only: bool, foreign: bool = False,
@@ -100,6 +104,7 @@ class MessageStore(QueryMixin):
         self._round_robin: dict[str, int] = {}
         self._closed = False
         self._dispatcher: Dispatcher | None = None
+        self._queries = StoreQueries(root, config, self.commit_log, self._queue)
 
     # --- opening ------------------------------------------------------------------------------
     @classmethod
@@ -235,6 +240,52 @@ class MessageStore(QueryMixin):
             cq = self._load_queue(topic, queue_id)
         cq.refresh(self.commit_log.min_offset())
         return cq
+
+    # --- reads (StoreQueries), check and retention --------------------------------------------
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    tags: Collection[str] | None = None) -> GetMessageResult:
+        return self._queries.get_message(group, topic, queue_id, offset, max_msg_nums, tags)
+
+    get_message.__doc__ = StoreQueries.get_message.__doc__
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return self._queries.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
+
+    get_offset_in_queue_by_time.__doc__ = StoreQueries.get_offset_in_queue_by_time.__doc__
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int, boundary: str = "lower") -> int:
+        return self._queries.search_offset(topic, queue_id, timestamp_ms, boundary)
+
+    search_offset.__doc__ = StoreQueries.search_offset.__doc__
+
+    def message_by_msg_id(self, msg_id: str) -> MessageRecord:
+        return self._queries.message_by_msg_id(msg_id)
+
+    message_by_msg_id.__doc__ = StoreQueries.message_by_msg_id.__doc__
+
+    def query_message(self, topic: str, key: str, *, max_num: int = index_file.MAX_MSGS_NUM_BATCH,
+                      begin_ms: int = 0, end_ms: int = index_file.MAX_TIMESTAMP,
+                      uniq_key: bool = False) -> list[MessageRecord]:
+        return self._queries.query_message(topic, key, max_num=max_num, begin_ms=begin_ms, end_ms=end_ms,
+                                           uniq_key=uniq_key)
+
+    query_message.__doc__ = StoreQueries.query_message.__doc__
+
+    def check(self) -> CheckReport:
+        """Verify every record's CRC and that consume queues and commit log agree (maintenance/check.py)."""
+        return check_store(self.commit_log, self._queue_dirs(), self._queue, self.config.delay_levels_ms)
+
+    def delete_expired_files(self, now_ms: int | None = None, reserved_hours: float | None = None) -> list[Path]:
+        """Retention (maintenance/retention.py). A foreign store carries no retention policy of its own:
+        without ``reserved_hours`` or a ``fileReservedTime`` in its broker.conf the call is refused."""
+        self._check_writable()
+        if reserved_hours is None and self.foreign and not self.config.retention_configured:
+            raise StoreConfigError("this store was written by another broker and carries no retention policy: give "
+                                   "the hours to keep (reserved_hours, CLI --reserved-hours) or fileReservedTime in "
+                                   "the broker.conf of this store", path=self.root)
+        hours = self.config.reserved_hours if reserved_hours is None else reserved_hours
+        with self._lock:
+            return delete_expired_files(self.commit_log, list(self._queues.values()), hours, now_ms)
 
     # --- closing ------------------------------------------------------------------------------
     def close(self) -> None:

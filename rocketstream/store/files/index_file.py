@@ -436,10 +436,10 @@ def configured_geometry(conf_path: Path | None) -> dict[str, int]:
     maxIndexNum (empty when there is no conf or it sets neither)."""
     if conf_path is None:
         return {}
-    from rocketstream.store.meta.config import _parse_properties
+    from rocketstream.store.meta.config import parse_properties
 
     try:
-        props = _parse_properties(Path(conf_path).read_bytes().decode("latin-1"), path=Path(conf_path))
+        props = parse_properties(Path(conf_path).read_bytes().decode("latin-1"), path=Path(conf_path))
     except OSError as exc:
         raise StoreConfigError(f"cannot read broker config: {exc}", path=conf_path) from exc
     out = {}

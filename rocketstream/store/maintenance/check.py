@@ -19,6 +19,7 @@ is counted and described in ``CheckReport.notes`` instead:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -28,7 +29,8 @@ from rocketstream.store.files.consume_queue import UNIT
 from rocketstream.store.write.dispatch import is_dispatchable, tags_code_of
 
 if TYPE_CHECKING:
-    from rocketstream.store.message_store import MessageStore
+    from rocketstream.store.files.commit_log import CommitLog
+    from rocketstream.store.files.consume_queue import ConsumeQueue
 
 LMQ_PREFIX = "%LMQ%"                          # MixAll.LMQ_PREFIX
 PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
@@ -110,18 +112,20 @@ def _crc_problem(mm: object, pos: int, rec: codec.MessageRecord) -> str | None:
     return None
 
 
-def check_store(store: MessageStore) -> CheckReport:
+def check_store(cl: CommitLog, queue_dirs: Iterable[tuple[str, int]],
+                consume_queue: Callable[[str, int], ConsumeQueue | None], levels: Sequence[int]) -> CheckReport:
+    """Every record's CRCs, and that the consume queues (``consume_queue(topic, queue_id)`` for each of
+    ``queue_dirs`` and each queue a record names) and the commit log agree; ``levels``: the delay levels
+    that give a delayed message's tags code."""
     report = CheckReport()
-    cl = store.commit_log
     expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
-    queue_dirs = set(store._queue_dirs())
+    queue_dirs = set(queue_dirs)
     missing_targets: Counter[str] = Counter()
     cl.min_offset()   # readers: re-list the files
     last = cl.queue.last
     # A reader's max_offset stops before damage; check must look past it, to the unwritten tail.
     end = cl.max_offset() if not cl.read_only else (last.end_offset if last else 0)
     offset = cl_min = cl.min_offset()
-    levels = store.config.delay_levels_ms
     while offset < end:
         try:
             # check_crc=False: the CRCs are verified below, record by record, so that a bad CRC is
@@ -165,7 +169,7 @@ def check_store(store: MessageStore) -> CheckReport:
     keys = set(expected) | queue_dirs
     for topic, queue_id in sorted(keys):
         records = expected.get((topic, queue_id), {})
-        cq = store._queue(topic, queue_id)
+        cq = consume_queue(topic, queue_id)
         if cq is None:
             for qoff, (phys, _, _) in sorted(records.items()):
                 report.add(cl.directory, phys, f"record {topic}/{queue_id}#{qoff} has no consume queue")

@@ -1,13 +1,21 @@
-"""Read-side queries of ``MessageStore``: getMessage (spec 6), search by time (spec 3.6), lookups by
-message id and by key (spec 5.3, index_file.py), consistency check and retention (the last two live in
-check.py / retention.py).
+"""Read-side queries of ``MessageStore``: ``DefaultMessageStore.getMessage``, the search by store time
+(``ConsumeQueue.getOffsetInQueueByTime``), lookups by message id (``lookMessageByOffset``) and by key
+(``IndexService.queryOffset``, see files/index_file.py).
+
+``get_message`` keeps RocketMQ's signature, ``group`` included: RocketMQ uses it for statistics only,
+and the broker's PullMessageProcessor passes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rocketstream.store.files.commit_log import CommitLog
+    from rocketstream.store.files.consume_queue import ConsumeQueue
+    from rocketstream.store.meta.config import StoreConfig
 
 from rocketstream.errors import CorruptStoreError, OptionError, StoreError
 from rocketstream import codec
@@ -30,17 +38,23 @@ def _key_matches(rec_topic: str, props: dict[str, str], topic: str, key: str, un
     return keys is not None and key in keys.split(_KEY_SEPARATOR)
 
 
-if TYPE_CHECKING:
-    from rocketstream.store.maintenance.check import CheckReport
+class StoreQueries:
+    """The read-only queries of ``MessageStore`` (``DefaultMessageStore.getMessage``,
+    ``getOffsetInQueueByTime``, ``lookMessageByOffset``, ``queryMessage``), over what they are given:
+    the store root and config, its commit log, and ``consume_queue(topic, queue_id)`` (None when the
+    queue has no directory)."""
 
-
-class QueryMixin:
-    """Methods of MessageStore that only read (except ``delete_expired_files``)."""
+    def __init__(self, root: Path, config: StoreConfig, commit_log: CommitLog,
+                 consume_queue: Callable[[str, int], ConsumeQueue | None]) -> None:
+        self.root = root
+        self.config = config
+        self.commit_log = commit_log
+        self._queue = consume_queue
 
     # --- getMessage ---------------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     tags: Collection[str] | None = None) -> GetMessageResult:
-        """RocketMQ 4.x getMessage (spec 6.2-6.4) over one CQ file, with the in-memory transfer
+        """RocketMQ 4.x ``DefaultMessageStore.getMessage`` over one CQ file, with the in-memory transfer
         limits (256 KiB / 32 messages by default; every page is treated as in memory).
 
         ``tags``: None, empty or containing "*" means all; otherwise a message passes when its
@@ -295,16 +309,3 @@ class QueryMixin:
                                                 f"{scan.problem}", path=scan.problem_path, offset=scan.end)
             offset = mf.end_offset
         return [cl.read_record(o) for o in offsets]
-
-    # --- check and retention ------------------------------------------------------------------
-    def check(self) -> CheckReport:
-        """Verify every record's CRC and that consume queues and commit log agree (see check.py)."""
-        from rocketstream.store.maintenance.check import check_store
-
-        return check_store(self)
-
-    def delete_expired_files(self, now_ms: int | None = None, reserved_hours: float | None = None) -> list[Path]:
-        """Retention (spec 2.8); see retention.py."""
-        from rocketstream.store.maintenance.retention import delete_expired_files
-
-        return delete_expired_files(self, now_ms, reserved_hours)

@@ -162,7 +162,7 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
             max_message_size: int, delay_levels: Sequence[int], batch: bool = False) -> PreparedMessage:
     """Apply the broker/producer rewrite rules; raise IllegalMessage for what the broker refuses."""
     topic = msg.topic
-    if not isinstance(topic, str) or not _valid_topic(topic):
+    if not isinstance(topic, str) or not valid_topic(topic):
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL,
                              f"topic {topic!r} must be 1-127 characters of [%|a-zA-Z0-9_-]")
     body = msg.body if type(msg.body) is bytes else bytes(msg.body)
@@ -217,7 +217,7 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
 
 
 @lru_cache(maxsize=4096)
-def _valid_topic(topic: str) -> bool:
+def valid_topic(topic: str) -> bool:
     return _TOPIC_RE.fullmatch(topic) is not None
 
 

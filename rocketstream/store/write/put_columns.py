@@ -39,7 +39,7 @@ import pyarrow as pa
 from rocketstream.errors import OptionError
 from rocketstream import codec
 from rocketstream.codec import HostAddress
-from rocketstream.store.write.messages import DEFAULT_BORN_HOST, _valid_topic
+from rocketstream.store.write.messages import DEFAULT_BORN_HOST, valid_topic
 
 _WAIT_UNIQ = b"WAIT\x01true\x02UNIQ_KEY\x01"
 _UNIQ_ENTRY = len(_WAIT_UNIQ) + 32 + 1          # ... UNIQ_KEY \x01 <32 hex> \x02
@@ -183,7 +183,7 @@ def build_columns(topic: str, queue_id: int, bodies, *, tags=None, keys=None, fl
     """The records of a columnar batch, or None when the general rules are needed.
 
     Raises OptionError when a column's length differs from the number of bodies."""
-    if type(topic) is not str or not _valid_topic(topic) or topic == codec.SCHEDULE_TOPIC \
+    if type(topic) is not str or not valid_topic(topic) or topic == codec.SCHEDULE_TOPIC \
             or type(queue_id) is not int or not 0 <= queue_id < 2**31:
         return None
     n = len(bodies)
