@@ -9,9 +9,9 @@ clean line on stderr and exit status 2; ``check`` exits 1 when it finds problems
 from __future__ import annotations
 
 import argparse
-import os
 import base64
 import json
+import os
 import random
 import sys
 from pathlib import Path

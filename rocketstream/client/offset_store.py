@@ -14,7 +14,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from rocketstream.client.offset_ranges import QueueKey
-from rocketstream.errors import OptionError, ReadOnlyStoreError, RocketStreamError, StoreError
+from rocketstream.errors import (
+    OptionError,
+    ReadOnlyStoreError,
+    RocketStreamError,
+    StoreError,
+)
 from rocketstream.store.meta.offsets import ConsumerOffsetManager, LocalOffsetStore
 
 CLUSTERING = "CLUSTERING"

@@ -11,13 +11,40 @@ or imports another part of rocketstream (only ``rocketstream.errors``, which imp
 from rocketstream.codec.compression import compress_body, decompress_body
 from rocketstream.codec.constants import *  # noqa: F403 - the format's numbers are the package's API
 from rocketstream.codec.constants import __all__ as _constant_names
-from rocketstream.codec.ids import (HostAddress, decode_offset_msg_id, new_uniq_key, new_uniq_key_block,
-                                    offset_msg_id, offset_msg_ids)
-from rocketstream.codec.properties import decode_java_utf8, decode_properties, encode_properties, java_utf8_bytes
-from rocketstream.codec.record import (BatchEntry, MessageRecord, crc32, decode_batch_body, decode_record,
-                                       encode_batch_body, encode_blank, encode_cq_unit, encode_record,
-                                       masked_crc32, record_size)
-from rocketstream.codec.tags import cq_tags_code, is_ext_address, java_hash, parse_delay_levels, tags_code
+from rocketstream.codec.ids import (
+                                    HostAddress,
+                                    decode_offset_msg_id,
+                                    new_uniq_key,
+                                    new_uniq_key_block,
+                                    offset_msg_id,
+                                    offset_msg_ids,
+)
+from rocketstream.codec.properties import (
+                                    decode_java_utf8,
+                                    decode_properties,
+                                    encode_properties,
+                                    java_utf8_bytes,
+)
+from rocketstream.codec.record import (
+                                    BatchEntry,
+                                    MessageRecord,
+                                    crc32,
+                                    decode_batch_body,
+                                    decode_record,
+                                    encode_batch_body,
+                                    encode_blank,
+                                    encode_cq_unit,
+                                    encode_record,
+                                    masked_crc32,
+                                    record_size,
+)
+from rocketstream.codec.tags import (
+                                    cq_tags_code,
+                                    is_ext_address,
+                                    java_hash,
+                                    parse_delay_levels,
+                                    tags_code,
+)
 
 __all__ = [*_constant_names, "BatchEntry", "HostAddress", "MessageRecord", "compress_body", "cq_tags_code", "crc32",
            "decode_batch_body", "decode_java_utf8", "decode_offset_msg_id", "decode_properties", "decode_record",

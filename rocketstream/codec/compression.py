@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import zlib
 
-from rocketstream.codec.constants import (COMPRESSION_LZ4, COMPRESSION_TYPE_MASK, COMPRESSION_ZLIB,
-                                          COMPRESSION_ZSTD, FLAG_COMPRESSED)
+from rocketstream.codec.constants import (
+    COMPRESSION_LZ4,
+    COMPRESSION_TYPE_MASK,
+    COMPRESSION_ZLIB,
+    COMPRESSION_ZSTD,
+    FLAG_COMPRESSED,
+)
 from rocketstream.errors import CorruptStoreError, OptionError
 
 _COMPRESSION_NAMES = {0: "zlib", COMPRESSION_LZ4: "lz4", COMPRESSION_ZSTD: "zstd", COMPRESSION_ZLIB: "zlib"}

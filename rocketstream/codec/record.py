@@ -47,12 +47,31 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from rocketstream.codec.compression import decompress_body
-from rocketstream.codec.constants import (BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, FLAG_BORNHOST_V6,
-                                          FLAG_STOREHOST_V6, MAGIC_V1, MAGIC_V2, MAX_PROPERTIES_LENGTH,
-                                          MAX_TOPIC_LENGTH_V1, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
-                                          TRANSACTION_MASK, CQ_UNIT, INT8, INT16, INT32_PAIR, RECORD_HEAD)
-from rocketstream.codec.ids import HostAddress, pack_ip, unpack_host, offset_msg_id
-from rocketstream.codec.properties import decode_java_utf8, decode_properties, encode_properties
+from rocketstream.codec.constants import (
+    BLANK_MAGIC,
+    CQ_UNIT,
+    END_FILE_MIN_BLANK_LENGTH,
+    FLAG_BORNHOST_V6,
+    FLAG_STOREHOST_V6,
+    INT8,
+    INT16,
+    INT32_PAIR,
+    MAGIC_V1,
+    MAGIC_V2,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH_V1,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    RECORD_HEAD,
+    TRANSACTION_MASK,
+)
+from rocketstream.codec.ids import HostAddress, offset_msg_id, pack_ip, unpack_host
+from rocketstream.codec.properties import (
+    decode_java_utf8,
+    decode_properties,
+    encode_properties,
+)
 from rocketstream.codec.tags import cq_tags_code
 from rocketstream.errors import CorruptStoreError, OptionError
 

@@ -10,8 +10,13 @@ from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
-from rocketstream.codec.constants import (DELAY_LEVELS_MS, EXT_ADDRESS_MAX, PROPERTY_DELAY, PROPERTY_TAGS,
-                                          SCHEDULE_TOPIC)
+from rocketstream.codec.constants import (
+    DELAY_LEVELS_MS,
+    EXT_ADDRESS_MAX,
+    PROPERTY_DELAY,
+    PROPERTY_TAGS,
+    SCHEDULE_TOPIC,
+)
 from rocketstream.errors import CorruptStoreError, StoreConfigError
 
 _JAVA_INT = re.compile(r"[+-]?[0-9]+")

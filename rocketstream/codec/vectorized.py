@@ -24,7 +24,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rocketstream.codec.constants import FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_V1, MAGIC_V2
+from rocketstream.codec.constants import (
+    FLAG_BORNHOST_V6,
+    FLAG_STOREHOST_V6,
+    MAGIC_V1,
+    MAGIC_V2,
+)
 from rocketstream.codec.ids import HEX_PAIRS, HostAddress
 from rocketstream.codec.properties import java_utf8_bytes
 

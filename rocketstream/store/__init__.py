@@ -29,14 +29,24 @@ _EXPORTS = {
     "default_broker_name": "rocketstream.store.meta.config",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["GetMessageResult", "GetMessageStatus", "HostAddress", "Message", "MessageRecord", "MessageStore",
+           "PutMessageResult", "PutMessageStatus", "StoreConfig", "default_broker_conf", "default_broker_name"]
 
 if TYPE_CHECKING:
     from rocketstream.codec import HostAddress, MessageRecord
     from rocketstream.store.message_store import MessageStore
-    from rocketstream.store.meta.config import StoreConfig, default_broker_conf, default_broker_name
-    from rocketstream.store.write.messages import (GetMessageResult, GetMessageStatus, Message, PutMessageResult,
-                                                   PutMessageStatus)
+    from rocketstream.store.meta.config import (
+        StoreConfig,
+        default_broker_conf,
+        default_broker_name,
+    )
+    from rocketstream.store.write.messages import (
+        GetMessageResult,
+        GetMessageStatus,
+        Message,
+        PutMessageResult,
+        PutMessageStatus,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -38,28 +38,46 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from rocketstream.errors import NotAStoreError, OptionError, ReadOnlyStoreError, StoreConfigError, StoreError
-from rocketstream.store.maintenance.check import CheckReport, check_store
-from rocketstream.store.maintenance.retention import delete_expired_files
-from rocketstream.store.read import bulk_read
 from rocketstream import codec
-from rocketstream.store.files.checkpoint import StoreCheckpoint
-from rocketstream.store.files import index_file
-from rocketstream.store.files.commit_log import CommitLog
-from rocketstream.store.maintenance import layout as layouts
-from rocketstream.store.meta.config import (SETTINGS_FILE, StoreConfig, broker_conf_for, default_broker_conf,
-                                       resolve_sizes, save_settings)
-from rocketstream.store.files.consume_queue import ConsumeQueue
-from rocketstream.store.write.dispatch import Dispatcher
 from rocketstream.codec import CQ_DTYPE, HostAddress, MessageRecord
-from rocketstream.store.write.messages import (GetMessageResult, IllegalMessage, Message, PutMessageResult,
-                                              PutMessageStatus, prepare)
+from rocketstream.errors import (
+    NotAStoreError,
+    OptionError,
+    ReadOnlyStoreError,
+    StoreConfigError,
+    StoreError,
+)
+from rocketstream.store.files import index_file
+from rocketstream.store.files.checkpoint import StoreCheckpoint
+from rocketstream.store.files.commit_log import CommitLog
+from rocketstream.store.files.consume_queue import ConsumeQueue
+from rocketstream.store.files.lock import StoreLock, warn_if_locked
+from rocketstream.store.maintenance import layout as layouts
+from rocketstream.store.maintenance.check import CheckReport, check_store
+from rocketstream.store.maintenance.recovery import recover
+from rocketstream.store.maintenance.retention import delete_expired_files
+from rocketstream.store.meta.config import (
+    SETTINGS_FILE,
+    StoreConfig,
+    broker_conf_for,
+    default_broker_conf,
+    resolve_sizes,
+    save_settings,
+)
+from rocketstream.store.meta.topic_config import TopicConfigTable
+from rocketstream.store.read import bulk_read
+from rocketstream.store.read.queries import StoreQueries
+from rocketstream.store.write.dispatch import Dispatcher
+from rocketstream.store.write.messages import (
+    GetMessageResult,
+    IllegalMessage,
+    Message,
+    PutMessageResult,
+    PutMessageStatus,
+    prepare,
+)
 from rocketstream.store.write.put_batch import PreparedList, prepare_batch
 from rocketstream.store.write.put_columns import ColumnBatch, build_columns
-from rocketstream.store.read.queries import StoreQueries
-from rocketstream.store.maintenance.recovery import StoreLock, recover, warn_if_locked
-from rocketstream.store.meta.topic_config import TopicConfigTable
-
 
 _TOPIC = attrgetter("topic")
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from rocketstream import codec
-from rocketstream.store.read.bulk_read import read_range_batches
 from rocketstream.codec import CQ_DTYPE, HostAddress, encode_record
+from rocketstream.store.read.bulk_read import read_range_batches
 
 
 class MappedCommitLog:

@@ -6,7 +6,12 @@ import pytest
 
 from rocketstream.client.offset_ranges import QueueKey
 from rocketstream.client.offset_store import OffsetStore
-from rocketstream.errors import OptionError, ReadOnlyStoreError, RocketStreamError, StoreError
+from rocketstream.errors import (
+    OptionError,
+    ReadOnlyStoreError,
+    RocketStreamError,
+    StoreError,
+)
 from rocketstream.store.meta.offsets import ConsumerOffsetManager, LocalOffsetStore
 
 

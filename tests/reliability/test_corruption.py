@@ -32,12 +32,16 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from reliutil import TOPIC, Figures, body, message, open_store
+
+from rocketstream import codec
 from rocketstream.errors import CorruptStoreError, OffsetFileError, RocketStreamError
 from rocketstream.store import GetMessageStatus, MessageStore
-from rocketstream import codec
-from rocketstream.store.meta.offsets import ConsumerOffsetManager, dump_consumer_offsets, load_consumer_offsets
+from rocketstream.store.meta.offsets import (
+    ConsumerOffsetManager,
+    dump_consumer_offsets,
+    load_consumer_offsets,
+)
 
 QUEUES = 3
 CL = 16 * 1024

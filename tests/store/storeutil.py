@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rocketstream.store import Message, MessageStore, StoreConfig
 from rocketstream import codec
+from rocketstream.store import Message, MessageStore, StoreConfig
 
 CL_SIZE = 4096
 CQ_SIZE = 20 * 16

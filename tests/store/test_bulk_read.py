@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketstream.errors import CorruptStoreError
 from rocketstream import codec
-from rocketstream.codec import vectorized as vz
-from rocketstream.store.read.bulk_read import batch_bounds, read_range_batches
 from rocketstream.codec import CQ_DTYPE, HostAddress, decode_record, encode_record
+from rocketstream.codec import vectorized as vz
+from rocketstream.errors import CorruptStoreError
+from rocketstream.store.read.bulk_read import batch_bounds, read_range_batches
 from rocketstream.store.read.schema import MESSAGE_SCHEMA, project_schema, spark_ddl
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)

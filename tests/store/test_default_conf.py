@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from rocketstream.errors import StoreConfigError
-from rocketstream.store.meta.config import BUILTIN_BROKER_CONF, CONF_ENV, StoreConfig, default_broker_conf, parse_properties
+from rocketstream.store.meta.config import (
+    BUILTIN_BROKER_CONF,
+    CONF_ENV,
+    StoreConfig,
+    default_broker_conf,
+    parse_properties,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 

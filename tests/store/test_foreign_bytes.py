@@ -22,9 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketstream.store import Message, MessageStore
 from rocketstream import codec
-from rocketstream.codec import vectorized as vz
 from rocketstream.codec import (
     CQ_DTYPE,
     HostAddress,
@@ -33,6 +31,8 @@ from rocketstream.codec import (
     decode_record,
     encode_record,
 )
+from rocketstream.codec import vectorized as vz
+from rocketstream.store import Message, MessageStore
 from tests.store.storeutil import CQ_SIZE, open_small, small_config
 from tests.store.test_bulk_read import FakeCommitLog, expected_rows, read_rows
 

@@ -16,11 +16,16 @@ import time
 from pathlib import Path
 
 import pytest
+from storeutil import CL_SIZE, CQ_SIZE, open_small
 
-from rocketstream.errors import NotAStoreError, StoreConfigError, StoreLockedError, UnsupportedLayoutError
+from rocketstream.errors import (
+    NotAStoreError,
+    StoreConfigError,
+    StoreLockedError,
+    UnsupportedLayoutError,
+)
 from rocketstream.store import Message, MessageStore, StoreConfig
 from rocketstream.store.meta.config import parse_properties
-from storeutil import CL_SIZE, CQ_SIZE, open_small
 
 HOUR = 3600
 

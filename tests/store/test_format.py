@@ -13,7 +13,6 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketstream.errors import CorruptStoreError, OptionError
 from rocketstream import codec
 from rocketstream.codec import (
     BLANK_MAGIC,
@@ -39,6 +38,7 @@ from rocketstream.codec import (
     record_size,
     tags_code,
 )
+from rocketstream.errors import CorruptStoreError, OptionError
 
 # spec 1.3: topic T, body "hi", WAIT=true, born 127.0.0.1:54321, stored at 127.0.0.1:10911
 WORKED_EXAMPLE = bytes.fromhex(

@@ -14,14 +14,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from storeutil import small_config
 
+from rocketstream import codec
 from rocketstream.errors import CorruptStoreError, OptionError, StoreConfigError
 from rocketstream.store import Message, MessageStore
-from rocketstream import codec
 from rocketstream.store.files import index_file as ix
-from rocketstream.store.files.index_file import IndexFile, IndexService, build_key, index_key_hash
-
-from storeutil import small_config
+from rocketstream.store.files.index_file import (
+    IndexFile,
+    IndexService,
+    build_key,
+    index_key_hash,
+)
 
 T0 = 1_700_000_000_000
 

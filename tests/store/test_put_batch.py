@@ -8,12 +8,18 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from rocketstream.store import HostAddress, Message, MessageStore, PutMessageStatus, StoreConfig
-from rocketstream import codec
-from rocketstream.store import message_store
-from rocketstream.store.write import put_batch
 from storeutil import count_uniq_keys_from_zero, store_bytes
+
+from rocketstream import codec
+from rocketstream.store import (
+    HostAddress,
+    Message,
+    MessageStore,
+    PutMessageStatus,
+    StoreConfig,
+    message_store,
+)
+from rocketstream.store.write import put_batch
 
 NOW = 1_700_000_000_000
 

@@ -26,10 +26,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from rocketstream.errors import CorruptStoreError, StoreError
 from rocketstream import codec
-from rocketstream.codec import vectorized
-from rocketstream.codec import HostAddress, MessageRecord
+from rocketstream.codec import HostAddress, MessageRecord, vectorized
+from rocketstream.errors import CorruptStoreError, StoreError
 from rocketstream.store.files.mapped_file import MappedFile, MappedFileQueue
 from rocketstream.store.write.messages import PreparedMessage
 from rocketstream.store.write.put_batch import PreparedList

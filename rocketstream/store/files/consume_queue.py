@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rocketstream.errors import CorruptStoreError, StoreError
 from rocketstream.codec import CQ_DTYPE, CQ_UNIT_SIZE
+from rocketstream.errors import CorruptStoreError, StoreError
 from rocketstream.store.files.mapped_file import MappedFile, MappedFileQueue
 
 PREFILL_SIZE = 0x7FFFFFFF   # size of a pre-fill ("blank") unit, spec 3.1

@@ -51,8 +51,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rocketstream.errors import CorruptStoreError, StoreConfigError, StoreError
 from rocketstream.codec import java_hash
+from rocketstream.errors import CorruptStoreError, StoreConfigError, StoreError
 
 INDEX_HEADER_SIZE = 40      # IndexHeader.INDEX_HEADER_SIZE
 HASH_SLOT_SIZE = 4          # IndexFile.hashSlotSize

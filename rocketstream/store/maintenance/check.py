@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rocketstream.errors import CorruptStoreError
 from rocketstream import codec
+from rocketstream.errors import CorruptStoreError
 from rocketstream.store.files.consume_queue import UNIT
 from rocketstream.store.write.dispatch import is_dispatchable, tags_code_of
 

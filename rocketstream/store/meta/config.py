@@ -28,8 +28,13 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from rocketstream.codec import (
+    CQ_UNIT_SIZE,
+    DELAY_LEVELS_MS,
+    HostAddress,
+    parse_delay_levels,
+)
 from rocketstream.errors import CorruptStoreError, StoreConfigError
-from rocketstream.codec import CQ_UNIT_SIZE, DELAY_LEVELS_MS, HostAddress, parse_delay_levels
 
 DEFAULT_COMMIT_LOG_FILE_SIZE = 1073741824
 DEFAULT_CONSUME_QUEUE_FILE_SIZE = 6000000

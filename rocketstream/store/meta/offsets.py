@@ -22,8 +22,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
-from rocketstream.errors import OffsetFileError, OptionError, ReadOnlyStoreError, StoreError
-from rocketstream.codec.fastjson import FastjsonParser, FrozenObject, decode_text, dump_fastjson, parse_fastjson
+from rocketstream.codec.fastjson import (
+    FastjsonParser,
+    FrozenObject,
+    decode_text,
+    dump_fastjson,
+    parse_fastjson,
+)
+from rocketstream.errors import (
+    OffsetFileError,
+    OptionError,
+    ReadOnlyStoreError,
+    StoreError,
+)
 
 __all__ = [
     "FrozenObject",

@@ -25,8 +25,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rocketstream.errors import CorruptStoreError, OptionError
-from rocketstream.codec import vectorized as vz
 from rocketstream.codec import (
     EXT_ADDRESS_MAX,
     FLAG_COMPRESSED,
@@ -37,6 +35,8 @@ from rocketstream.codec import (
     decompress_body,
     java_hash,
 )
+from rocketstream.codec import vectorized as vz
+from rocketstream.errors import CorruptStoreError, OptionError
 from rocketstream.store.read.schema import TIMESTAMP_UTC, project_schema
 
 _PROPERTY_COLUMNS = {"msgId", "tags", "keys", "properties"}

@@ -17,11 +17,11 @@ if TYPE_CHECKING:
     from rocketstream.store.files.consume_queue import ConsumeQueue
     from rocketstream.store.meta.config import StoreConfig
 
-from rocketstream.errors import CorruptStoreError, OptionError, StoreError
 from rocketstream import codec
+from rocketstream.codec import MessageRecord
+from rocketstream.errors import CorruptStoreError, OptionError, StoreError
 from rocketstream.store.files import index_file
 from rocketstream.store.maintenance import layout as layouts
-from rocketstream.codec import MessageRecord
 from rocketstream.store.write.messages import GetMessageResult, GetMessageStatus
 
 _KEY_SEPARATOR = " "   # MessageConst.KEY_SEPARATOR

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from rocketstream import codec
+from rocketstream.codec import CQ_DTYPE, MessageRecord
 from rocketstream.store.files.checkpoint import StoreCheckpoint
 from rocketstream.store.files.commit_log import AppendResult, RecordHead
 from rocketstream.store.files.consume_queue import ConsumeQueue
-from rocketstream.codec import CQ_DTYPE, MessageRecord
 from rocketstream.store.write.put_batch import PreparedList
 from rocketstream.store.write.put_columns import ColumnBatch
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 import enum
 import re
 import time
-from functools import lru_cache
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
-from rocketstream.errors import OptionError
 from rocketstream import codec
 from rocketstream.codec import HostAddress, MessageRecord
+from rocketstream.errors import OptionError
 
 # RocketMQ's topic validator: letters, digits, '%', '|', '_', '-'; at most 127 characters (V1 records).
 _TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")

@@ -36,9 +36,9 @@ from operator import itemgetter
 import numpy as np
 import pyarrow as pa
 
-from rocketstream.errors import OptionError
 from rocketstream import codec
 from rocketstream.codec import HostAddress
+from rocketstream.errors import OptionError
 from rocketstream.store.write.messages import DEFAULT_BORN_HOST, valid_topic
 
 _WAIT_UNIQ = b"WAIT\x01true\x02UNIQ_KEY\x01"
