@@ -17,10 +17,10 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from rocketstream.codec import constants as fmt
 from rocketstream.errors import StoreError
-from rocketstream.store import format as fmt
-from rocketstream.store.commit_log import CommitLog
-from rocketstream.store.consume_queue import PREFILL_SIZE, ConsumeQueue, units_of
+from rocketstream.store.files.commit_log import CommitLog
+from rocketstream.store.files.consume_queue import PREFILL_SIZE, ConsumeQueue, units_of
 
 log = logging.getLogger(__name__)
 
