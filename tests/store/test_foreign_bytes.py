@@ -403,14 +403,14 @@ def test_redispatch_uses_the_delays_the_store_was_written_with(tmp_path, caplog)
     root = tmp_path / "s"
     results = _write(root, [Message("T", b"d%d" % i, delay_level=2) for i in range(3)],
                      message_delay_level=DELAY_LEVELS)
-    cq_file = root / "consumequeue" / fmt.SCHEDULE_TOPIC / "1" / f"{0:020d}"
+    cq_file = root / "consumequeue" / codec.SCHEDULE_TOPIC / "1" / f"{0:020d}"
     data = bytearray(cq_file.read_bytes())
     data[40:60] = bytes(20)                      # the third unit lost in a crash
     cq_file.write_bytes(bytes(data))
     (root / "abort").touch()
     with caplog.at_level("WARNING"), MessageStore.open(root, config=small_config(root)) as st:
-        assert st.max_offset(fmt.SCHEDULE_TOPIC, 1) == 3
-        offset, _, code = st.read_cq_units(fmt.SCHEDULE_TOPIC, 1, 2, 3).tolist()[0]
+        assert st.max_offset(codec.SCHEDULE_TOPIC, 1) == 3
+        offset, _, code = st.read_cq_units(codec.SCHEDULE_TOPIC, 1, 2, 3).tolist()[0]
         assert offset == results[2].physical_offset
         assert code - st.look_message_by_offset(offset).store_timestamp == 7000   # not the default 5 s
         assert st.check().ok
