@@ -63,8 +63,8 @@ class OffsetStore:
         """Committed offset of each queue (queue order), -1 when the group has none for it."""
         queues = sorted(set(queues))
         if self.message_model == BROADCASTING:
-            table = self._local(group).read()
-            return {q: table.get((q.topic, q.broker_name, q.queue_id), -1) for q in queues}
+            local = {(k.topic, k.broker_name, k.queue_id): o for k, o in self._local(group).read().items()}
+            return {q: local.get((q.topic, q.broker_name, q.queue_id), -1) for q in queues}
         per_topic: dict[tuple[str, str], dict[int, int]] = {}  # one file read per (broker, topic)
         result = {}
         for q in queues:
@@ -83,7 +83,7 @@ class OffsetStore:
             raise ReadOnlyStoreError(f"offsets of group {group!r} cannot be committed: the offset store is read-only")
         if self.message_model == BROADCASTING:
             if offsets:
-                self._local(group).persist(dict(offsets))
+                self._local(group).persist({q: o for q, o in offsets.items()})
             return
         by_broker: dict[str, dict[tuple[str, str], dict[int, int]]] = {}
         for q in sorted(offsets):
