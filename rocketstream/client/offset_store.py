@@ -43,7 +43,9 @@ class OffsetStore:
         if message_model == CLUSTERING:
             if not store_roots:
                 raise OptionError("messageModel", "CLUSTERING needs the store root of each broker")
-            self._brokers = {name: ConsumerOffsetManager(root, read_only=read_only) for name, root in store_roots.items()}
+            self._brokers = {
+                name: ConsumerOffsetManager(root, read_only=read_only) for name, root in store_roots.items()
+            }
         else:
             if not client_id:
                 raise OptionError("messageModel", "BROADCASTING needs a client id (offsets.json lives under it)")
@@ -56,7 +58,9 @@ class OffsetStore:
         return cls(CLUSTERING, store_roots=store_roots, read_only=read_only)
 
     @classmethod
-    def broadcasting(cls, client_id: str, base_dir: str | Path | None = None, *, read_only: bool = False) -> OffsetStore:
+    def broadcasting(
+        cls, client_id: str, base_dir: str | Path | None = None, *, read_only: bool = False
+    ) -> OffsetStore:
         return cls(BROADCASTING, client_id=client_id, base_dir=base_dir, read_only=read_only)
 
     def read(self, group: str, queues: Iterable[QueueKey]) -> dict[QueueKey, int]:

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_reliutil import (TOPIC, checkpoint_committed_offsets, read_sink, spawn_logged, store_max_offsets,
-                            verify_rows)
+from spark_reliutil import TOPIC, checkpoint_committed_offsets, read_sink, spawn_logged, store_max_offsets, verify_rows
 
 GROUP = "restart-group"
 BROKER = "broker-a"

@@ -20,7 +20,6 @@ from rocketstream.store import Message, MessageStore
 from rocketstream.store import format as fmt
 from rocketstream.store import index_file as ix
 from rocketstream.store.index_file import IndexFile, IndexService, build_key, index_key_hash
-
 from storeutil import small_config
 
 T0 = 1_700_000_000_000
