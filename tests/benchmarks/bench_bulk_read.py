@@ -129,7 +129,7 @@ def main() -> None:
         print(f"{'raw mmap copy':<22}{stored / raw_s / 1e6:>10.0f}{rows / raw_s / 1e6:>10.2f}{1.0:>9.2f}")
         for label, columns in (("bulk full schema", None), ("bulk body only", ["body"]),
                                ("bulk no body/props", ["queueOffset", "commitLogOffset", "storeTimestamp"])):
-            s = best_of(args.repeat, lambda: bulk(log, units, args.batch_bytes, columns))
+            s = best_of(args.repeat, lambda: bulk(log, units, args.batch_bytes, columns))  # noqa: B023
             print(f"{label:<22}{stored / s / 1e6:>10.0f}{rows / s / 1e6:>10.2f}{raw_s / s:>9.2f}")
 
 

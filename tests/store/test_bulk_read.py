@@ -274,7 +274,8 @@ def test_msg_id_is_uniq_key_else_offset_msg_id() -> None:
 def test_hosts_and_offset_ids_with_several_ipv4_addresses() -> None:
     log = FakeCommitLog(file_size=1 << 16)
     for i in range(30):
-        log.append(topic="T", queue_id=0, properties={"TAGS": "t"}, born_host=HostAddress(f"10.0.0.{i % 4}", 1000 + i % 3),
+        log.append(topic="T", queue_id=0, properties={"TAGS": "t"},
+                   born_host=HostAddress(f"10.0.0.{i % 4}", 1000 + i % 3),
                    store_host=HostAddress(f"192.168.1.{i % 2}", 10911 + i % 2))
     rows = read_rows(log, "T", 0)
     assert rows == expected_rows(log, "T", 0)
@@ -489,7 +490,7 @@ def test_gather_segments_handles_unsorted_and_overlapping_ranges() -> None:
     cases = [([0, 4, 8], [2, 3, 0]), ([8, 0, 4], [2, 3, 1]), ([0, 1, 0], [5, 5, 16])]
     for starts, lengths in cases:
         got = vz.gather_segments(buf, np.array(starts), np.array(lengths)).to_pylist()
-        assert got == [bytes(buf[s:s + n]) for s, n in zip(starts, lengths)]
+        assert got == [bytes(buf[s:s + n]) for s, n in zip(starts, lengths, strict=True)]
 
 
 def test_parse_properties_matches_decode_properties() -> None:
@@ -515,8 +516,9 @@ def test_parse_properties_uniform_batches_match_decode_properties() -> None:
     uniform = [rows(i) for i in range(40)]
     variants = {
         "uniform": uniform,
-        "name differs past 8 bytes": uniform[:7] + [uniform[7].replace(b"NAME_X", b"NAME_Y")
-                                                     .replace(b"LONG_PROPERTY_NAME", b"LONG_PROPERTY_NAMF")] + uniform[8:],
+        "name differs past 8 bytes": uniform[:7] + [
+            uniform[7].replace(b"NAME_X", b"NAME_Y").replace(b"LONG_PROPERTY_NAME", b"LONG_PROPERTY_NAMF")
+        ] + uniform[8:],
         "empty value": uniform[:3] + [uniform[3].replace(b"TAGS\x01T0", b"TAGS\x01")] + uniform[4:],
         "unterminated": uniform[:-1] + [uniform[-1][:-1]],
         "duplicate": uniform[:5] + [uniform[5].replace(b"K\x01", b"TAGS\x01")] + uniform[6:],

@@ -172,7 +172,7 @@ def test_get_message_in_memory_limits(tmp_path):
         r = st.get_message("g", "T", 0, 0, 32)
         assert len(r.messages) == 4 and r.next_begin_offset == 4
     with open_small(tmp_path / "b", max_transfer_bytes_on_message_in_memory=500) as st:
-        for i in range(5):
+        for _i in range(5):
             st.put_message(Message("T", b"x" * 200), 0)
         r = st.get_message("g", "T", 0, 0, 32)
         assert len(r.messages) == 1 and r.next_begin_offset == 1   # first message is always taken
