@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from rocketstream.errors import BodyError, OffsetFileError
 from rocketstream.store import fastjson as _fastjson   # the one import to repoint after the move
 
-__all__ = ["loads", "dumps"]
+__all__ = ["loads", "dumps", "dumps_pretty"]
 
 
 def loads(data: bytes | str, *, what: str = "body", addr: str | None = None) -> object:
@@ -90,3 +90,8 @@ def dumps(value: object, *, standard: bool = False) -> bytes:
     out: list[str] = []
     _write(value, standard, out)
     return "".join(out).encode("utf-8", "surrogatepass")
+
+
+def dumps_pretty(value: object) -> str:
+    """fastjson's PrettyFormat (``toJson(true)``), as config files are written."""
+    return _fastjson.dump_fastjson(value)
