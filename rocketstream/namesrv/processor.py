@@ -67,7 +67,8 @@ def _wrapper(doc: object, what: str) -> tuple[DataVersion, dict[str, TopicConfig
         return DataVersion(), {}
     if not isinstance(doc, Mapping):
         raise BodyError(f"{what}: topicConfigSerializeWrapper is not an object")
-    table = doc.get("topicConfigTable") or {}
+    table = doc.get("topicConfigTable")
+    table = {} if table is None else table
     if not isinstance(table, Mapping):
         raise BodyError(f"{what}: topicConfigTable is not an object")
     configs = {}
@@ -91,7 +92,8 @@ def decode_register_broker_body(body: bytes, compressed: bool, *, with_filter_se
         if not isinstance(doc, Mapping):
             raise BodyError(f"{what} is not a JSON object")
         dv, configs = _wrapper(doc.get("topicConfigSerializeWrapper"), what)
-        servers = doc.get("filterServerList") or []
+        servers = doc.get("filterServerList")
+        servers = [] if servers is None else servers
         if not isinstance(servers, list) or not all(isinstance(s, str) for s in servers):
             raise BodyError(f"{what}: filterServerList is not a list of strings")
         return dv, configs, list(servers)
