@@ -107,12 +107,19 @@ def test_java_smoke_routes_through_our_name_server(interop):
         assert a.code == ResponseCode.SUCCESS and a.body == b.body
 
 
-def test_a_killed_broker_leaves_the_routes_at_once(interop):
-    broker = start_broker(interop.home, interop.ours.addr, "broker-b", cluster="OtherCluster")
+def test_compressed_registration_and_a_killed_broker_leaving_the_routes_at_once(interop):
+    # compressedRegister=true: RegisterBrokerBody travels as the zlib form (RegisterBrokerBody.encode(true))
+    broker = start_broker(interop.home, interop.ours.addr, "broker-b", cluster="OtherCluster",
+                          extra_conf={"compressedRegister": "true"})
     try:
+        wait_until(lambda: b"broker-b" in invoke(interop.ours.addr, RequestCode.GET_BROKER_CLUSTER_INFO).body,
+                   30, "broker-b to register")
         info = loads(invoke(interop.ours.addr, RequestCode.GET_BROKER_CLUSTER_INFO).body)
         assert info["clusterAddrTable"]["OtherCluster"] == ["broker-b"]
         assert invoke(interop.ours.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "broker-b"}).code == 0
+        tbw = loads(invoke(interop.ours.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}).body)
+        assert {q["brokerName"]: (q["perm"], q["readQueueNums"], q["writeQueueNums"]) for q in tbw["queueDatas"]} \
+            == {"broker-a": (7, 8, 8), "broker-b": (7, 8, 8)}
     finally:
         broker.kill()
     # the registration connection closed: BrokerHousekeepingService.onChannelDestroy, not the 120 s expiry

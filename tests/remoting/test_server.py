@@ -176,3 +176,20 @@ def test_idle_connections_are_closed():
         finally:
             await server.stop()
     run(body())
+
+
+def test_many_idle_and_half_sent_connections_do_not_block_others():
+    async def body(fx, addr):
+        host, port = addr.rsplit(":", 1)
+        idle = [await asyncio.open_connection(host, int(port)) for _ in range(200)]
+        for _, w in idle[:100]:   # half a frame each, then nothing (slow clients)
+            w.write(struct.pack(">i", 1000) + b"\x00\x00")
+        ch = await connect(addr)
+        try:
+            for _ in range(20):
+                assert (await ch.invoke(RemotingCommand.request(1000), timeout=5)).code == 0
+        finally:
+            await ch.aclose()
+            for _, w in idle:
+                w.close()
+    run(_with_server(body))
