@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rocketstream.errors import FrameError, HeaderFieldError
 from rocketstream.remoting.codes import LanguageCode, Version

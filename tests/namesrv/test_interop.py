@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 
-import pytest
 
 from rocketstream.remoting import RequestCode, ResponseCode
 from rocketstream.remoting._json import loads
@@ -21,7 +20,7 @@ def _env(home):
     return env
 
 
-def _run(home, *argv, timeout=120):
+def _run(home, *argv):
     return subprocess.Popen([str(peers.find_dist() / "bin" / argv[0]), *argv[1:]], env=_env(home),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
