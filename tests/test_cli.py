@@ -10,7 +10,7 @@ import pytest
 
 from rocketstream import cli
 from rocketstream.store import MessageStore
-from rocketstream.store.offsets import ConsumerOffsetManager
+from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

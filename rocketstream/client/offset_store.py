@@ -14,8 +14,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from rocketstream.client.offset_ranges import QueueKey
-from rocketstream.errors import OptionError, ReadOnlyStoreError, RocketStreamError, StoreError
-from rocketstream.store.offsets import ConsumerOffsetManager, LocalOffsetStore
+from rocketstream.errors import (
+    OptionError,
+    ReadOnlyStoreError,
+    RocketStreamError,
+    StoreError,
+)
+from rocketstream.store.meta.offsets import ConsumerOffsetManager, LocalOffsetStore
 
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rocketstream.codec import crc32
 from rocketstream.store import MessageStore, StoreConfig
-from rocketstream.store.format import crc32
 
 FILE_SIZE = 1 << 30
 TOPIC = "BenchOpen"

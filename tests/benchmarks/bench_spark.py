@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from rocketstream.store import MessageStore, StoreConfig
-from rocketstream.store.schema import MESSAGE_SCHEMA
+from rocketstream.store.read.schema import MESSAGE_SCHEMA
 
 TOPIC = "BenchTopic"
 QUEUES = 4
@@ -69,7 +69,7 @@ class SyntheticSource(DataSource):
         return "synthetic_arrow"
 
     def schema(self) -> str:
-        from rocketstream.store.schema import spark_ddl
+        from rocketstream.store.read.schema import spark_ddl
 
         return spark_ddl(MESSAGE_SCHEMA)
 

@@ -7,7 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rocketstream.client._java import java_split, utf16_key
-from rocketstream.client.allocate import STRATEGIES, MessageQueue, allocate, allocate_all, md5_hash, sort_inputs
+from rocketstream.client.allocate import (
+    STRATEGIES,
+    MessageQueue,
+    allocate,
+    allocate_all,
+    md5_hash,
+    sort_inputs,
+)
 from rocketstream.errors import AllocationError
 
 
@@ -262,7 +269,7 @@ def test_nearby_shares_own_room_locally_and_roomless_queues_with_everybody():
     assert got["hz@c1"] == [MessageQueue("t", "hz@b", 0), MessageQueue("t", "hz@b", 1),
                             MessageQueue("t", "bj@b", 0), MessageQueue("t", "bj@b", 1)]
     assert got["hz@c2"] == [MessageQueue("t", "hz@b", 2), MessageQueue("t", "hz@b", 3), MessageQueue("t", "bj@b", 2)]
-    assert got["sh@c1"] == [MessageQueue("t", f"sh@b", q) for q in range(4)] + [MessageQueue("t", "bj@b", 3)]
+    assert got["sh@c1"] == [MessageQueue("t", "sh@b", q) for q in range(4)] + [MessageQueue("t", "bj@b", 3)]
     flat = [mq for part in got.values() for mq in part]
     assert sorted(flat) == mqs
 

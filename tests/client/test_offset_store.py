@@ -6,8 +6,13 @@ import pytest
 
 from rocketstream.client.offset_ranges import QueueKey
 from rocketstream.client.offset_store import OffsetStore
-from rocketstream.errors import OptionError, ReadOnlyStoreError, RocketStreamError, StoreError
-from rocketstream.store.offsets import ConsumerOffsetManager, LocalOffsetStore
+from rocketstream.errors import (
+    OptionError,
+    ReadOnlyStoreError,
+    RocketStreamError,
+    StoreError,
+)
+from rocketstream.store.meta.offsets import ConsumerOffsetManager, LocalOffsetStore
 
 
 @pytest.fixture

@@ -508,8 +508,8 @@ def test_index_files_hold_every_key_java_indexed(ro_copy, oracle, monkeypatch):
     broker.conf (maxHashSlotNum 100,000, maxIndexNum 400,000), found from the bytes alone too, and an
     entry (hash of topic#key, commit-log offset) for UNIQ_KEY and every key of every message the Java
     client read."""
-    from rocketstream.store import index_file
-    from rocketstream.store.index_file import IndexService, build_key, index_key_hash
+    from rocketstream.store.files import index_file
+    from rocketstream.store.files.index_file import IndexService, build_key, index_key_hash
 
     paths = sorted((ro_copy / "index").iterdir())
     assert paths, "a 4.9.8 store without index/ files"

@@ -18,6 +18,7 @@ import zlib
 from pathlib import Path
 
 from reliutil import TOPIC, body
+
 from rocketstream.store import GetMessageStatus, MessageStore
 
 

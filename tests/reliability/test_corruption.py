@@ -32,12 +32,16 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from reliutil import TOPIC, Figures, body, message, open_store
+
+from rocketstream import codec
 from rocketstream.errors import CorruptStoreError, OffsetFileError, RocketStreamError
 from rocketstream.store import GetMessageStatus, MessageStore
-from rocketstream.store import format as fmt
-from rocketstream.store.offsets import ConsumerOffsetManager, dump_consumer_offsets, load_consumer_offsets
+from rocketstream.store.meta.offsets import (
+    ConsumerOffsetManager,
+    dump_consumer_offsets,
+    load_consumer_offsets,
+)
 
 QUEUES = 3
 CL = 16 * 1024
@@ -319,9 +323,9 @@ def test_corruption_campaign(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------- decoder fuzzing
 def _valid_record(body_len: int, props: dict[str, str], topic: str) -> bytes:
-    return fmt.encode_record(topic=topic, queue_id=1, body=b"b" * body_len, properties=fmt.encode_properties(props),
+    return codec.encode_record(topic=topic, queue_id=1, body=b"b" * body_len, properties=codec.encode_properties(props),
                              queue_offset=3, physical_offset=1000, sys_flag=0, born_timestamp=1, store_timestamp=2,
-                             born_host=fmt.HostAddress("10.0.0.1", 5), store_host=fmt.HostAddress("10.0.0.2", 6))
+                             born_host=codec.HostAddress("10.0.0.1", 5), store_host=codec.HostAddress("10.0.0.2", 6))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -340,7 +344,7 @@ def test_fuzz_decode_record_mutated(body_len, props, flips, cut, check_crc) -> N
     if cut is not None:
         raw = raw[:cut % (len(raw) + 1)]
     try:
-        rec = fmt.decode_record(bytes(raw), 0, check_crc=check_crc, path="cl", base_offset=4096)
+        rec = codec.decode_record(bytes(raw), 0, check_crc=check_crc, path="cl", base_offset=4096)
     except CorruptStoreError as exc:
         assert exc.offset == 4096 and exc.path == "cl"
         return
@@ -352,7 +356,7 @@ def test_fuzz_decode_record_mutated(body_len, props, flips, cut, check_crc) -> N
 @given(st.binary(max_size=400), st.integers(0, 50))
 def test_fuzz_decode_record_random_bytes(data, pos) -> None:
     try:
-        fmt.decode_record(data, pos, check_crc=True)
+        codec.decode_record(data, pos, check_crc=True)
     except CorruptStoreError:
         pass
 

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from spark_reliutil import TOPIC, spark_body
 from spark_session import spark  # noqa: F401  (the session fixture)
 
@@ -283,7 +282,7 @@ def test_reader_opening_while_retention_deletes_the_oldest_file(tmp_path: Path, 
     """Regression (found by the race campaign): a read-only open listed a commit-log file, retention
     deleted it before it was mapped, and the open failed with 'cannot map file' (planPartitions died)."""
     from rocketstream.store import MessageStore
-    from rocketstream.store.mapped_file import MappedFileQueue
+    from rocketstream.store.files.mapped_file import MappedFileQueue
 
     root = tmp_path / "broker-a"
     writer = Writer(root)

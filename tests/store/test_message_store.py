@@ -4,12 +4,17 @@ import os
 import struct
 
 import pytest
+from storeutil import CL_SIZE, CQ_SIZE, open_small, small_config
 
-from rocketstream.errors import CorruptStoreError, NotAStoreError, StoreConfigError, StoreError
+from rocketstream.errors import (
+    CorruptStoreError,
+    NotAStoreError,
+    StoreConfigError,
+    StoreError,
+)
 from rocketstream.store import GetMessageStatus as S
 from rocketstream.store import Message, MessageStore, StoreConfig
-from rocketstream.store.mapped_file import file_name
-from storeutil import CL_SIZE, CQ_SIZE, open_small, small_config
+from rocketstream.store.files.mapped_file import file_name
 
 
 def fill(root, n=40, topic="T", queue=0, clock=None, **kw):

@@ -11,24 +11,24 @@ import zlib
 import numpy as np
 import pytest
 
-from rocketstream.store import format as fmt
+from rocketstream import codec
 
 
 @pytest.mark.parametrize("size", [0, 1, 7, 255, 256, 4096, 70_000])
 def test_crc32_is_zlibs_crc32_for_every_buffer_kind(size):
     data = os.urandom(size)
     arr = np.frombuffer(data, dtype=np.uint8)
-    assert fmt.crc32(data) == zlib.crc32(data)
-    assert fmt.crc32(memoryview(data)[1:]) == zlib.crc32(data[1:])
-    assert fmt.crc32(arr[size // 3:]) == zlib.crc32(data[size // 3:])
-    assert fmt.masked_crc32(data) == zlib.crc32(data) & 0x7FFFFFFF
+    assert codec.crc32(data) == zlib.crc32(data)
+    assert codec.crc32(memoryview(data)[1:]) == zlib.crc32(data[1:])
+    assert codec.crc32(arr[size // 3:]) == zlib.crc32(data[size // 3:])
+    assert codec.masked_crc32(data) == zlib.crc32(data) & 0x7FFFFFFF
 
 
 def test_crc32_falls_back_to_zlib_without_isal():
     code = ("import sys, zlib; sys.modules['isal'] = None; sys.modules['isal.isal_zlib'] = None\n"
-            "from rocketstream.store import format as fmt\n"
-            "assert fmt.crc32 is zlib.crc32, fmt.crc32\n"
-            "assert fmt.masked_crc32(b'hi') == 1486039724\n")
+            "from rocketstream import codec\n"
+            "assert codec.crc32 is zlib.crc32, codec.crc32\n"
+            "assert codec.masked_crc32(b'hi') == 1486039724\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -38,10 +38,16 @@ import time  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
-from rocketstream.store import HostAddress, Message, MessageStore, PutMessageStatus, StoreConfig  # noqa: E402
-from rocketstream.store import message_store  # noqa: E402
 from storeutil import count_uniq_keys_from_zero, store_bytes  # noqa: E402
+
+from rocketstream.store import (  # noqa: E402
+    HostAddress,
+    Message,
+    MessageStore,
+    PutMessageStatus,
+    StoreConfig,
+    message_store,  # noqa: E402
+)
 
 NOW = 1_700_000_000_000
 

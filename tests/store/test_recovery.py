@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from storeutil import CL_SIZE, CQ_SIZE, open_small
 
+from rocketstream import codec
 from rocketstream.errors import CorruptStoreError, StoreLockedError
 from rocketstream.store import Message, MessageStore
-from rocketstream.store import format as fmt
-from rocketstream.store.mapped_file import file_name
-from storeutil import CL_SIZE, CQ_SIZE, open_small
+from rocketstream.store.files.mapped_file import file_name
 
 TOPICS = [("A", 0), ("A", 1), ("B", 0)]
 
@@ -67,7 +67,7 @@ def expected_after_cut(records, at):
     kept = []
     for r in records:
         off, size, topic, _, body = r
-        props_start = off + fmt.record_size(len(body), len(topic), 0)
+        props_start = off + codec.record_size(len(body), len(topic), 0)
         if off + size <= at or props_start <= at < off + size:
             kept.append(r)
     return kept

@@ -7,33 +7,34 @@ PREPARED and ROLLBACK records get no unit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from rocketstream.store import format as fmt
-from rocketstream.store.checkpoint import StoreCheckpoint
-from rocketstream.store.commit_log import AppendResult, RecordHead
-from rocketstream.store.consume_queue import ConsumeQueue
-from rocketstream.store.format import CQ_DTYPE, MessageRecord
-from rocketstream.store.put_batch import PreparedList
-from rocketstream.store.put_columns import ColumnBatch
+from rocketstream import codec
+from rocketstream.codec import CQ_DTYPE, MessageRecord
+from rocketstream.store.files.checkpoint import StoreCheckpoint
+from rocketstream.store.files.commit_log import AppendResult, RecordHead
+from rocketstream.store.files.consume_queue import ConsumeQueue
+from rocketstream.store.write.put_batch import PreparedList
+from rocketstream.store.write.put_columns import ColumnBatch
 
 
 def is_dispatchable(sys_flag: int) -> bool:
-    return sys_flag & fmt.TRANSACTION_MASK in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT)
+    return sys_flag & codec.TRANSACTION_MASK in (codec.TRANSACTION_NOT_TYPE, codec.TRANSACTION_COMMIT)
 
 
-def tags_code_of(topic: str, properties: dict[str, str], store_timestamp: int, delay_levels: Sequence[int]) -> int:
+def tags_code_of(topic: str, properties: dict[str, str], store_timestamp: int,
+                delay_levels: Sequence[int] | Mapping[int, int]) -> int:
     """The unit's tagsCode: hash of TAGS, or the delivery time for SCHEDULE_TOPIC_XXXX (spec 3.2)."""
-    if topic != fmt.SCHEDULE_TOPIC:
-        return fmt.tags_code(properties.get(fmt.PROPERTY_TAGS))
-    return fmt.cq_tags_code(topic, properties, store_timestamp, delay_levels=delay_levels)
+    if topic != codec.SCHEDULE_TOPIC:
+        return codec.tags_code(properties.get(codec.PROPERTY_TAGS))
+    return codec.cq_tags_code(topic, properties, store_timestamp, delay_levels=delay_levels)
 
 
 class Dispatcher:
     def __init__(self, get_queue: Callable[[str, int], ConsumeQueue], checkpoint: StoreCheckpoint | None,
-                 delay_levels: Sequence[int]) -> None:
+                 delay_levels: Sequence[int] | Mapping[int, int]) -> None:
         self._get_queue = get_queue
         self._checkpoint = checkpoint
         self._delay_levels = delay_levels

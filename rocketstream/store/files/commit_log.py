@@ -26,20 +26,19 @@ from typing import NamedTuple
 
 import numpy as np
 
+from rocketstream import codec
+from rocketstream.codec import HostAddress, MessageRecord, vectorized
 from rocketstream.errors import CorruptStoreError, StoreError
-from rocketstream.store import format as fmt
-from rocketstream.store import vectorized
-from rocketstream.store.format import HostAddress, MessageRecord
-from rocketstream.store.mapped_file import MappedFile, MappedFileQueue
-from rocketstream.store.messages import PreparedMessage
-from rocketstream.store.put_batch import PreparedList
-from rocketstream.store.put_columns import ColumnBatch
+from rocketstream.store.files.mapped_file import MappedFile, MappedFileQueue
+from rocketstream.store.write.messages import PreparedMessage
+from rocketstream.store.write.put_batch import PreparedList
+from rocketstream.store.write.put_columns import ColumnBatch
 
 _II = struct.Struct(">ii")
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 _H = struct.Struct(">h")
-MIN_RECORD_SIZE = fmt.record_size(0, 0, 0)
+MIN_RECORD_SIZE = codec.record_size(0, 0, 0)
 _PWRITE_MIN = 16 << 10   # appends at least this big go through pwrite rather than the mapping
 _BULK_MIN = 8            # shorter runs of known record starts are walked one by one
 _BULK_MAX = 1 << 16      # records checked per bulk step (bounds the temporary arrays)
@@ -110,7 +109,7 @@ class CommitLog:
         total = batch.total
         with self.lock:
             mf = self.queue.last_file_for(self.queue.max_offset())
-            if total + fmt.END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
+            if total + codec.END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
                 self._write_blank(mf)
                 mf = self.queue.last_file_for(mf.end_offset)
             key = f"{batch.topic}-{batch.queue_id}"
@@ -158,7 +157,7 @@ class CommitLog:
 
     def _write_blank(self, mf: MappedFile) -> None:
         pos = mf.wrote_position
-        blank = fmt.encode_blank(mf.file_size - pos)
+        blank = codec.encode_blank(mf.file_size - pos)
         mf.mm[pos + 4:pos + 8] = blank[4:]
         mf.mm[pos:pos + 4] = blank[:4]
         mf.wrote_position = mf.file_size
@@ -175,7 +174,7 @@ class CommitLog:
         mf = self.find_file(offset)
         if mf is None:
             raise StoreError(f"no commit-log file covers offset {offset}", path=self.directory, offset=offset)
-        rec = fmt.decode_record(mf.mm, offset - mf.file_from_offset, check_crc=check_crc, path=mf.path,
+        rec = codec.decode_record(mf.mm, offset - mf.file_from_offset, check_crc=check_crc, path=mf.path,
                                 base_offset=mf.file_from_offset)
         if rec is None:
             raise CorruptStoreError("end-of-file blank record where a message was expected",
@@ -194,8 +193,8 @@ class CommitLog:
         pos = offset - mf.file_from_offset
         if pos + 64 > mf.file_size:
             return -1
-        (sys_flag,) = struct.unpack_from(">i", mf.mm, pos + fmt.POS_SYS_FLAG)
-        at = pos + 48 + (20 if sys_flag & fmt.FLAG_BORNHOST_V6 else 8)
+        (sys_flag,) = struct.unpack_from(">i", mf.mm, pos + codec.POS_SYS_FLAG)
+        at = pos + 48 + (20 if sys_flag & codec.FLAG_BORNHOST_V6 else 8)
         return _Q.unpack_from(mf.mm, at)[0]
 
     def iter_records(self, start: int, *, check_crc: bool) -> Iterator[tuple[int, MessageRecord | None]]:
@@ -216,7 +215,7 @@ class CommitLog:
             total, magic = _II.unpack_from(mf.mm, pos)
             if total == 0 and magic == 0:
                 return
-            rec = fmt.decode_record(mf.mm, pos, check_crc=check_crc, path=mf.path, base_offset=mf.file_from_offset)
+            rec = codec.decode_record(mf.mm, pos, check_crc=check_crc, path=mf.path, base_offset=mf.file_from_offset)
             if rec is None:
                 if total != mf.file_size - pos:
                     raise CorruptStoreError(f"blank record TOTALSIZE {total} does not reach the end of the file "
@@ -244,12 +243,12 @@ class CommitLog:
         if pos + 8 > mf.file_size:
             return 0
         total, magic = _II.unpack_from(mf.mm, pos)
-        if magic == fmt.BLANK_MAGIC:
+        if magic == codec.BLANK_MAGIC:
             return -1 if total == mf.file_size - pos else 0
-        if magic not in (fmt.MAGIC_V1, fmt.MAGIC_V2) or total < MIN_RECORD_SIZE \
-                or pos + total + fmt.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+        if magic not in (codec.MAGIC_V1, codec.MAGIC_V2) or total < MIN_RECORD_SIZE \
+                or pos + total + codec.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
             return 0
-        if _Q.unpack_from(mf.mm, pos + fmt.POS_PHYSICAL_OFFSET)[0] != mf.file_from_offset + pos:
+        if _Q.unpack_from(mf.mm, pos + codec.POS_PHYSICAL_OFFSET)[0] != mf.file_from_offset + pos:
             return 0
         return total
 
@@ -291,9 +290,9 @@ class CommitLog:
             arr = mf.array
             total = _gather(arr, safe, 4, ">i4")
             magic = _gather(arr, safe + 4, 4, ">i4")
-            phys = _gather(arr, safe + fmt.POS_PHYSICAL_OFFSET, 8, ">i8")
+            phys = _gather(arr, safe + codec.POS_PHYSICAL_OFFSET, 8, ">i8")
             ok = in_file & (total == sizes[lo:hi]) & (phys == offsets[lo:hi]) \
-                & ((magic == fmt.MAGIC_V1) | (magic == fmt.MAGIC_V2))
+                & ((magic == codec.MAGIC_V1) | (magic == codec.MAGIC_V2))
             bad[lo:hi] = ~ok
         hits = np.flatnonzero(bad)
         return int(hits[0]) if len(hits) else -1
@@ -312,7 +311,7 @@ class RecordHead(NamedTuple):
     props: memoryview       # PROPERTIES bytes (a view into the mapping)
 
     def properties(self) -> dict[str, str]:
-        return fmt.decode_properties(self.props) if len(self.props) else {}
+        return codec.decode_properties(self.props) if len(self.props) else {}
 
 
 _HEAD = struct.Struct(">iiiiiqqiq")   # TOTALSIZE .. BORNTIMESTAMP
@@ -366,7 +365,7 @@ class RecordScan:
         h = vectorized.decode_headers(mf.array, rel)
         total = h["total_size"].astype(np.int64)
         v2 = h["v2"]
-        ok = (h["in_bounds"] & ((h["magic"] == fmt.MAGIC_V1) | v2) & (total >= MIN_RECORD_SIZE)
+        ok = (h["in_bounds"] & ((h["magic"] == codec.MAGIC_V1) | v2) & (total >= MIN_RECORD_SIZE)
               & (rel + total <= mf.file_size) & (h["body_len"] >= 0) & (h["topic_len"] >= 0)
               & (h["props_len"] >= 0) & (h["props_pos"] + h["props_len"] == rel + total)
               & (h["physical_offset"] == known[i:j]))
@@ -374,7 +373,7 @@ class RecordScan:
         n = len(rel) if ok.all() else int(np.argmin(ok))
         if self._check_crc and n:
             view = memoryview(mf.mm)
-            crc = fmt.crc32
+            crc = codec.crc32
             body_pos, body_len, body_crc = h["body_pos"][:n].tolist(), h["body_len"][:n].tolist(), \
                 h["body_crc"][:n].tolist()
             for k in range(n):
@@ -410,9 +409,9 @@ class RecordScan:
                                f"{size_of_file - pos} bytes left at the end of the file, too few for a record")
                     return
                 total, magic = _II.unpack_from(mm, pos)
-                if magic == fmt.BLANK_MAGIC:     # end of this file: go on with the next one
+                if magic == codec.BLANK_MAGIC:     # end of this file: go on with the next one
                     break
-                if magic != fmt.MAGIC_V1 and magic != fmt.MAGIC_V2:
+                if magic != codec.MAGIC_V1 and magic != codec.MAGIC_V2:
                     self._stop(mf, base + pos, None if total == 0 and magic == 0 else
                                f"bad MAGICCODE 0x{magic & 0xFFFFFFFF:08X}")
                     return
@@ -441,9 +440,9 @@ def _check_record(view: memoryview, pos: int, total: int, magic: int, base: int,
     if total < MIN_RECORD_SIZE or end > file_size:
         return f"TOTALSIZE {total} does not fit in the file", None
     (_, _, body_crc, queue_id, _, queue_offset, physical_offset, sys_flag, _) = _HEAD.unpack_from(view, pos)
-    p = pos + fmt.POS_BORN_HOST + (20 if sys_flag & fmt.FLAG_BORNHOST_V6 else 8)
+    p = pos + codec.POS_BORN_HOST + (20 if sys_flag & codec.FLAG_BORNHOST_V6 else 8)
     (store_timestamp,) = _Q.unpack_from(view, p)
-    p += 8 + (20 if sys_flag & fmt.FLAG_STOREHOST_V6 else 8) + 12
+    p += 8 + (20 if sys_flag & codec.FLAG_STOREHOST_V6 else 8) + 12
     if p + 4 > end:
         return f"TOTALSIZE {total} is too small for the hosts of SYSFLAG 0x{sys_flag:X}", None
     (body_len,) = _I.unpack_from(view, p)
@@ -451,11 +450,11 @@ def _check_record(view: memoryview, pos: int, total: int, magic: int, base: int,
     if body_len < 0 or p + body_len > end:
         return f"BODY length {body_len} does not fit in TOTALSIZE {total}", None
     if check_crc and body_len > 0:
-        crc = fmt.crc32(view[p:p + body_len]) & 0x7FFFFFFF
+        crc = codec.crc32(view[p:p + body_len]) & 0x7FFFFFFF
         if crc != body_crc:
             return f"BODYCRC mismatch: stored {body_crc}, computed {crc}", None
     p += body_len
-    v2 = magic == fmt.MAGIC_V2
+    v2 = magic == codec.MAGIC_V2
     if p + (2 if v2 else 1) > end:
         return f"TOPIC length does not fit in TOTALSIZE {total}", None
     if v2:
@@ -495,9 +494,9 @@ def _pwrite_all(fd: int, data: memoryview, pos: int, mf: MappedFile) -> None:
 
 
 def _props_length(rec: MessageRecord) -> int:
-    fixed = fmt.record_size(len(rec.body), len(rec.topic.encode("utf-8")), 0,
-                            born_v6=bool(rec.sys_flag & fmt.FLAG_BORNHOST_V6),
-                            store_v6=bool(rec.sys_flag & fmt.FLAG_STOREHOST_V6), v2=rec.magic == fmt.MAGIC_V2)
+    fixed = codec.record_size(len(rec.body), len(rec.topic.encode("utf-8")), 0,
+                            born_v6=bool(rec.sys_flag & codec.FLAG_BORNHOST_V6),
+                            store_v6=bool(rec.sys_flag & codec.FLAG_STOREHOST_V6), v2=rec.magic == codec.MAGIC_V2)
     return rec.total_size - fixed
 
 

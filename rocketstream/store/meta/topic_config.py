@@ -27,7 +27,9 @@ class TopicConfigTable:
         try:
             doc = json.loads(text)
         except ValueError:
-            from rocketstream.store.offsets import parse_fastjson  # fastjson output is not always JSON
+            from rocketstream.store.meta.offsets import (
+                parse_fastjson,  # fastjson output is not always JSON
+            )
 
             doc = parse_fastjson(text, path=self.path)
         try:

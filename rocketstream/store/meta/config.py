@@ -28,8 +28,13 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from rocketstream.codec import (
+    CQ_UNIT_SIZE,
+    DELAY_LEVELS_MS,
+    HostAddress,
+    parse_delay_levels,
+)
 from rocketstream.errors import CorruptStoreError, StoreConfigError
-from rocketstream.store.format import CQ_UNIT_SIZE, DELAY_LEVELS_MS, HostAddress, parse_delay_levels
 
 DEFAULT_COMMIT_LOG_FILE_SIZE = 1073741824
 DEFAULT_CONSUME_QUEUE_FILE_SIZE = 6000000
@@ -119,14 +124,15 @@ class StoreConfig:
         """Read RocketMQ property names from a broker.conf; unknown keys are ignored (broker options).
 
         A relative ``storePathRootDir`` is resolved against the conf file's parent's parent (the
-        repository root when the file is ``<repo>/conf/broker.conf``).
+        repository root when the file is ``<repo>/conf/broker.conf``), or against the working directory
+        for the built-in defaults (:data:`BUILTIN_BROKER_CONF`).
         """
         path = Path(path)
         try:
             text = path.read_bytes().decode("latin-1")   # Properties.load(InputStream): ISO-8859-1
         except OSError as exc:
             raise StoreConfigError(f"cannot read broker config: {exc}", path=path) from exc
-        props = _parse_properties(text, path=path)
+        props = parse_properties(text, path=path)
         kw: dict[str, object] = {"conf_path": path}
 
         def number(key: str, kind=int):
@@ -138,7 +144,8 @@ class StoreConfig:
 
         if "storePathRootDir" in props:
             root = Path(os.path.expanduser(props["storePathRootDir"]))
-            kw["store_path_root_dir"] = root if root.is_absolute() else path.resolve().parent.parent / root
+            base = Path.cwd() if path.resolve() == BUILTIN_BROKER_CONF else path.resolve().parent.parent
+            kw["store_path_root_dir"] = root if root.is_absolute() else base / root
         if "brokerName" in props:
             kw["broker_name"] = props["brokerName"]
         for key, attr, kind in (("mappedFileSizeCommitLog", "mapped_file_size_commit_log", int),
@@ -168,14 +175,44 @@ class StoreConfig:
             raise StoreConfigError(str(exc), path=path) from exc
 
 
+CONF_ENV = "ROCKETSTREAM_CONF"   # what ``rocketstream --conf FILE`` sets, as the broker's ``-c`` does
+# Shipped inside the package (a regular ``pip install`` has no repository checkout to look in).
+BUILTIN_BROKER_CONF = (Path(__file__).resolve().parent.parent.parent / "defaults" / "broker.conf")
+
+
 def default_broker_conf() -> Path:
-    """``conf/broker.conf`` under the current directory, else next to the installed package."""
-    candidates = [Path.cwd() / "conf" / "broker.conf",
-                  Path(__file__).resolve().parent.parent.parent / "conf" / "broker.conf"]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise StoreConfigError("no conf/broker.conf found (looked in " + ", ".join(map(str, candidates)) + ")")
+    """The broker.conf in force, found the way a RocketMQ broker finds its config: the file named by
+    ``--conf`` / ``$ROCKETSTREAM_CONF`` (which must exist), else ``./conf/broker.conf`` in the working
+    directory, else the built-in defaults shipped with the package."""
+    named = os.environ.get(CONF_ENV)
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_file():
+            raise StoreConfigError(f"broker config named by {CONF_ENV} / --conf does not exist", path=path)
+        return path
+    local = Path.cwd() / "conf" / "broker.conf"
+    if local.is_file():
+        return local
+    if BUILTIN_BROKER_CONF.is_file():
+        return BUILTIN_BROKER_CONF
+    raise StoreConfigError(f"no broker config: no {local} and no built-in {BUILTIN_BROKER_CONF}")
+
+
+def writer_config(store: str | Path) -> StoreConfig:
+    """Settings for writing to ``store``: the broker.conf in force when it configures this very store
+    (sizes that conflict with its files are then refused); for any other store, broker.conf's sizes only
+    for a new one (an existing one keeps its own) and the store directory's name as broker name —
+    retention and layout settings belong to the configured store, not to this one. RocketMQ's
+    defaults when there is no broker.conf at all."""
+    store = Path(store)
+    try:
+        conf = default_broker_conf()
+    except StoreConfigError:
+        return StoreConfig(store_path_root_dir=store, broker_name=default_broker_name(store))
+    cfg = StoreConfig.from_broker_conf(conf)
+    if Path(cfg.store_path_root_dir).resolve() == store.resolve():
+        return cfg
+    return resolve_sizes(store, cfg.without_broker_settings(store, default_broker_name(store)), explicit=False)
 
 
 def default_broker_name(root: str | Path) -> str:
@@ -246,7 +283,7 @@ def _unescape(raw: str, *, path: Path | None, line: int) -> str:
     return "".join(out)
 
 
-def _parse_properties(text: str, *, path: Path | None = None) -> dict[str, str]:
+def parse_properties(text: str, *, path: Path | None = None) -> dict[str, str]:
     """``java.util.Properties.load`` semantics (``load0``): the key ends at the first unescaped ``=``,
     ``:`` or blank; blanks and one ``=``/``:`` after it are skipped; the rest is the value, trailing
     blanks included. Later keys win."""
@@ -320,7 +357,7 @@ def save_settings(root: Path, config: StoreConfig) -> None:
     os.replace(tmp, path)
 
 
-def _data_files(directory: Path) -> list[Path]:
+def data_files(directory: Path) -> list[Path]:
     """The 20-digit files of a directory, without a zero-length last one (a crash while creating it:
     RocketMQ 5.x's MappedFileQueue.doLoad deletes it, mapped_file skips or removes it)."""
     try:
@@ -367,14 +404,14 @@ def _cq_files(root: Path) -> list[Path]:
         except (FileNotFoundError, NotADirectoryError):
             continue
         for q in sorted(queues):
-            out += _data_files(base / topic / q)
+            out += data_files(base / topic / q)
     return out
 
 
 def resolve_sizes(root: Path, config: StoreConfig, *, explicit: bool) -> StoreConfig:
     """Return ``config`` with the store's mapped-file sizes (module docstring gives the rules)."""
     persisted = load_settings(root) or {}
-    detected = {"mappedFileSizeCommitLog": _detect(_data_files(root / "commitlog"), "commit-log"),
+    detected = {"mappedFileSizeCommitLog": _detect(data_files(root / "commitlog"), "commit-log"),
                 "mappedFileSizeConsumeQueue": _detect(_cq_files(root), "consume-queue")}
     requested = {"mappedFileSizeCommitLog": config.mapped_file_size_commit_log,
                  "mappedFileSizeConsumeQueue": config.mapped_file_size_consume_queue}

@@ -14,10 +14,10 @@ import time
 from collections.abc import Sequence
 from operator import attrgetter
 
-from rocketstream.store import format as fmt
-from rocketstream.store.format import HostAddress
-from rocketstream.store.messages import Message, PreparedMessage
-from rocketstream.store.put_columns import ColumnBatch, build_columns
+from rocketstream import codec
+from rocketstream.codec import HostAddress
+from rocketstream.store.write.messages import Message, PreparedMessage
+from rocketstream.store.write.put_columns import ColumnBatch, build_columns
 
 _NONE = type(None)
 _FIELDS = attrgetter("body", "tags", "keys", "properties", "flag", "delay_level", "born_timestamp", "born_host",
@@ -82,7 +82,7 @@ class PreparedList:
         parts = []
         phys, qoff, host = physical_offset, queue_offset, self._store_host
         for m in self.records:
-            rec = fmt.encode_record(
+            rec = codec.encode_record(
                 topic=m.topic, queue_id=m.queue_id, body=m.body, properties=m.props_bytes, flag=m.flag,
                 queue_offset=qoff, physical_offset=phys, sys_flag=m.sys_flag, born_timestamp=m.born_timestamp,
                 born_host=m.born_host, store_timestamp=store_timestamp, store_host=host)

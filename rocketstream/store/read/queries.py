@@ -1,20 +1,28 @@
-"""Read-side queries of ``MessageStore``: getMessage (spec 6), search by time (spec 3.6), lookups by
-message id and by key (spec 5.3, index_file.py), consistency check and retention (the last two live in
-check.py / retention.py).
+"""Read-side queries of ``MessageStore``: ``DefaultMessageStore.getMessage``, the search by store time
+(``ConsumeQueue.getOffsetInQueueByTime``), lookups by message id (``lookMessageByOffset``) and by key
+(``IndexService.queryOffset``, see files/index_file.py).
+
+``get_message`` keeps RocketMQ's signature, ``group`` included: RocketMQ uses it for statistics only,
+and the broker's PullMessageProcessor passes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from rocketstream.store.files.commit_log import CommitLog
+    from rocketstream.store.files.consume_queue import ConsumeQueue
+    from rocketstream.store.meta.config import StoreConfig
+
+from rocketstream import codec
+from rocketstream.codec import MessageRecord
 from rocketstream.errors import CorruptStoreError, OptionError, StoreError
-from rocketstream.store import format as fmt
-from rocketstream.store import index_file
-from rocketstream.store import layout as layouts
-from rocketstream.store.format import MessageRecord
-from rocketstream.store.messages import GetMessageResult, GetMessageStatus
+from rocketstream.store.files import index_file
+from rocketstream.store.maintenance import layout as layouts
+from rocketstream.store.write.messages import GetMessageResult, GetMessageStatus
 
 _KEY_SEPARATOR = " "   # MessageConst.KEY_SEPARATOR
 
@@ -25,22 +33,28 @@ def _key_matches(rec_topic: str, props: dict[str, str], topic: str, key: str, un
     if rec_topic != topic:
         return False
     if uniq_key:
-        return props.get(fmt.PROPERTY_UNIQ_KEY) == key
-    keys = props.get(fmt.PROPERTY_KEYS)
+        return props.get(codec.PROPERTY_UNIQ_KEY) == key
+    keys = props.get(codec.PROPERTY_KEYS)
     return keys is not None and key in keys.split(_KEY_SEPARATOR)
 
 
-if TYPE_CHECKING:
-    from rocketstream.store.check import CheckReport
+class StoreQueries:
+    """The read-only queries of ``MessageStore`` (``DefaultMessageStore.getMessage``,
+    ``getOffsetInQueueByTime``, ``lookMessageByOffset``, ``queryMessage``), over what they are given:
+    the store root and config, its commit log, and ``consume_queue(topic, queue_id)`` (None when the
+    queue has no directory)."""
 
-
-class QueryMixin:
-    """Methods of MessageStore that only read (except ``delete_expired_files``)."""
+    def __init__(self, root: Path, config: StoreConfig, commit_log: CommitLog,
+                 consume_queue: Callable[[str, int], ConsumeQueue | None]) -> None:
+        self.root = root
+        self.config = config
+        self.commit_log = commit_log
+        self._queue = consume_queue
 
     # --- getMessage ---------------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     tags: Collection[str] | None = None) -> GetMessageResult:
-        """RocketMQ 4.x getMessage (spec 6.2-6.4) over one CQ file, with the in-memory transfer
+        """RocketMQ 4.x ``DefaultMessageStore.getMessage`` over one CQ file, with the in-memory transfer
         limits (256 KiB / 32 messages by default; every page is treated as in memory).
 
         ``tags``: None, empty or containing "*" means all; otherwise a message passes when its
@@ -64,13 +78,13 @@ class QueryMixin:
         if offset > hi:
             return result(GetMessageStatus.OFFSET_OVERFLOW_BADLY, hi)
         file_end = cq.file_end_index(offset)
-        if cq.queue.find(offset * fmt.CQ_UNIT_SIZE) is None:
+        if cq.queue.find(offset * codec.CQ_UNIT_SIZE) is None:
             return result(GetMessageStatus.OFFSET_FOUND_NULL, file_end)
         cfg = self.config
-        limit = max(cfg.max_filter_message_bytes, max_msg_nums * fmt.CQ_UNIT_SIZE) // fmt.CQ_UNIT_SIZE
+        limit = max(cfg.max_filter_message_bytes, max_msg_nums * codec.CQ_UNIT_SIZE) // codec.CQ_UNIT_SIZE
         units = cq.raw_units(offset, min(file_end, hi, offset + limit))
         wanted = None if not tags or "*" in tags else set(tags)
-        codes = None if wanted is None else {fmt.tags_code(t) for t in wanted}
+        codes = None if wanted is None else {codec.tags_code(t) for t in wanted}
         cl = self.commit_log
         cl_min = cl.min_offset()
         status = GetMessageStatus.NO_MATCHED_MESSAGE
@@ -86,7 +100,7 @@ class QueryMixin:
                 break
             if phys < next_phy_file_start:
                 continue
-            if codes is not None and code not in codes and not fmt.is_ext_address(code):
+            if codes is not None and code not in codes and not codec.is_ext_address(code):
                 continue   # an ext address hides the tags code: the record's TAGS decides below
             if phys < cl_min or cl.find_file(phys) is None:
                 if not msgs:
@@ -170,7 +184,7 @@ class QueryMixin:
             raise OptionError("msgId", "must not be empty", msg_id)
         text = msg_id.strip().upper()
         try:
-            _, phys = fmt.decode_offset_msg_id(text)
+            _, phys = codec.decode_offset_msg_id(text)
         except OptionError:
             phys = None
         if phys is not None and cl.min_offset() <= phys < cl.max_offset():
@@ -180,7 +194,7 @@ class QueryMixin:
         # No \x02 after the value: 4.9.1-5.1.4 brokers write none after the last property (spec
         # 1.6). A longer value with the same prefix, or bytes of a body, are ruled out below by
         # decoding the record that holds the hit and comparing its UNIQ_KEY.
-        needle = f"{fmt.PROPERTY_UNIQ_KEY}\x01{msg_id.strip()}".encode()
+        needle = f"{codec.PROPERTY_UNIQ_KEY}\x01{msg_id.strip()}".encode()
         end = cl.max_offset()
         for mf in reversed(list(cl.queue.files)):
             limit = min(mf.file_size, max(end - mf.file_from_offset, 0))
@@ -285,7 +299,7 @@ class QueryMixin:
                     if head.offset >= file_end:
                         break
                     if (head.topic == topic and begin_ms <= head.store_timestamp <= end_ms
-                            and head.sys_flag & fmt.TRANSACTION_MASK != fmt.TRANSACTION_ROLLBACK
+                            and head.sys_flag & codec.TRANSACTION_MASK != codec.TRANSACTION_ROLLBACK
                             and needle in bytes(head.props)
                             and _key_matches(head.topic, head.properties(), topic, key, uniq_key)):
                         offsets.append(head.offset)
@@ -295,16 +309,3 @@ class QueryMixin:
                                                 f"{scan.problem}", path=scan.problem_path, offset=scan.end)
             offset = mf.end_offset
         return [cl.read_record(o) for o in offsets]
-
-    # --- check and retention ------------------------------------------------------------------
-    def check(self) -> CheckReport:
-        """Verify every record's CRC and that consume queues and commit log agree (see check.py)."""
-        from rocketstream.store.check import check_store
-
-        return check_store(self)
-
-    def delete_expired_files(self, now_ms: int | None = None, reserved_hours: float | None = None) -> list[Path]:
-        """Retention (spec 2.8); see retention.py."""
-        from rocketstream.store.retention import delete_expired_files
-
-        return delete_expired_files(self, now_ms, reserved_hours)

@@ -1,6 +1,6 @@
 """Commit-log record decoding for many records at once, with numpy gathers and Arrow kernels.
 
-``format.decode_record`` is the reference decoder, one record per call. This module computes the same
+``record.decode_record`` is the reference decoder, one record per call. This module computes the same
 values for a whole batch of record positions inside one memory-mapped commit-log file, without a
 Python loop per record on the common path:
 
@@ -24,14 +24,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rocketstream.store.format import (
+from rocketstream.codec.constants import (
     FLAG_BORNHOST_V6,
     FLAG_STOREHOST_V6,
     MAGIC_V1,
     MAGIC_V2,
-    HostAddress,
-    java_utf8_bytes,
 )
+from rocketstream.codec.ids import HEX_PAIRS, HostAddress
+from rocketstream.codec.properties import java_utf8_bytes
 
 # Header of a V1/V2 record with two IPv4 hosts, up to and including the BODY length field.
 HEADER_V4_DTYPE = np.dtype([
@@ -50,7 +50,7 @@ _TAIL_DTYPE = np.dtype([("reconsume_times", ">i4"), ("prepared_transaction_offse
 _V6_HOST_EXTRA = 12
 
 # Two ASCII hex digits per byte value, packed so that viewing uint16 as bytes gives "HL" in order.
-_HEX_PAIRS = np.frombuffer("".join(f"{i:02X}" for i in range(256)).encode(), dtype=np.uint16)
+_HEX_PAIRS = HEX_PAIRS.view(np.uint16).reshape(256)
 _INT32_MAX = 2**31 - 1
 
 
@@ -214,7 +214,7 @@ def header_problems(h: dict[str, np.ndarray], rel_positions: np.ndarray, expecte
 def validate_headers(h: dict[str, np.ndarray], rel_positions: np.ndarray, expected_offsets: np.ndarray,
                      expected_sizes: np.ndarray) -> np.ndarray:
     """True where the record is a V1/V2 message at the expected offset with the expected size, and its
-    decoded lengths add up to TOTALSIZE (spec 1.12 without the CRC)."""
+    decoded lengths add up to TOTALSIZE (``CommitLog.checkMessageAndReturnSize`` without the CRC)."""
     bad = np.zeros(len(h["magic"]), dtype=bool)
     for mask in header_problems(h, rel_positions, expected_offsets, expected_sizes).values():
         bad |= mask
@@ -413,7 +413,7 @@ def _name_prefixes(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
 def properties_text(raw: pa.Array) -> pa.Array:
     """Stored PROPERTIES bytes (binary array) as the strings Java reads from them: valid UTF-8 is
     taken as is (one Arrow cast, no copy); a row that is not valid UTF-8 — batch records carry a
-    non-Java client's bytes verbatim (spec 1.6) — is replaced by ``format.java_utf8_bytes`` of it,
+    non-Java client's bytes verbatim — is replaced by ``properties.java_utf8_bytes`` of it,
     the U+FFFD that ``new String(bytes, UTF_8)`` puts there. Never fails."""
     try:
         return raw.cast(pa.string())
@@ -459,7 +459,7 @@ def parse_properties(props: pa.Array, wanted: Sequence[str] = ()) -> tuple[pa.Ma
     """Properties strings (``name\x01value\x02``...) to a ``map<string, string>`` array, plus one
     string column per name in ``wanted`` (null where the record lacks it).
 
-    Same rules as ``format.decode_properties`` (``MessageDecoder.string2messageProperties``): split on
+    Same rules as ``properties.decode_properties`` (``MessageDecoder.string2messageProperties``): split on
     \x02, then at the first \x01; segments with an empty name or value are dropped; a final segment
     without \x02 counts like any other; a later duplicate name wins. ``props`` must be a string
     array — :func:`properties_text` makes one from the stored bytes as Java decodes them; \x01/\x02
@@ -516,7 +516,7 @@ def parse_properties(props: pa.Array, wanted: Sequence[str] = ()) -> tuple[pa.Ma
 def _uniform_layout(blob: np.ndarray, first_len: int) -> tuple[list[bytes], bool] | None:
     """(names, ends with \x02) of the first record if it is "clean" (every segment
     ``name\x01value`` with a non-empty name and value, names distinct), else None. Both forms of
-    the last segment are clean: 4.9.1-5.1.4 brokers write no \x02 after it, others do (spec 1.6)."""
+    the last segment are clean: 4.9.1-5.1.4 brokers write no \x02 after it, others do (docs/store-format.md)."""
     row0 = blob[:first_len].tobytes()
     terminated = row0.endswith(b"\x02")
     names = []

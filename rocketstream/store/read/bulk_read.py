@@ -25,9 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rocketstream.errors import CorruptStoreError, OptionError
-from rocketstream.store import vectorized as vz
-from rocketstream.store.format import (
+from rocketstream.codec import (
     EXT_ADDRESS_MAX,
     FLAG_COMPRESSED,
     PROPERTY_KEYS,
@@ -37,7 +35,9 @@ from rocketstream.store.format import (
     decompress_body,
     java_hash,
 )
-from rocketstream.store.schema import TIMESTAMP_UTC, project_schema
+from rocketstream.codec import vectorized as vz
+from rocketstream.errors import CorruptStoreError, OptionError
+from rocketstream.store.read.schema import TIMESTAMP_UTC, project_schema
 
 _PROPERTY_COLUMNS = {"msgId", "tags", "keys", "properties"}
 

@@ -19,16 +19,18 @@ is counted and described in ``CheckReport.notes`` instead:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from rocketstream import codec
 from rocketstream.errors import CorruptStoreError
-from rocketstream.store import format as fmt
-from rocketstream.store.consume_queue import UNIT
-from rocketstream.store.dispatch import is_dispatchable, tags_code_of
+from rocketstream.store.files.consume_queue import UNIT
+from rocketstream.store.write.dispatch import is_dispatchable, tags_code_of
 
 if TYPE_CHECKING:
-    from rocketstream.store.message_store import MessageStore
+    from rocketstream.store.files.commit_log import CommitLog
+    from rocketstream.store.files.consume_queue import ConsumeQueue
 
 LMQ_PREFIX = "%LMQ%"                          # MixAll.LMQ_PREFIX
 PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
@@ -73,7 +75,7 @@ def _java_split(text: str) -> list[str]:
     return parts
 
 
-def _multi_dispatch(rec: fmt.MessageRecord) -> list[tuple[str, int]] | str | None:
+def _multi_dispatch(rec: codec.MessageRecord) -> list[tuple[str, int]] | str | None:
     """(queue name, queue offset) pairs the record was also dispatched to
     (``DefaultMessageStore.checkMultiDispatchQueue`` / ``ConsumeQueue.multiDispatchLmqQueue``); None
     when it is not a multi-dispatch record; a message when its properties do not parse."""
@@ -91,10 +93,10 @@ def _multi_dispatch(rec: fmt.MessageRecord) -> list[tuple[str, int]] | str | Non
         return f"{PROPERTY_INNER_MULTI_QUEUE_OFFSET} {offsets!r} is not a list of numbers"
 
 
-def _crc_problem(mm: object, pos: int, rec: fmt.MessageRecord) -> str | None:
+def _crc_problem(mm: object, pos: int, rec: codec.MessageRecord) -> str | None:
     """BODYCRC (when the body is not empty), then ``__CRC32#`` when the record carries one."""
-    if rec.body and fmt.masked_crc32(rec.body) != rec.body_crc:
-        return f"BODYCRC mismatch: stored {rec.body_crc}, computed {fmt.masked_crc32(rec.body)}"
+    if rec.body and codec.masked_crc32(rec.body) != rec.body_crc:
+        return f"BODYCRC mismatch: stored {rec.body_crc}, computed {codec.masked_crc32(rec.body)}"
     text = rec.properties.get(PROPERTY_CRC32)
     if text is None:
         return None
@@ -104,24 +106,27 @@ def _crc_problem(mm: object, pos: int, rec: fmt.MessageRecord) -> str | None:
     expected = expected - (1 << 32) if expected & 0x80000000 else expected
     if expected < 0 or rec.total_size < CRC32_RESERVED_LEN:
         return f"{PROPERTY_CRC32} property {text!r} is not a CRC"
-    actual = fmt.masked_crc32(bytes(mm[pos:pos + rec.total_size - CRC32_RESERVED_LEN]))  # type: ignore[index]
+    actual = codec.masked_crc32(bytes(mm[pos:pos + rec.total_size - CRC32_RESERVED_LEN]))  # type: ignore[index]
     if actual != expected:
         return f"{PROPERTY_CRC32} mismatch: stored {expected}, computed {actual} over the record"
     return None
 
 
-def check_store(store: MessageStore) -> CheckReport:
+def check_store(cl: CommitLog, queue_dirs: Iterable[tuple[str, int]],
+                consume_queue: Callable[[str, int], ConsumeQueue | None],
+                levels: Sequence[int] | Mapping[int, int]) -> CheckReport:
+    """Every record's CRCs, and that the consume queues (``consume_queue(topic, queue_id)`` for each of
+    ``queue_dirs`` and each queue a record names) and the commit log agree; ``levels``: the delay levels
+    that give a delayed message's tags code."""
     report = CheckReport()
-    cl = store.commit_log
     expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
-    queue_dirs = set(store._queue_dirs())
+    queue_dirs = set(queue_dirs)
     missing_targets: Counter[str] = Counter()
     cl.min_offset()   # readers: re-list the files
     last = cl.queue.last
     # A reader's max_offset stops before damage; check must look past it, to the unwritten tail.
     end = cl.max_offset() if not cl.read_only else (last.end_offset if last else 0)
     offset = cl_min = cl.min_offset()
-    levels = store.config.delay_levels_ms
     while offset < end:
         try:
             # check_crc=False: the CRCs are verified below, record by record, so that a bad CRC is
@@ -165,7 +170,7 @@ def check_store(store: MessageStore) -> CheckReport:
     keys = set(expected) | queue_dirs
     for topic, queue_id in sorted(keys):
         records = expected.get((topic, queue_id), {})
-        cq = store._queue(topic, queue_id)
+        cq = consume_queue(topic, queue_id)
         if cq is None:
             for qoff, (phys, _, _) in sorted(records.items()):
                 report.add(cl.directory, phys, f"record {topic}/{queue_id}#{qoff} has no consume queue")
@@ -185,7 +190,7 @@ def check_store(store: MessageStore) -> CheckReport:
             if want is None and 0 <= phys < cl_min:
                 report.expired_units += 1   # its record was deleted by retention
                 continue
-            if want is not None and fmt.is_ext_address(code) and want[:2] == (phys, size):
+            if want is not None and codec.is_ext_address(code) and want[:2] == (phys, size):
                 report.ext_units += 1
                 continue
             if want != (phys, size, code):

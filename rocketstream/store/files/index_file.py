@@ -51,8 +51,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rocketstream.codec import java_hash
 from rocketstream.errors import CorruptStoreError, StoreConfigError, StoreError
-from rocketstream.store.format import java_hash
 
 INDEX_HEADER_SIZE = 40      # IndexHeader.INDEX_HEADER_SIZE
 HASH_SLOT_SIZE = 4          # IndexFile.hashSlotSize
@@ -436,10 +436,10 @@ def configured_geometry(conf_path: Path | None) -> dict[str, int]:
     maxIndexNum (empty when there is no conf or it sets neither)."""
     if conf_path is None:
         return {}
-    from rocketstream.store.config import _parse_properties
+    from rocketstream.store.meta.config import parse_properties
 
     try:
-        props = _parse_properties(Path(conf_path).read_bytes().decode("latin-1"), path=Path(conf_path))
+        props = parse_properties(Path(conf_path).read_bytes().decode("latin-1"), path=Path(conf_path))
     except OSError as exc:
         raise StoreConfigError(f"cannot read broker config: {exc}", path=conf_path) from exc
     out = {}

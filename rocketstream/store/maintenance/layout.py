@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocketstream.errors import NotAStoreError, StoreError, UnsupportedLayoutError
-from rocketstream.store.config import StoreConfig, _data_files
+from rocketstream.store.meta.config import StoreConfig, data_files
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class Layout:
 
     @property
     def commitlog_files(self) -> bool:
-        return bool(_data_files(self.root / "commitlog"))
+        return bool(data_files(self.root / "commitlog"))
 
 
 def scan(root: Path) -> Layout:
@@ -138,7 +138,7 @@ def scan(root: Path) -> Layout:
 
 
 def _commit_log_gap(directory: Path) -> tuple[Path, int] | None:
-    files = _data_files(directory)
+    files = data_files(directory)
     if len(files) < 2:
         return None
     try:   # files are created full length: a short (damaged) one is a length error for the loader, not a gap

@@ -8,13 +8,13 @@ from __future__ import annotations
 import enum
 import re
 import time
-from functools import lru_cache
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
+from rocketstream import codec
+from rocketstream.codec import HostAddress, MessageRecord
 from rocketstream.errors import OptionError
-from rocketstream.store import format as fmt
-from rocketstream.store.format import HostAddress, MessageRecord
 
 # RocketMQ's topic validator: letters, digits, '%', '|', '_', '-'; at most 127 characters (V1 records).
 _TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
@@ -162,7 +162,7 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
             max_message_size: int, delay_levels: Sequence[int], batch: bool = False) -> PreparedMessage:
     """Apply the broker/producer rewrite rules; raise IllegalMessage for what the broker refuses."""
     topic = msg.topic
-    if not isinstance(topic, str) or not _valid_topic(topic):
+    if not isinstance(topic, str) or not valid_topic(topic):
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL,
                              f"topic {topic!r} must be 1-127 characters of [%|a-zA-Z0-9_-]")
     body = msg.body if type(msg.body) is bytes else bytes(msg.body)
@@ -172,52 +172,52 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
     if queue_id < 0 or queue_id >= 2**31:
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} out of range")
     sys_flag = msg.sys_flag
-    if sys_flag & ~(fmt.TRANSACTION_MASK | fmt.FLAG_MULTI_TAGS):
+    if sys_flag & ~(codec.TRANSACTION_MASK | codec.FLAG_MULTI_TAGS):
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL,
                              f"sys_flag 0x{sys_flag:X}: only transaction type / MULTI_TAGS bits may be set")
-    tran = sys_flag & fmt.TRANSACTION_MASK
+    tran = sys_flag & codec.TRANSACTION_MASK
     props: dict[str, str] = dict(msg.properties)
     if msg.tags:
-        props[fmt.PROPERTY_TAGS] = msg.tags
+        props[codec.PROPERTY_TAGS] = msg.tags
     if msg.keys:
-        props[fmt.PROPERTY_KEYS] = msg.keys if isinstance(msg.keys, str) else " ".join(msg.keys)
-    props.setdefault(fmt.PROPERTY_WAIT, "true")
-    uniq = props.get(fmt.PROPERTY_UNIQ_KEY) or fmt.new_uniq_key()
-    props[fmt.PROPERTY_UNIQ_KEY] = uniq
-    delay = msg.delay_level or _int_property(props, fmt.PROPERTY_DELAY)
-    if delay > 0 and tran in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT):
+        props[codec.PROPERTY_KEYS] = msg.keys if isinstance(msg.keys, str) else " ".join(msg.keys)
+    props.setdefault(codec.PROPERTY_WAIT, "true")
+    uniq = props.get(codec.PROPERTY_UNIQ_KEY) or codec.new_uniq_key()
+    props[codec.PROPERTY_UNIQ_KEY] = uniq
+    delay = msg.delay_level or _int_property(props, codec.PROPERTY_DELAY)
+    if delay > 0 and tran in (codec.TRANSACTION_NOT_TYPE, codec.TRANSACTION_COMMIT):
         if batch:
             raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, "batch messages cannot be delayed")
         delay = min(delay, len(delay_levels))
-        props[fmt.PROPERTY_DELAY] = str(delay)
-        props[fmt.PROPERTY_REAL_TOPIC] = topic
-        props[fmt.PROPERTY_REAL_QID] = str(queue_id)
-        topic, queue_id = fmt.SCHEDULE_TOPIC, delay - 1
+        props[codec.PROPERTY_DELAY] = str(delay)
+        props[codec.PROPERTY_REAL_TOPIC] = topic
+        props[codec.PROPERTY_REAL_QID] = str(queue_id)
+        topic, queue_id = codec.SCHEDULE_TOPIC, delay - 1
     if batch and tran:
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
     if not batch and compress_over is not None and len(body) >= compress_over \
-            and not sys_flag & fmt.FLAG_COMPRESSED:
-        body, bits = fmt.compress_body(body)
+            and not sys_flag & codec.FLAG_COMPRESSED:
+        body, bits = codec.compress_body(body)
         sys_flag |= bits
     try:
-        props_bytes = fmt.encode_properties(props)
+        props_bytes = codec.encode_properties(props)
     except OptionError as exc:
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, str(exc)) from exc
-    if len(props_bytes) > fmt.MAX_PROPERTIES_LENGTH:
+    if len(props_bytes) > codec.MAX_PROPERTIES_LENGTH:
         raise IllegalMessage(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                             f"properties are {len(props_bytes)} bytes (> {fmt.MAX_PROPERTIES_LENGTH})")
+                             f"properties are {len(props_bytes)} bytes (> {codec.MAX_PROPERTIES_LENGTH})")
     if not -(2**31) <= msg.flag < 2**31:
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"flag {msg.flag} is not an int32")
     born_host = HostAddress(*msg.born_host) if msg.born_host else DEFAULT_BORN_HOST
     born_ts = msg.born_timestamp if msg.born_timestamp is not None else time.time_ns() // 1_000_000
-    size = fmt.record_size(len(body), len(topic), len(props_bytes), born_v6=born_host.is_v6,
+    size = codec.record_size(len(body), len(topic), len(props_bytes), born_v6=born_host.is_v6,
                            store_v6=store_host.is_v6)
     return PreparedMessage(topic, queue_id, body, props, props_bytes, msg.flag, sys_flag, born_ts, born_host,
-                           size, uniq, tran in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT))
+                           size, uniq, tran in (codec.TRANSACTION_NOT_TYPE, codec.TRANSACTION_COMMIT))
 
 
 @lru_cache(maxsize=4096)
-def _valid_topic(topic: str) -> bool:
+def valid_topic(topic: str) -> bool:
     return _TOPIC_RE.fullmatch(topic) is not None
 
 

@@ -36,10 +36,10 @@ from operator import itemgetter
 import numpy as np
 import pyarrow as pa
 
+from rocketstream import codec
+from rocketstream.codec import HostAddress
 from rocketstream.errors import OptionError
-from rocketstream.store import format as fmt
-from rocketstream.store.format import HostAddress
-from rocketstream.store.messages import DEFAULT_BORN_HOST, _valid_topic
+from rocketstream.store.write.messages import DEFAULT_BORN_HOST, valid_topic
 
 _WAIT_UNIQ = b"WAIT\x01true\x02UNIQ_KEY\x01"
 _UNIQ_ENTRY = len(_WAIT_UNIQ) + 32 + 1          # ... UNIQ_KEY \x01 <32 hex> \x02
@@ -52,13 +52,13 @@ _INT64 = (-(2**63), 2**63)
 def _head_dtype(born_v6: bool, store_v6: bool, at: int, width: int) -> np.dtype:
     """Header fields that differ between records, for a header starting at byte ``at`` of a row
     (BODYCRC unsigned: CRCs are assigned unmasked, then the high bit is cleared in place)."""
-    h = fmt._FIXED[born_v6, store_v6].size
+    h = codec.record.FIXED_HEADER[born_v6, store_v6].size
     store_ts = 48 + (20 if born_v6 else 8)
     return np.dtype({
         "names": ["total", "crc", "flag", "queue_offset", "physical_offset", "born_ts", "store_ts", "body_len"],
         "formats": [">i4", ">u4", ">i4", ">i8", ">i8", ">i8", ">i8", ">i4"],
-        "offsets": [at + fmt.POS_TOTAL_SIZE, at + fmt.POS_BODY_CRC, at + fmt.POS_FLAG, at + fmt.POS_QUEUE_OFFSET,
-                    at + fmt.POS_PHYSICAL_OFFSET, at + fmt.POS_BORN_TIMESTAMP, at + store_ts, at + h - 4],
+        "offsets": [at + codec.POS_TOTAL_SIZE, at + codec.POS_BODY_CRC, at + codec.POS_FLAG, at + codec.POS_QUEUE_OFFSET,
+                    at + codec.POS_PHYSICAL_OFFSET, at + codec.POS_BORN_TIMESTAMP, at + store_ts, at + h - 4],
         "itemsize": width})
 
 
@@ -74,7 +74,7 @@ def _powers_of_31(length: int) -> np.ndarray:
 
 
 def _java_hash_rows(block: np.ndarray) -> np.ndarray:
-    """fmt.java_hash of each row of ASCII bytes (one UTF-16 unit per byte), wrapping like Java."""
+    """codec.java_hash of each row of ASCII bytes (one UTF-16 unit per byte), wrapping like Java."""
     h = block.dot(_powers_of_31(block.shape[1]))   # uint32 arithmetic wraps like Java int
     return h.view(np.int32).astype(np.int64)
 
@@ -183,7 +183,7 @@ def build_columns(topic: str, queue_id: int, bodies, *, tags=None, keys=None, fl
     """The records of a columnar batch, or None when the general rules are needed.
 
     Raises OptionError when a column's length differs from the number of bodies."""
-    if type(topic) is not str or not _valid_topic(topic) or topic == fmt.SCHEDULE_TOPIC \
+    if type(topic) is not str or not valid_topic(topic) or topic == codec.SCHEDULE_TOPIC \
             or type(queue_id) is not int or not 0 <= queue_id < 2**31:
         return None
     n = len(bodies)
@@ -195,7 +195,7 @@ def build_columns(topic: str, queue_id: int, bodies, *, tags=None, keys=None, fl
     if body_list is None:
         return None
     body_lens = np.fromiter(map(len, body_list), dtype=np.int64, count=n)
-    crcs = list(map(fmt.crc32, body_list))
+    crcs = list(map(codec.crc32, body_list))
     if int(body_lens.max()) > max_message_size:
         return None
     flags = _ints(flag, flag_col, n, _INT32)
@@ -206,7 +206,7 @@ def build_columns(topic: str, queue_id: int, bodies, *, tags=None, keys=None, fl
         return None
     try:
         born_host = HostAddress(*born_host) if born_host else DEFAULT_BORN_HOST
-        born_ip, store_ip = fmt._pack_ip(born_host[0]), fmt._pack_ip(store_host[0])
+        born_ip, store_ip = codec.ids.pack_ip(born_host[0]), codec.ids.pack_ip(store_host[0])
     except (OptionError, TypeError):
         return None
     if not (type(born_host[1]) is int and 0 <= born_host[1] <= 0xFFFF and 0 <= store_host[1] <= 0xFFFF):
@@ -271,7 +271,7 @@ def _tags(tags, column: list | None, n: int) -> _Tags | None:
         entry = _tag_entry(tags)
         if entry is None:
             return None
-        return _Tags(len(entry), fmt.java_hash(tags) if entry else 0, [entry])
+        return _Tags(len(entry), codec.java_hash(tags) if entry else 0, [entry])
     entries = list(map(_tag_entry, distinct))
     if None in entries:
         return None
@@ -281,7 +281,7 @@ def _tags(tags, column: list | None, n: int) -> _Tags | None:
         return _Tags(widths.pop(), _java_hash_rows(block), entries, block=block, column=column, distinct=distinct)
     position = {t: i for i, t in enumerate(distinct)}
     index = np.fromiter(map(position.__getitem__, column), dtype=np.intp, count=n)
-    codes = np.array([fmt.java_hash(t) if t else 0 for t in distinct], dtype=np.int64)
+    codes = np.array([codec.java_hash(t) if t else 0 for t in distinct], dtype=np.int64)
     lens = np.array(list(map(len, entries)), dtype=np.int64)
     return _Tags(lens[index], codes[index], entries, index=index)
 
@@ -344,14 +344,14 @@ def _assemble(topic: str, queue_id: int, bodies: list, body_lens: np.ndarray, cr
               keys: _Keys) -> ColumnBatch | None:
     n = len(bodies)
     born_v6, store_v6 = len(born_ip) == 16, len(store_ip) == 16
-    fixed = fmt._FIXED[born_v6, store_v6]
-    sys_flag = (fmt.FLAG_BORNHOST_V6 if born_v6 else 0) | (fmt.FLAG_STOREHOST_V6 if store_v6 else 0)
-    head = fixed.pack(0, fmt.MAGIC_V1, 0, queue_id, flags if type(flags) is int else 0, 0, 0, sys_flag,
+    fixed = codec.record.FIXED_HEADER[born_v6, store_v6]
+    sys_flag = (codec.FLAG_BORNHOST_V6 if born_v6 else 0) | (codec.FLAG_STOREHOST_V6 if store_v6 else 0)
+    head = fixed.pack(0, codec.MAGIC_V1, 0, queue_id, flags if type(flags) is int else 0, 0, 0, sys_flag,
                       born_ts if type(born_ts) is int else 0, born_ip, born_host[1], 0, store_ip, store_host[1],
                       0, 0, 0)
-    topic_part = fmt._topic_part(topic, False)
+    topic_part = codec.record.encode_topic(topic, False)
     props_lens = tags.lens + keys.lens + _UNIQ_ENTRY
-    if np.max(props_lens) > fmt.MAX_PROPERTIES_LENGTH:
+    if np.max(props_lens) > codec.MAX_PROPERTIES_LENGTH:
         return None
     sizes = body_lens + (fixed.size + len(topic_part) + 2) + props_lens
     inline = tags.index is None and keys.items is None   # everything between two bodies is fixed-width
@@ -383,7 +383,7 @@ def _assemble(topic: str, queue_id: int, bodies: list, body_lens: np.ndarray, cr
     template = np.frombuffer(pre + wait_uniq + bytes(32) + b"\x02" + head, dtype=np.uint8)
     rows = np.empty((n + 1, len(template)), dtype=np.uint8)
     rows[:] = template
-    uniq = fmt.new_uniq_key_block(n)
+    uniq = codec.new_uniq_key_block(n)
     rows[1:, uniq_at:uniq_at + 32] = uniq
     if inline and tags.block is not None:
         rows[1:, tag_at:tag_at + tags.block.shape[1]] = tags.block
@@ -392,7 +392,7 @@ def _assemble(topic: str, queue_id: int, bodies: list, body_lens: np.ndarray, cr
     heads = rows[:n].view(_head_dtype(born_v6, store_v6, tail, rows.shape[1]))[:, 0]
     heads["total"] = sizes
     heads["crc"] = crcs
-    rows[:n, tail + fmt.POS_BODY_CRC] &= 0x7F    # masked CRC: clear bit 31 (big-endian: first byte)
+    rows[:n, tail + codec.POS_BODY_CRC] &= 0x7F    # masked CRC: clear bit 31 (big-endian: first byte)
     heads["body_len"] = body_lens
     if type(flags) is not int:
         heads["flag"] = flags
