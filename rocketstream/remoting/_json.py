@@ -1,7 +1,7 @@
 """fastjson's dialect for remoting bodies (spec 4): a tolerant reader and a compact writer.
 
-The reader is the project's fastjson module; this is the ONE place remoting imports it, so moving
-that module (to ``rocketstream.codec.fastjson``) is a one-line change here.
+The reader is the project's fastjson module (``rocketstream.codec.fastjson``); this is the one place
+remoting imports it.
 
 The writer reproduces ``JSON.toJSONString(obj)`` (``RemotingSerializable.encode``) for the bodies we
 write: no whitespace, mapping keys sorted (bean properties are sorted by fastjson; maps as with
@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from rocketstream.codec import fastjson as _fastjson
 from rocketstream.errors import BodyError, OffsetFileError
-from rocketstream.store import fastjson as _fastjson   # the one import to repoint after the move
 
 __all__ = ["loads", "dumps", "dumps_pretty"]
 
