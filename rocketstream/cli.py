@@ -30,6 +30,8 @@ EXAMPLES = {
     "check": "rocketstream check --store /data/rocketmq/store",
     "delete-expired": "rocketstream delete-expired --reserved-hours 24",
     "demo": "rocketstream demo",
+    "namesrv": "rocketstream namesrv --listen 127.0.0.1:9876\n"
+    "  RMQ_NAMESRV_ADDR=127.0.0.1:9876 rocketmq-4.9.8/bin/broker   # a Java broker registers with it",
 }
 
 PRODUCE_BATCH = 256
@@ -336,6 +338,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(store=args.store, count=args.count, json_output=args.json, run_command=main)
 
 
+def cmd_namesrv(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from rocketstream.namesrv import NamesrvConfig, serve_forever
+    from rocketstream.remoting.server import parse_listen
+
+    host, port = parse_listen(args.listen, 9876)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve_forever(NamesrvConfig(host=host, port=port, kv_config_path=args.kv_config)))
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------
 # parser
 
@@ -402,6 +417,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "written by a real broker, unless conf/broker.conf configures that store)")
     p = add("demo", cmd_demo, "Produce a sample topic and aggregate it with a Spark streaming query (AvailableNow).")
     p.add_argument("--count", type=int, default=20000, help="messages to produce (default 20000)")
+    p = add("namesrv", cmd_namesrv, "Run a RocketMQ name server (brokers register, clients get routes) until "
+            "SIGTERM; --store is not used.")
+    p.add_argument("--listen", default="127.0.0.1:9876", help="HOST:PORT to bind (default 127.0.0.1:9876)")
+    p.add_argument("--kv-config", type=Path, default=None, help="persist KV config here (default: in memory)")
     return parser
 
 
