@@ -97,7 +97,8 @@ def _messages_of(topic: str, bodies, tags, keys, flag, born_timestamp, born_host
         return [value] * n if value is None or isinstance(value, (str, int)) else list(value)
 
     return [Message(topic, b, tags=t, keys=k, flag=f, born_timestamp=ts, born_host=born_host)
-            for b, t, k, f, ts in zip(bodies, column(tags), column(keys), column(flag), column(born_timestamp))]
+            for b, t, k, f, ts in zip(bodies, column(tags), column(keys), column(flag), column(born_timestamp),
+                                       strict=True)]
 
 
 class MessageStore:

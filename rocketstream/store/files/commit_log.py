@@ -279,7 +279,7 @@ class CommitLog:
         bad = np.zeros(len(units), dtype=bool)
         file_ids = offsets // self.file_size
         breaks = np.flatnonzero(np.diff(file_ids)) + 1
-        for lo, hi in zip(np.r_[0, breaks], np.r_[breaks, len(units)]):
+        for lo, hi in zip(np.r_[0, breaks], np.r_[breaks, len(units)], strict=True):
             mf = self.find_file(int(offsets[lo]))
             if mf is None:
                 bad[lo:hi] = True

@@ -29,7 +29,7 @@ def prepare_batch(msgs: Sequence[Message], queue_id: int, *, store_host: HostAdd
     """The batch encoded from columns, or None when the general rules are needed."""
     n = len(msgs)
     bodies, tags, keys, props, flags, delays, born_ts, born_hosts, sys_flags = (
-        list(c) for c in zip(*map(_FIELDS, msgs)))
+        list(c) for c in zip(*map(_FIELDS, msgs), strict=True))
     if set(map(type, props)) != {dict} or any(props) or any(delays) or any(sys_flags) \
             or set(map(type, bodies)) != {bytes} or born_hosts.count(born_hosts[0]) != n:
         return None
@@ -53,7 +53,7 @@ def _keys_text(keys: list) -> list | None:
         return None
     joined = [k if type(k) is str or not k else " ".join(k) for k in keys]
     # prepare() writes an empty KEYS entry for a non-empty list that joins to ""; leave that to it
-    return None if any(k and not j for k, j in zip(keys, joined)) else joined
+    return None if any(k and not j for k, j in zip(keys, joined, strict=True)) else joined
 
 
 class PreparedList:

@@ -57,8 +57,9 @@ def _head_dtype(born_v6: bool, store_v6: bool, at: int, width: int) -> np.dtype:
     return np.dtype({
         "names": ["total", "crc", "flag", "queue_offset", "physical_offset", "born_ts", "store_ts", "body_len"],
         "formats": [">i4", ">u4", ">i4", ">i8", ">i8", ">i8", ">i8", ">i4"],
-        "offsets": [at + codec.POS_TOTAL_SIZE, at + codec.POS_BODY_CRC, at + codec.POS_FLAG, at + codec.POS_QUEUE_OFFSET,
-                    at + codec.POS_PHYSICAL_OFFSET, at + codec.POS_BORN_TIMESTAMP, at + store_ts, at + h - 4],
+        "offsets": [at + codec.POS_TOTAL_SIZE, at + codec.POS_BODY_CRC, at + codec.POS_FLAG,
+                    at + codec.POS_QUEUE_OFFSET, at + codec.POS_PHYSICAL_OFFSET, at + codec.POS_BORN_TIMESTAMP,
+                    at + store_ts, at + h - 4],
         "itemsize": width})
 
 
