@@ -47,7 +47,8 @@ def decompress_body(body: bytes, sys_flag: int, *, path: object = None, offset: 
         if name == "lz4":
             import lz4.frame
 
-            return lz4.frame.decompress(body)
+            plain: bytes = lz4.frame.decompress(body)   # lz4 ships no type information
+            return plain
         import zstandard
 
         # decompressobj copes with frames that do not record their content size.

@@ -12,8 +12,8 @@ is not valid UTF-8); nothing else escapes, whatever the input.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
-from typing import NoReturn
+from collections.abc import Iterable, Iterator, Mapping
+from typing import NoReturn, cast
 
 from rocketstream.errors import OffsetFileError
 
@@ -32,19 +32,19 @@ _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "'": "'", "b": "\b", "f": "\f", "n":
 _LITERALS = (("true", True), ("false", False), ("null", None))
 
 
-class FrozenObject(Mapping):
+class FrozenObject(Mapping[object, object]):
     """A JSON object used as a map key (``offsets.json`` keys are MessageQueue objects); hashable."""
 
     __slots__ = ("_d", "_hash")
 
-    def __init__(self, items: Mapping) -> None:
+    def __init__(self, items: Mapping[object, object]) -> None:
         self._d = {k: _freeze(v) for k, v in items.items()}
         self._hash = hash(frozenset(self._d.items()))
 
     def __getitem__(self, key: object) -> object:
         return self._d[key]
 
-    def __iter__(self) -> Iterator:
+    def __iter__(self) -> Iterator[object]:
         return iter(self._d)
 
     def __len__(self) -> int:
@@ -124,10 +124,11 @@ class FastjsonParser:
             return _freeze(value), end
         self.fail(f"unexpected character {c!r}, expected an object key", i)
 
-    def obj(self, i: int, depth: int) -> tuple[dict, int]:
+    def obj(self, i: int, depth: int) -> tuple[dict[object, object], int]:
         if depth > _MAX_DEPTH:
             self.fail(f"nesting deeper than {_MAX_DEPTH} levels", i)
-        t, start, result = self.t, i, {}
+        t, start = self.t, i
+        result: dict[object, object] = {}
         i = self.ws(i + 1)
         if i < self.n and t[i] == "}":
             return result, i + 1
@@ -151,10 +152,11 @@ class FastjsonParser:
                 self.fail("expected ',' or '}' in an object", i)
             i = self.ws(i + 1)
 
-    def array(self, i: int, depth: int) -> tuple[list, int]:
+    def array(self, i: int, depth: int) -> tuple[list[object], int]:
         if depth > _MAX_DEPTH:
             self.fail(f"nesting deeper than {_MAX_DEPTH} levels", i)
-        t, start, result = self.t, i, []
+        t, start = self.t, i
+        result: list[object] = []
         i = self.ws(i + 1)
         if i < self.n and t[i] == "]":
             return result, i + 1
@@ -188,10 +190,12 @@ class FastjsonParser:
         return int(digits, 16)
 
     def string(self, i: int) -> tuple[str, int]:
-        t, n, start, parts = self.t, self.n, i, []
+        t, n, start = self.t, self.n, i
+        parts: list[str] = []
         i += 1
         while True:
             m = _STRING_RUN.match(t, i)
+            assert m is not None   # [^"\\]* matches at every position, if only the empty string
             parts.append(m.group())
             i = m.end()
             if i >= n:
@@ -263,14 +267,15 @@ def _write(value: object, level: int, out: list[str]) -> None:
         out.append("null")
     else:  # lists and tuples: fastjson prints arrays inline even in pretty mode
         out.append("[")
-        for j, item in enumerate(value):  # type: ignore[arg-type]
+        # anything else that is not iterable fails here with Python's own TypeError, as it always did
+        for j, item in enumerate(cast(Iterable[object], value)):
             if j:
                 out.append(",")
             _write(item, level, out)
         out.append("]")
 
 
-def _write_map(m: Mapping, level: int, out: list[str]) -> None:
+def _write_map(m: Mapping[object, object], level: int, out: list[str]) -> None:
     if not m:
         out.append("{}")
         return

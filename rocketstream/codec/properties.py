@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from rocketstream.errors import OptionError
+
+if TYPE_CHECKING:   # collections.abc.Buffer is Python 3.12+; typing_extensions is needed by the checker only
+    from typing_extensions import Buffer
 
 
 def encode_properties(props: Mapping[str, str | None]) -> bytes:
@@ -22,7 +26,7 @@ def encode_properties(props: Mapping[str, str | None]) -> bytes:
         raise OptionError("properties", f"not encodable as UTF-8: {exc}") from exc
 
 
-def decode_properties(raw: object, *, path: object = None, offset: int | None = None) -> dict[str, str]:
+def decode_properties(raw: Buffer, *, path: object = None, offset: int | None = None) -> dict[str, str]:
     """``MessageDecoder.string2messageProperties(new String(raw, UTF_8))``; never fails.
 
     The bytes are decoded as Java does (:func:`decode_java_utf8`), then split on \\x02 and each
@@ -63,7 +67,7 @@ def _java_utf8_replace(exc: UnicodeError) -> tuple[str, int]:
 codecs.register_error("rocketstream.java_utf8", _java_utf8_replace)
 
 
-def decode_java_utf8(raw: object) -> str:
+def decode_java_utf8(raw: Buffer) -> str:
     """The string Java's ``new String(raw, StandardCharsets.UTF_8)`` builds: never fails, each
     malformed sequence becomes U+FFFD exactly where and as often as Java puts one."""
     try:
@@ -72,7 +76,7 @@ def decode_java_utf8(raw: object) -> str:
         return bytes(raw).decode("utf-8", "rocketstream.java_utf8")
 
 
-def java_utf8_bytes(raw: object) -> bytes:
+def java_utf8_bytes(raw: Buffer) -> bytes:
     """UTF-8 of :func:`decode_java_utf8` (the bytes themselves when they are valid UTF-8)."""
     return decode_java_utf8(raw).encode("utf-8")
 

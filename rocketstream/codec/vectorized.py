@@ -17,10 +17,13 @@ Python loop per record on the common path:
 from __future__ import annotations
 
 import functools
+import mmap
 import socket
 from collections.abc import Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -57,16 +60,24 @@ _BINARY = pa.binary()
 _INT64 = pa.int64()
 
 
-def as_uint8(buf: object) -> np.ndarray:
+# What the decoders read from: a mapped commit-log file, bytes, or a numpy view of either.
+BufferLike: TypeAlias = bytes | bytearray | memoryview | mmap.mmap | np.ndarray
+
+
+def as_uint8(buf: BufferLike) -> npt.NDArray[np.uint8]:
     """A 1-D uint8 view of anything with the buffer protocol (no copy)."""
     if isinstance(buf, np.ndarray):
-        return buf if buf.dtype == np.uint8 and buf.ndim == 1 else buf.reshape(-1).view(np.uint8)
-    return np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
+        if buf.dtype == np.uint8 and buf.ndim == 1:
+            same: npt.NDArray[np.uint8] = buf
+            return same
+        return buf.reshape(-1).view(np.uint8)
+    return np.frombuffer(buf, dtype=np.uint8)
 
 
 def _unaligned(buf: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """View whose element i is the ``dtype`` value stored at ``buf[i:i+itemsize]`` (stride 1 byte)."""
-    return np.ndarray(shape=(len(buf) - dtype.itemsize + 1,), dtype=dtype, buffer=buf, strides=(1,))
+    view: np.ndarray = np.ndarray(shape=(len(buf) - dtype.itemsize + 1,), dtype=dtype, buffer=buf, strides=(1,))
+    return view
 
 
 def _gather_values(buf: np.ndarray, positions: np.ndarray, dtype: str, ok: np.ndarray) -> np.ndarray:
@@ -93,10 +104,11 @@ def _gather_rows(buf: np.ndarray, positions: np.ndarray, width: int, ok: np.ndar
     # Each window as one opaque ``width``-byte item: numpy copies items with one memcpy each, about
     # 3x faster than fancy-indexing rows of a 2-D sliding window view.
     cells = np.ndarray(shape=(len(buf) - width + 1,), dtype=np.dtype((np.void, width)), buffer=buf, strides=(1,))
-    return cells[safe].view(np.uint8).reshape(len(positions), width)
+    rows: npt.NDArray[np.uint8] = cells[safe].view(np.uint8).reshape(len(positions), width)
+    return rows
 
 
-def decode_headers(buf: object, rel_positions: np.ndarray, *,
+def decode_headers(buf: BufferLike, rel_positions: np.ndarray, *,
                    topic_len_hint: int | None = None) -> dict[str, np.ndarray]:
     """Header fields of the records starting at ``rel_positions`` in ``buf`` (one mapped file).
 
@@ -226,7 +238,7 @@ def validate_headers(h: dict[str, np.ndarray], rel_positions: np.ndarray, expect
 
 
 # --- variable-length pieces as Arrow arrays ----------------------------------------------------
-def gather_segments(buf: object, starts: np.ndarray, lengths: np.ndarray,
+def gather_segments(buf: BufferLike, starts: np.ndarray, lengths: np.ndarray,
                     type_: pa.DataType = _BINARY) -> pa.Array:
     """``[buf[s:s+l] for s, l in ...]`` as one Arrow binary/string array with contiguous data.
 
@@ -286,7 +298,7 @@ def binary_from_parts(values: np.ndarray | bytes, offsets: np.ndarray, type_: pa
                                             pa.py_buffer(values)])
 
 
-_NUMPY_OF = {pa.int32(): np.dtype(np.int32), pa.int64(): np.dtype(np.int64)}
+_NUMPY_OF: dict[pa.DataType, np.dtype[Any]] = {pa.int32(): np.dtype(np.int32), pa.int64(): np.dtype(np.int64)}
 
 
 def numeric_array(values: np.ndarray, type_: pa.DataType = _INT64) -> pa.Array:
@@ -323,7 +335,8 @@ def _host_matrix(data: np.ndarray, host_pos: np.ndarray, v6: np.ndarray) -> np.n
     return _gather_rows(data, host_pos, 20, ok)  # IPv4 rows carry 12 bytes of what follows; cleared below
 
 
-def host_strings(buf: object, host_pos: np.ndarray, v6: np.ndarray, ipv4_keys: np.ndarray | None = None) -> pa.Array:
+def host_strings(buf: BufferLike, host_pos: np.ndarray, v6: np.ndarray,
+                 ipv4_keys: np.ndarray | None = None) -> pa.Array:
     """``str(HostAddress)`` ("1.2.3.4:10911", "[::1]:10911") per record, formatted once per distinct host.
     ``ipv4_keys`` (``decode_headers``' born_key/store_key) saves re-reading the hosts when none is IPv6."""
     data = as_uint8(buf)
@@ -361,7 +374,7 @@ def _format_host(raw: bytes) -> str:
     return str(HostAddress(ip, int.from_bytes(port, "big", signed=True)))
 
 
-def offset_msg_ids(buf: object, store_host_pos: np.ndarray, store_v6: np.ndarray, physical_offsets: np.ndarray,
+def offset_msg_ids(buf: BufferLike, store_host_pos: np.ndarray, store_v6: np.ndarray, physical_offsets: np.ndarray,
                    ipv4_keys: np.ndarray | None = None) -> pa.Array:
     """Broker offset message ids: upper hex of store ip + port + physical offset (32 or 56 chars)."""
     data = as_uint8(buf)
@@ -411,7 +424,8 @@ def _name_prefixes(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
     clipped = np.minimum(starts, len(blob) - 8)
     heads = _unaligned(blob, np.dtype("<u8"))[clipped]
     back = (starts - clipped).astype(np.uint64) * np.uint64(8)
-    return (heads >> back) & _PREFIX_MASKS[np.minimum(lengths, 8)]
+    prefixes: npt.NDArray[np.uint64] = (heads >> back) & _PREFIX_MASKS[np.minimum(lengths, 8)]
+    return prefixes
 
 
 def properties_text(raw: pa.Array) -> pa.Array:
