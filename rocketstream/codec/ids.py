@@ -80,7 +80,7 @@ def offset_msg_id(store_host: tuple[str, int], physical_offset: int) -> str:
     return f"{_msg_id_prefix(host, port)}{physical_offset & 0xFFFF_FFFF_FFFF_FFFF:016X}"
 
 
-def offset_msg_ids(store_host: tuple[str, int], physical_offsets: Sequence[int]) -> list[str]:
+def offset_msg_ids(store_host: tuple[str, int], physical_offsets: Sequence[int] | np.ndarray) -> list[str]:
     """offset_msg_id of every offset (one hex conversion for the whole list)."""
     host, port = store_host
     prefix = _msg_id_prefix(host, port)

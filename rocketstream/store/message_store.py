@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import replace
 from functools import partial
 from operator import attrgetter
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -80,6 +81,9 @@ from rocketstream.store.write.messages import (
 from rocketstream.store.write.put_batch import PreparedList, prepare_batch
 from rocketstream.store.write.put_columns import ColumnBatch, build_columns
 
+if TYPE_CHECKING:   # imported when first used (MessageStore.offsets)
+    from rocketstream.store.meta.offsets import ConsumerOffsetManager
+
 _TOPIC = attrgetter("topic")
 
 
@@ -87,13 +91,16 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _messages_of(topic: str, bodies, tags, keys, flag, born_timestamp, born_host) -> list[Message]:
+def _messages_of(topic: str, bodies: Sequence[bytes] | pa.Array | pa.ChunkedArray,
+                 tags: str | Sequence[str | None] | None, keys: str | Sequence[str | None] | None,
+                 flag: int | Sequence[int], born_timestamp: int | Sequence[int] | None,
+                 born_host: HostAddress | None) -> list[Message]:
     """put_batch's columns as Message objects, for the general rules."""
     if isinstance(bodies, (pa.Array, pa.ChunkedArray)):
         bodies = bodies.to_pylist()
     n = len(bodies)
 
-    def column(value) -> list:
+    def column(value: str | int | Iterable[Any] | None) -> list[Any]:
         return [value] * n if value is None or isinstance(value, (str, int)) else list(value)
 
     return [Message(topic, b, tags=t, keys=k, flag=f, born_timestamp=ts, born_host=born_host)
@@ -224,6 +231,7 @@ class MessageStore:
     def _keep_index(self, first_store_timestamp: int) -> None:
         """Before the first append to a store with index/: make Java's next start index what we append
         (layout.py: indexMsgTimestamp, frozen recovery point, abort left in place)."""
+        assert self.checkpoint is not None   # opened by _start_writer
         if not self._abort_at_open:
             newest = layouts.sync_index_end_timestamp(self.root)
             if newest > self.checkpoint.index_msg_timestamp:
@@ -233,7 +241,7 @@ class MessageStore:
 
     def _queue_dirs(self) -> list[tuple[str, int]]:
         base = self.root / "consumequeue"
-        out = []
+        out: list[tuple[str, int]] = []
         try:
             topics = sorted(os.listdir(base))
         except FileNotFoundError:
@@ -324,6 +332,7 @@ class MessageStore:
         try:
             if not self.read_only:
                 self.flush()
+                assert self.checkpoint is not None   # opened by _start_writer
                 self.checkpoint.close()
                 if not (self._index_kept or (self._index_dir and self._abort_at_open)):
                     try:
@@ -382,7 +391,8 @@ class MessageStore:
         if list(map(_TOPIC, msgs)).count(topic) != len(msgs):
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason="a batch must have one topic")
         cfg = self.config
-        batch = prepare_batch(msgs, queue_id, store_host=cfg.store_host, max_message_size=cfg.max_message_size)
+        batch: ColumnBatch | PreparedList | None = prepare_batch(msgs, queue_id, store_host=cfg.store_host,
+                                                                 max_message_size=cfg.max_message_size)
         if batch is None:   # user properties, sysflags, delays, mixed born hosts ...: the general rules
             try:
                 batch = PreparedList([prepare(m, queue_id, store_host=cfg.store_host, compress_over=None,
@@ -440,6 +450,8 @@ class MessageStore:
         if self._index_dir and not self._index_kept:
             self._keep_index(now)
         result = self.commit_log.append(batch, now)
+        # both made by _start_writer; _check_writable refused readers before any put got here
+        assert self._dispatcher is not None and self.checkpoint is not None
         self._dispatcher.dispatch_append(batch, result)
         if self.config.sync_flush:
             self.commit_log.flush()
@@ -451,6 +463,7 @@ class MessageStore:
             # files older than fileReservedTime go (never the last one), queue minimums follow.
             self.delete_expired_files()
         host = self.config.store_host
+        offset_ids: list[str] | Callable[[], list[str]]
         if batch.count == 1:
             offset_ids = [codec.offset_msg_id(host, result.physical_offset)]
         else:   # built when first read
@@ -468,6 +481,7 @@ class MessageStore:
             for cq in self._queues.values():
                 cq.flush()
             ts = self.commit_log.last_store_timestamp
+            assert self.checkpoint is not None   # opened by _start_writer (_check_writable refused readers)
             if ts:
                 self.checkpoint.physic_msg_timestamp = ts
                 self.checkpoint.logics_msg_timestamp = ts
@@ -513,7 +527,8 @@ class MessageStore:
 
     def read_range(self, topic: str, queue_id: int, start: int, end: int, *, broker_name: str | None = None,
                    columns: Sequence[str] | None = None, tags: Collection[str] | None = None,
-                   batch_bytes: int = bulk_read.DEFAULT_BATCH_BYTES, check_crc: bool = False) -> Iterator:
+                   batch_bytes: int = bulk_read.DEFAULT_BATCH_BYTES,
+                   check_crc: bool = False) -> Iterator[pa.RecordBatch]:
         """Arrow RecordBatches for queue offsets [start, end) (end clamped to the queue's max).
 
         Raises StoreError when ``start`` is below the queue's min offset (data removed by retention).
@@ -542,7 +557,7 @@ class MessageStore:
         return self.commit_log.read_record(commit_log_offset, size)
 
     @property
-    def offsets(self):
+    def offsets(self) -> ConsumerOffsetManager:
         """The broker's consumer offset table (config/consumerOffset.json)."""
         from rocketstream.store.meta.offsets import ConsumerOffsetManager
 

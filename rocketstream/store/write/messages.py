@@ -96,7 +96,7 @@ class PutMessageResult:
     def ok(self) -> bool:
         return self.status is PutMessageStatus.PUT_OK
 
-    def _values(self) -> tuple:
+    def _values(self) -> tuple[object, ...]:
         return tuple(getattr(self, name) for name in self._FIELDS)
 
     def __eq__(self, other: object) -> bool:
@@ -104,7 +104,7 @@ class PutMessageResult:
             return NotImplemented
         return self._values() == other._values()
 
-    __hash__ = None  # mutable, like the dataclass it replaces
+    # no __hash__: defining __eq__ sets it to None (unhashable: mutable, like the dataclass it replaces)
 
     def __repr__(self) -> str:
         fields = zip(self._FIELDS, self._values(), strict=True)

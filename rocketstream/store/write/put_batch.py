@@ -11,8 +11,9 @@ and refuse the same batches (tests/store/test_put_batch.py, test_put_columns.py)
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
+from typing import Any
 
 from rocketstream import codec
 from rocketstream.codec import HostAddress
@@ -36,14 +37,14 @@ def prepare_batch(msgs: Sequence[Message], queue_id: int, *, store_host: HostAdd
     if None in born_ts:
         now = time.time_ns() // 1_000_000
         born_ts = [now if t is None else t for t in born_ts]
-    keys = _keys_text(keys)
-    if keys is None:
+    keys_text = _keys_text(keys)
+    if keys_text is None:
         return None
-    return build_columns(msgs[0].topic, queue_id, bodies, tags=tags, keys=keys, flag=flags, born_timestamp=born_ts,
+    return build_columns(msgs[0].topic, queue_id, bodies, tags=tags, keys=keys_text, flag=flags, born_timestamp=born_ts,
                          born_host=born_hosts[0], store_host=store_host, max_message_size=max_message_size)
 
 
-def _keys_text(keys: list) -> list | None:
+def _keys_text(keys: list[Any]) -> list[Any] | None:
     """KEYS as prepare() writes them (a list joined with spaces); None for non-string keys."""
     types = set(map(type, keys))
     if types <= {str, _NONE}:
@@ -75,7 +76,8 @@ class PreparedList:
         for i in range(1, self.count):
             self.starts[i] = self.starts[i - 1] + self.sizes[i - 1]
 
-    def tags_codes(self, store_timestamp: int, tags_code_of) -> list[int]:
+    def tags_codes(self, store_timestamp: int,
+                   tags_code_of: Callable[[str, dict[str, str], int], int]) -> list[int]:
         return [tags_code_of(r.topic, r.properties, store_timestamp) for r in self.records]
 
     def encode(self, physical_offset: int, queue_offset: int, store_timestamp: int) -> bytes:

@@ -30,10 +30,13 @@ records into the file (tests/benchmarks/bench_store.py).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from operator import itemgetter
+from typing import Any, TypeGuard
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from rocketstream import codec
@@ -77,7 +80,8 @@ def _powers_of_31(length: int) -> np.ndarray:
 def _java_hash_rows(block: np.ndarray) -> np.ndarray:
     """codec.java_hash of each row of ASCII bytes (one UTF-16 unit per byte), wrapping like Java."""
     h = block.dot(_powers_of_31(block.shape[1]))   # uint32 arithmetic wraps like Java int
-    return h.view(np.int32).astype(np.int64)
+    codes: npt.NDArray[np.int64] = h.view(np.int32).astype(np.int64)
+    return codes
 
 
 class ColumnBatch:
@@ -85,8 +89,9 @@ class ColumnBatch:
 
     dispatch = True   # no transaction bits in a batch
 
-    def __init__(self, *, topic: str, queue_id: int, bodies: list, rows: np.ndarray, tail: int, heads: np.ndarray,
-                 middle: list[list] | None, sizes: np.ndarray, tags_codes: np.ndarray, uniq: np.ndarray) -> None:
+    def __init__(self, *, topic: str, queue_id: int, bodies: list[bytes], rows: np.ndarray, tail: int,
+                 heads: np.ndarray, middle: list[list[bytes]] | None, sizes: np.ndarray, tags_codes: np.ndarray,
+                 uniq: np.ndarray) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.count = len(bodies)
@@ -108,7 +113,8 @@ class ColumnBatch:
         text = self._uniq.tobytes().decode("ascii")
         return [text[i:i + 32] for i in range(0, len(text), 32)]
 
-    def tags_codes(self, store_timestamp: int, tags_code_of) -> np.ndarray:
+    def tags_codes(self, store_timestamp: int,
+                   tags_code_of: Callable[[str, dict[str, str], int], int]) -> np.ndarray:
         """CQ tags codes (TAGS hashes: a batch never goes to SCHEDULE_TOPIC_XXXX)."""
         return self._tags_codes
 
@@ -121,7 +127,7 @@ class ColumnBatch:
         rows = self._rows.view(f"V{self._rows.shape[1]}").ravel().tolist()
         middle = self._middle
         step = 2 + (len(middle) if middle else 0)
-        parts: list = [None] * (step * n + 1)
+        parts: list[bytes] = [b""] * (step * n + 1)   # every slot is assigned below
         parts[0] = rows[0][self._tail:]
         parts[1::step] = self._bodies
         if middle:
@@ -132,7 +138,7 @@ class ColumnBatch:
         return b"".join(parts)
 
 
-def _column(value, n: int, name: str) -> list | None:
+def _column(value: str | int | Iterable[Any] | None, n: int, name: str) -> list[Any] | None:
     """A per-message column as a list (None: one value for all)."""
     if value is None or isinstance(value, (str, int)):
         return None
@@ -142,7 +148,7 @@ def _column(value, n: int, name: str) -> list | None:
     return column
 
 
-def _bodies_of(bodies) -> list | None:
+def _bodies_of(bodies: Iterable[Any] | pa.Array | pa.ChunkedArray) -> list[bytes] | None:
     """The bodies as a list of bytes (what prepare() stores: ``bytes(body)`` for other types)."""
     if isinstance(bodies, pa.ChunkedArray):
         bodies = bodies.combine_chunks()
@@ -165,7 +171,7 @@ def _bodies_of(bodies) -> list | None:
     return body_list
 
 
-def _ints(value, column: list | None, n: int, lo_hi: tuple[int, int]) -> np.ndarray | int | None:
+def _ints(value: object, column: list[Any] | None, n: int, lo_hi: tuple[int, int]) -> np.ndarray | int | None:
     """A validated int column (array) or scalar; None when out of range or not ints."""
     if column is None:
         if type(value) is not int or not lo_hi[0] <= value < lo_hi[1]:
@@ -178,7 +184,9 @@ def _ints(value, column: list | None, n: int, lo_hi: tuple[int, int]) -> np.ndar
     return np.array(column, dtype=np.int64)
 
 
-def build_columns(topic: str, queue_id: int, bodies, *, tags=None, keys=None, flag=0, born_timestamp=None,
+def build_columns(topic: str, queue_id: int, bodies: Sequence[Any] | pa.Array | pa.ChunkedArray, *,
+                  tags: str | Sequence[str | None] | None = None, keys: str | Sequence[str | None] | None = None,
+                  flag: int | Sequence[int] = 0, born_timestamp: int | Sequence[int] | None = None,
                   born_host: HostAddress | tuple[str, int] | None = None, store_host: HostAddress,
                   max_message_size: int) -> ColumnBatch | None:
     """The records of a columnar batch, or None when the general rules are needed.
@@ -226,8 +234,9 @@ class _Tags:
     and of one length), or the distinct ``entries`` with each message's ``index`` (None: one tag
     for the whole batch)."""
 
-    def __init__(self, lens, codes, entries: list[bytes], *, block: np.ndarray | None = None,
-                 index: np.ndarray | None = None, column: list | None = None, distinct: list | None = None) -> None:
+    def __init__(self, lens: int | np.ndarray, codes: int | np.ndarray, entries: list[bytes], *,
+                 block: np.ndarray | None = None, index: np.ndarray | None = None, column: list[str] | None = None,
+                 distinct: list[str] | None = None) -> None:
         self.lens = lens
         self.codes = codes
         self.entries = entries
@@ -240,16 +249,17 @@ class _Tags:
         """Each message's TAGS entry (shared bytes objects)."""
         if self.index is None and self.block is None:
             return self.entries * n
-        index = self.index
-        if index is None:
+        if self.index is None:
+            # a block of tags: _tags gives the column and its distinct values with it
+            assert self._distinct is not None and self._column is not None
             position = {t: i for i, t in enumerate(self._distinct)}
-            index = list(map(position.__getitem__, self._column))
+            index: list[int] = list(map(position.__getitem__, self._column))
         else:
-            index = index.tolist()
+            index = self.index.tolist()
         return list(itemgetter(*index)(self.entries))   # two or more distinct tags: a tuple
 
 
-def _tag_entry(tag) -> bytes | None:
+def _tag_entry(tag: object) -> bytes | None:
     if tag is None or tag == "":
         return b""
     if type(tag) is not str or "\x01" in tag or "\x02" in tag:
@@ -260,7 +270,11 @@ def _tag_entry(tag) -> bytes | None:
         return None
 
 
-def _tags(tags, column: list | None, n: int) -> _Tags | None:
+def _all_entries(entries: list[bytes | None]) -> TypeGuard[list[bytes]]:
+    return None not in entries
+
+
+def _tags(tags: object, column: list[Any] | None, n: int) -> _Tags | None:
     if column is not None:
         try:
             distinct = list(dict.fromkeys(column))
@@ -272,9 +286,10 @@ def _tags(tags, column: list | None, n: int) -> _Tags | None:
         entry = _tag_entry(tags)
         if entry is None:
             return None
-        return _Tags(len(entry), codec.java_hash(tags) if entry else 0, [entry])
+        # a non-empty entry is made of a str tag only
+        return _Tags(len(entry), codec.java_hash(tags) if entry and isinstance(tags, str) else 0, [entry])
     entries = list(map(_tag_entry, distinct))
-    if None in entries:
+    if not _all_entries(entries):
         return None
     widths = set(map(len, entries))
     if len(widths) == 1 and b"" not in entries and all(map(str.isascii, distinct)):
@@ -291,7 +306,7 @@ class _Keys:
     """KEYS entries: ``block`` (n, width) rows of key + \\x02 when all keys have one byte length;
     else ``items`` per message with ``wrapped`` saying whether they carry "KEYS\\x01" and \\x02."""
 
-    def __init__(self, lens, block: np.ndarray | None = None, items: list | None = None,
+    def __init__(self, lens: int | np.ndarray, block: np.ndarray | None = None, items: list[bytes] | None = None,
                  wrapped: bool = False, blob: bytes = b"") -> None:
         self.lens = lens            # bytes of the KEYS entry in the properties: scalar or per message
         self.block = block
@@ -306,9 +321,10 @@ class _Keys:
         return _Keys(self.lens, items=self._blob.split(b"\x02")[:-1])
 
 
-def _keys(column: list | None, n: int) -> _Keys | None:
+def _keys(column: list[Any] | None, n: int) -> _Keys | None:
     if column is None:
         return _Keys(0)
+    joined: str | None
     try:
         joined = "".join(column)
     except TypeError:
@@ -340,7 +356,8 @@ def _keys(column: list | None, n: int) -> _Keys | None:
     return _Keys(np.fromiter(map(len, items), dtype=np.int64, count=n), items=items, wrapped=True)
 
 
-def _assemble(topic: str, queue_id: int, bodies: list, body_lens: np.ndarray, crcs: list, flags, born_ts,
+def _assemble(topic: str, queue_id: int, bodies: list[bytes], body_lens: np.ndarray, crcs: list[int],
+              flags: np.ndarray | int, born_ts: np.ndarray | int,
               born_host: HostAddress, born_ip: bytes, store_host: HostAddress, store_ip: bytes, tags: _Tags,
               keys: _Keys) -> ColumnBatch | None:
     n = len(bodies)
@@ -351,6 +368,8 @@ def _assemble(topic: str, queue_id: int, bodies: list, body_lens: np.ndarray, cr
                       born_ts if type(born_ts) is int else 0, born_ip, born_host[1], 0, store_ip, store_host[1],
                       0, 0, 0)
     topic_part = codec.record.encode_topic(topic, False)
+    if topic_part is None:   # longer than a V1 TOPIC length field holds: the general rules refuse it
+        return None
     props_lens = tags.lens + keys.lens + _UNIQ_ENTRY
     if np.max(props_lens) > codec.MAX_PROPERTIES_LENGTH:
         return None
@@ -359,7 +378,7 @@ def _assemble(topic: str, queue_id: int, bodies: list, body_lens: np.ndarray, cr
     if not inline:
         keys = keys.as_items()
     wait_uniq = (b"\x02" if keys.items is not None and not keys.wrapped else b"") + _WAIT_UNIQ
-    middle: list[list] | None = None
+    middle: list[list[bytes]] | None = None
     if inline:   # one row per record boundary: [tail(i - 1) | head(i)]
         pre = topic_part + int(props_lens).to_bytes(2, "big")
         tag_at = len(pre) + len(b"TAGS\x01")
@@ -399,6 +418,6 @@ def _assemble(topic: str, queue_id: int, bodies: list, body_lens: np.ndarray, cr
         heads["flag"] = flags
     if type(born_ts) is not int:
         heads["born_ts"] = born_ts
-    codes = tags.codes if type(tags.codes) is not int else np.full(n, tags.codes, dtype=np.int64)
+    codes = tags.codes if isinstance(tags.codes, np.ndarray) else np.full(n, tags.codes, dtype=np.int64)
     return ColumnBatch(topic=topic, queue_id=queue_id, bodies=bodies, rows=rows, tail=tail, heads=heads,
                        middle=middle, sizes=sizes, tags_codes=codes, uniq=uniq)
