@@ -47,8 +47,8 @@ _BULK_MAX = 1 << 16      # records checked per bulk step (bounds the temporary a
 @dataclass
 class AppendResult:
     physical_offset: int          # of the first record
-    sizes: Sequence[int]          # TOTALSIZE of each record (list or int64 array)
-    starts: Sequence[int]         # offset of each record relative to the first
+    sizes: Sequence[int] | np.ndarray    # TOTALSIZE of each record (list or int64 array)
+    starts: Sequence[int] | np.ndarray   # offset of each record relative to the first
     queue_offset: int             # of the first record (0 for PREPARED / ROLLBACK)
     store_timestamp: int
     wrote_bytes: int
@@ -195,7 +195,8 @@ class CommitLog:
             return -1
         (sys_flag,) = struct.unpack_from(">i", mf.mm, pos + codec.POS_SYS_FLAG)
         at = pos + 48 + (20 if sys_flag & codec.FLAG_BORNHOST_V6 else 8)
-        return _Q.unpack_from(mf.mm, at)[0]
+        store_timestamp: int = _Q.unpack_from(mf.mm, at)[0]
+        return store_timestamp
 
     def iter_records(self, start: int, *, check_crc: bool) -> Iterator[tuple[int, MessageRecord | None]]:
         """(offset, record) from ``start`` to the end of the last file; (offset, None) for a blank.
@@ -242,6 +243,8 @@ class CommitLog:
         """Reader end scan: size of the complete record at ``pos``, -1 for a blank, 0 for 'no record'."""
         if pos + 8 > mf.file_size:
             return 0
+        total: int
+        magic: int
         total, magic = _II.unpack_from(mf.mm, pos)
         if magic == codec.BLANK_MAGIC:
             return -1 if total == mf.file_size - pos else 0
@@ -348,12 +351,11 @@ class RecordScan:
         order = np.argsort(s, kind="stable")
         return s[order], z[order]
 
-    def _fast_forward(self, mf: MappedFile, pos: int) -> int:
+    def _fast_forward(self, mf: MappedFile, pos: int, known: np.ndarray) -> int:
         """Validate, in bulk, the run of records at ``known_starts`` that begins at ``pos`` and
         chains (each ends where the next known start is) inside ``mf``; returns the position after
         the last record that passed every check. Anything doubtful is left to the record-by-record
         walk, which stays the authority on where the commit log ends."""
-        known = self._known
         base = mf.file_from_offset
         i = int(np.searchsorted(known, base + pos))
         if i >= len(known) or known[i] != base + pos:
@@ -394,7 +396,7 @@ class RecordScan:
         self.problem_path = mf.path
 
     def __iter__(self) -> Iterator[RecordHead]:
-        cl, check_crc = self._cl, self._check_crc
+        cl, check_crc, known = self._cl, self._check_crc, self._known
         offset = self.end
         mf = cl.find_file(offset)
         while mf is not None:
@@ -402,8 +404,8 @@ class RecordScan:
             view = memoryview(mm)
             pos = offset - base
             while True:
-                if self._known is not None:
-                    pos = self._fast_forward(mf, pos)
+                if known is not None:
+                    pos = self._fast_forward(mf, pos, known)
                 if pos + 8 > size_of_file:
                     self._stop(mf, base + pos, None if pos == size_of_file else
                                f"{size_of_file - pos} bytes left at the end of the file, too few for a record")
@@ -416,7 +418,7 @@ class RecordScan:
                                f"bad MAGICCODE 0x{magic & 0xFFFFFFFF:08X}")
                     return
                 problem, head = _check_record(view, pos, total, magic, base, size_of_file, check_crc)
-                if problem is not None:
+                if head is None:   # exactly when there is a problem
                     self._stop(mf, base + pos, problem)
                     return
                 if head.store_timestamp > self.max_store_timestamp:
@@ -434,7 +436,7 @@ class RecordScan:
 
 
 def _check_record(view: memoryview, pos: int, total: int, magic: int, base: int, file_size: int,
-                  check_crc: bool) -> tuple[str | None, RecordHead | None]:
+                  check_crc: bool) -> tuple[str, None] | tuple[None, RecordHead]:
     """(problem, head) for the record at ``pos`` whose TOTALSIZE and magic were read already."""
     end = pos + total
     if total < MIN_RECORD_SIZE or end > file_size:

@@ -150,7 +150,7 @@ class ConsumeQueue:
                     "the queue is cut there and rebuilt from the commit log", self.directory,
                     (mf.file_from_offset + bad * UNIT) // UNIT, int(u["offset"]), int(u["size"]))
         self.queue.truncate_dirty(mf.file_from_offset + bad * UNIT)
-        if len(self.queue.files) > 1 and not self.queue.last.wrote_position:
+        if len(self.queue.files) > 1 and not self.queue.files[-1].wrote_position:
             self.queue.delete_last()   # an emptied last file would stop truncate_dirty_logic_files early
         self.max_physic_offset = self._last_real_unit_end()
         return True
@@ -177,7 +177,7 @@ class ConsumeQueue:
     def truncate_dirty_logic_files(self, phy_offset: int) -> None:
         """Drop units pointing at or beyond ``phy_offset`` (the recovered commit-log end)."""
         while self.queue.files:
-            mf = self.queue.last
+            mf = self.queue.files[-1]
             units = units_of(mf)[:mf.wrote_position // UNIT]
             if not len(units):
                 break
@@ -290,6 +290,7 @@ class ConsumeQueue:
         data[8:12] = bytes(4)
         self._write(current, data)
         mf0 = self.queue.find(current)
+        assert mf0 is not None   # _write just wrote at ``current``
         p0 = current - mf0.file_from_offset
         mf0.mm[p0 + 8:p0 + 12] = first_size        # publish the batch (module docstring)
         self.max_physic_offset = int(ends[-1])
@@ -304,6 +305,7 @@ class ConsumeQueue:
             return
         self._write(current, bytearray(_UNIT.pack(offset, 0, tags_code)))
         mf = self.queue.find(current)
+        assert mf is not None   # _write just wrote at ``current``
         p = current - mf.file_from_offset
         mf.mm[p + 8:p + 12] = _SIZE.pack(size)   # publish (module docstring)
         self.max_physic_offset = offset + size

@@ -93,7 +93,7 @@ class IndexHeader:
     index_count: int      # next entry number; IndexHeader.load reads <= 0 as 1
 
     @classmethod
-    def unpack(cls, buf, offset: int = 0) -> IndexHeader:
+    def unpack(cls, buf: mmap.mmap | bytes, offset: int = 0) -> IndexHeader:
         b, e, bp, ep, slots, count = _HEADER.unpack_from(buf, offset)
         return cls(b, e, bp, ep, slots, max(count, 1))
 
@@ -130,7 +130,7 @@ def _entries_for(size: int, slots: int) -> int | None:
     return rest // INDEX_SIZE
 
 
-def structure_problem(buf, size: int, header: IndexHeader, slots: int) -> str | None:
+def structure_problem(buf: mmap.mmap, size: int, header: IndexHeader, slots: int) -> str | None:
     """What contradicts ``slots`` as this file's maxHashSlotNum (None: everything IndexFile.putKey
     guarantees holds). Vectorized over the slot table and the written entries."""
     entries = _entries_for(size, slots)
@@ -211,7 +211,7 @@ def _last_nonzero(path: Path, arr: np.ndarray, size: int) -> int:
     return -1
 
 
-def resolve_geometry(path: Path, buf, size: int, header: IndexHeader, *, max_hash_slot_num: int | None = None,
+def resolve_geometry(path: Path, buf: mmap.mmap, size: int, header: IndexHeader, *, max_hash_slot_num: int | None = None,
                      max_index_num: int | None = None) -> IndexGeometry | None:
     """This file's maxHashSlotNum / maxIndexNum (module docstring: how); None for a file without
     entries whose geometry neither the caller nor the ratio gives (nothing can be found in it)."""
@@ -228,32 +228,35 @@ def resolve_geometry(path: Path, buf, size: int, header: IndexHeader, *, max_has
     # the last entry (number indexCount-1) starts at 40 + 4*S + 20*(indexCount-1) and holds endPhyOffset
     # (bytes 4..11) and maybe prev/timeDiff: the last non-zero byte lies 4..19 bytes into it, or 0..3
     # when only keyHash is non-zero (endPhyOffset 0).
-    tried, passed = [], []
+    tried: list[int] = []
+    passed: list[tuple[int, int]] = []   # (maxHashSlotNum, maxIndexNum)
     for into in range(INDEX_SIZE):
         start = last - into - INDEX_HEADER_SIZE - INDEX_SIZE * (header.index_count - 1)
         if start <= 0 or start % HASH_SLOT_SIZE:
             continue
         slots = start // HASH_SLOT_SIZE
-        if _entries_for(size, slots) is None:
+        entries = _entries_for(size, slots)
+        if entries is None:
             continue
         tried.append(slots)
         if structure_problem(buf, size, header, slots) is None:
-            passed.append(slots)
+            passed.append((slots, entries))
     if len(passed) == 1:
-        return IndexGeometry(passed[0], _entries_for(size, passed[0]), "data")  # type: ignore[arg-type]
-    what = (f"several slot counts fit its entries ({passed})" if passed else
+        return IndexGeometry(passed[0][0], passed[0][1], "data")
+    what = (f"several slot counts fit its entries ({[s for s, _ in passed]})" if passed else
             f"no slot count fits its entries (tried {sorted(tried + ([ratio.max_hash_slot_num] if ratio else []))})")
     raise StoreConfigError(f"cannot tell maxHashSlotNum/maxIndexNum of this index file of {size} bytes "
                            f"(indexCount {header.index_count}): {what}; set maxHashSlotNum and maxIndexNum "
                            "in the store's broker.conf", path=path)
 
 
-def _configured(path: Path, buf, size: int, header: IndexHeader, slots: int | None,
+def _configured(path: Path, buf: mmap.mmap, size: int, header: IndexHeader, slots: int | None,
                 entries: int | None) -> IndexGeometry:
-    if slots is None:
-        rest = size - INDEX_HEADER_SIZE - INDEX_SIZE * entries   # type: ignore[operator]
+    """``slots`` and/or ``entries`` as configured (resolve_geometry passes at least one of them)."""
+    if slots is None and entries is not None:
+        rest = size - INDEX_HEADER_SIZE - INDEX_SIZE * entries
         slots = rest // HASH_SLOT_SIZE if rest > 0 and rest % HASH_SLOT_SIZE == 0 else None
-    elif entries is None:
+    elif entries is None and slots is not None:
         entries = _entries_for(size, slots)
     geometry = None if slots is None or entries is None else IndexGeometry(slots, entries, "configured")
     if geometry is None or geometry.file_size() != size:
@@ -261,7 +264,7 @@ def _configured(path: Path, buf, size: int, header: IndexHeader, slots: int | No
                                f"maxIndexNum={entries} (size = 40 + 4 * maxHashSlotNum + 20 * maxIndexNum)",
                                path=path)
     if header.index_count > 1:
-        problem = structure_problem(buf, size, header, slots)
+        problem = structure_problem(buf, size, header, geometry.max_hash_slot_num)
         if problem is not None:
             raise CorruptStoreError(f"index file does not hold what IndexFile.putKey writes with "
                                     f"maxHashSlotNum={slots}: {problem}", path=path)
@@ -269,7 +272,8 @@ def _configured(path: Path, buf, size: int, header: IndexHeader, slots: int | No
 
 
 # --- one file -----------------------------------------------------------------------------------
-_GEOMETRY_CACHE: dict[tuple, IndexGeometry | None] = {}
+# (st_dev, st_ino, size, configured maxHashSlotNum, configured maxIndexNum) -> geometry
+_GEOMETRY_CACHE: dict[tuple[int, int, int, int | None, int | None], IndexGeometry | None] = {}
 
 
 class IndexFile:
@@ -315,10 +319,11 @@ class IndexFile:
     def entries(self) -> np.ndarray:
         """The written entries (numbers 1 .. indexCount-1) as ENTRY_DTYPE records (a view of the mapping)."""
         header = self.read_header()
-        if self.geometry is None or header.index_count <= 1:
+        mm = self.mm   # None (closed or empty file): read_header gives indexCount 1
+        if mm is None or self.geometry is None or header.index_count <= 1:
             return np.zeros(0, dtype=ENTRY_DTYPE)
         count = min(header.index_count, self.geometry.max_index_num)
-        return np.frombuffer(self.mm, dtype=ENTRY_DTYPE, count=count - 1,
+        return np.frombuffer(mm, dtype=ENTRY_DTYPE, count=count - 1,
                              offset=self.geometry.entry_base + INDEX_SIZE)
 
     def select_phy_offsets(self, out: list[int], key: str, max_num: int, begin: int, end: int,
@@ -332,6 +337,8 @@ class IndexFile:
         key_hash = index_key_hash(key)
         slots = self.geometry.max_hash_slot_num
         mm = self.mm
+        if mm is None:   # closed since ``header`` was read
+            raise StoreError("index file is closed", path=self.path)
         (number,) = _SLOT.unpack_from(mm, INDEX_HEADER_SIZE + (key_hash % slots) * HASH_SLOT_SIZE)
         if number <= INVALID_INDEX or number > count:
             return
@@ -366,7 +373,7 @@ class IndexFile:
     def __enter__(self) -> IndexFile:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -427,7 +434,7 @@ class IndexService:
     def __enter__(self) -> IndexService:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

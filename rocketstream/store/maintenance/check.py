@@ -18,13 +18,14 @@ is counted and described in ``CheckReport.notes`` instead:
 
 from __future__ import annotations
 
+import mmap
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rocketstream import codec
-from rocketstream.errors import CorruptStoreError
+from rocketstream.errors import CorruptStoreError, StoreError
 from rocketstream.store.files.consume_queue import UNIT
 from rocketstream.store.write.dispatch import is_dispatchable, tags_code_of
 
@@ -93,7 +94,7 @@ def _multi_dispatch(rec: codec.MessageRecord) -> list[tuple[str, int]] | str | N
         return f"{PROPERTY_INNER_MULTI_QUEUE_OFFSET} {offsets!r} is not a list of numbers"
 
 
-def _crc_problem(mm: object, pos: int, rec: codec.MessageRecord) -> str | None:
+def _crc_problem(mm: mmap.mmap, pos: int, rec: codec.MessageRecord) -> str | None:
     """BODYCRC (when the body is not empty), then ``__CRC32#`` when the record carries one."""
     if rec.body and codec.masked_crc32(rec.body) != rec.body_crc:
         return f"BODYCRC mismatch: stored {rec.body_crc}, computed {codec.masked_crc32(rec.body)}"
@@ -106,7 +107,7 @@ def _crc_problem(mm: object, pos: int, rec: codec.MessageRecord) -> str | None:
     expected = expected - (1 << 32) if expected & 0x80000000 else expected
     if expected < 0 or rec.total_size < CRC32_RESERVED_LEN:
         return f"{PROPERTY_CRC32} property {text!r} is not a CRC"
-    actual = codec.masked_crc32(bytes(mm[pos:pos + rec.total_size - CRC32_RESERVED_LEN]))  # type: ignore[index]
+    actual = codec.masked_crc32(bytes(mm[pos:pos + rec.total_size - CRC32_RESERVED_LEN]))
     if actual != expected:
         return f"{PROPERTY_CRC32} mismatch: stored {expected}, computed {actual} over the record"
     return None
@@ -138,6 +139,8 @@ def check_store(cl: CommitLog, queue_dirs: Iterable[tuple[str, int]],
                     continue
                 report.records += 1
                 mf = cl.find_file(at)
+                if mf is None:   # the file iter_records just read went away (retention by a writer)
+                    raise StoreError(f"no commit-log file covers offset {at}", path=cl.directory, offset=at)
                 problem = _crc_problem(mf.mm, at - mf.file_from_offset, rec)
                 if problem:
                     report.add(mf.path, at, problem)

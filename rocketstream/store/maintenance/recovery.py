@@ -97,11 +97,11 @@ def recover(cl: CommitLog, queues: Iterable[ConsumeQueue], dispatcher: Dispatche
         reput = min(reput, scan_start)
     by_key = {(cq.topic, cq.queue_id): cq for cq in queues}
     for key, last in last_seen.items():
-        cq = by_key.get(key)
-        if cq is None:                     # a queue the scan saw has no consume queue at all
+        seen = by_key.get(key)
+        if seen is None:                   # a queue the scan saw has no consume queue at all
             reput = cl_min
-        elif last >= cq.max_offset():
-            reput = min(reput, max(cq.max_physic_offset, cl_min))
+        elif last >= seen.max_offset():
+            reput = min(reput, max(seen.max_physic_offset, cl_min))
     for cq in repaired:
         reput = min(reput, max(cq.max_physic_offset, cl_min))
     if reput < process:
