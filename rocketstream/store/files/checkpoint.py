@@ -69,7 +69,8 @@ class StoreCheckpoint:
 
     def _get(self, pos: int) -> int:
         if self._mm is not None:
-            return _Q.unpack_from(self._mm, pos)[0]
+            value: int = _Q.unpack_from(self._mm, pos)[0]
+            return value
         return self._values[pos // 8]
 
     def _set(self, pos: int, value: int) -> None:
@@ -91,9 +92,29 @@ class StoreCheckpoint:
                     _Q.pack_into(self._mm, pos, below - 1)
             self.flush()
 
-    physic_msg_timestamp = property(lambda self: self._get(PHYSIC), lambda self, v: self._set(PHYSIC, v))
-    logics_msg_timestamp = property(lambda self: self._get(LOGICS), lambda self, v: self._set(LOGICS, v))
-    index_msg_timestamp = property(lambda self: self._get(INDEX), lambda self, v: self._set(INDEX, v))
+    @property
+    def physic_msg_timestamp(self) -> int:
+        return self._get(PHYSIC)
+
+    @physic_msg_timestamp.setter
+    def physic_msg_timestamp(self, value: int) -> None:
+        self._set(PHYSIC, value)
+
+    @property
+    def logics_msg_timestamp(self) -> int:
+        return self._get(LOGICS)
+
+    @logics_msg_timestamp.setter
+    def logics_msg_timestamp(self, value: int) -> None:
+        self._set(LOGICS, value)
+
+    @property
+    def index_msg_timestamp(self) -> int:
+        return self._get(INDEX)
+
+    @index_msg_timestamp.setter
+    def index_msg_timestamp(self, value: int) -> None:
+        self._set(INDEX, value)
 
     def min_timestamp(self) -> int:
         """min(physic, logics) - 3000, at least 0 (spec 4.1 derived values)."""

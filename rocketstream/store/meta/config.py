@@ -135,7 +135,7 @@ class StoreConfig:
         props = parse_properties(text, path=path)
         kw: dict[str, object] = {"conf_path": path}
 
-        def number(key: str, kind=int):
+        def number(key: str, kind: type[int] = int) -> int:   # every option read here is a Java int or long
             value = props[key]
             if _JAVA_NUMBER.fullmatch(value) is None or (kind is int and "." in value):
                 raise StoreConfigError(f"option {key}: not a number: {value!r} (RocketMQ ignores such a value "
@@ -376,19 +376,18 @@ def data_files(directory: Path) -> list[Path]:
 
 def _detect(files: list[Path], what: str) -> int | None:
     """The common length of ``files``; a file of another length is damage (CorruptStoreError)."""
-    size = None
-    first = None
+    first: tuple[Path, int] | None = None   # the first file that exists, and its length
     for f in files:
         try:
             n = f.stat().st_size
         except FileNotFoundError:  # deleted by a live writer's retention meanwhile
             continue
-        if size is None:
-            size, first = n, f
-        elif n != size:
-            raise CorruptStoreError(f"{what} file has length {n} but {first.name} has {size}; "
+        if first is None:
+            first = (f, n)
+        elif n != first[1]:
+            raise CorruptStoreError(f"{what} file has length {n} but {first[0].name} has {first[1]}; "
                                     "all files of a queue must have the same length", path=f)
-    return size
+    return None if first is None else first[1]
 
 
 def _cq_files(root: Path) -> list[Path]:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, SupportsIndex, TypeVar
 
 from rocketstream.codec.fastjson import (
     FastjsonParser,
@@ -75,7 +75,7 @@ def _where(p: FastjsonParser, container: object, key: object, which: int) -> int
     return p.positions[(id(container), key)][which]
 
 
-def _offset_table(text: str | bytes, path: object) -> tuple[FastjsonParser, dict, dict]:
+def _offset_table(text: str | bytes, path: object) -> tuple[FastjsonParser, dict[Any, Any], dict[Any, Any]]:
     """Parse a document of both offset files and return (parser, document, its ``offsetTable``)."""
     p = FastjsonParser(decode_text(text, path), path)
     doc = p.document()
@@ -103,7 +103,7 @@ def load_consumer_offset_document(text: str | bytes, *, path: object = None) -> 
     return ConsumerOffsetDocument(table, version)
 
 
-def _queue_map(p: FastjsonParser, key: str, queues: dict) -> dict[int, int]:
+def _queue_map(p: FastjsonParser, key: str, queues: dict[Any, Any]) -> dict[int, int]:
     result: dict[int, int] = {}
     for qid, offset in queues.items():
         # standard-JSON writers quote the queue ids; fastjson itself converts "3" to 3 on read
@@ -168,8 +168,8 @@ def load_local_offsets(text: str | bytes, *, path: object = None) -> dict[Messag
         at = _where(p, raw, key, 0)
         if not isinstance(key, FrozenObject):
             p.fail(f"offset table key {key!r} is not a MessageQueue object", at)
-        topic, broker, qid = key.get("topic"), key.get("brokerName"), key.get("queueId")
-        if not isinstance(topic, str) or not isinstance(broker, str) or _as_int(qid, _INT32) is None:
+        topic, broker, qid = key.get("topic"), key.get("brokerName"), _as_int(key.get("queueId"), _INT32)
+        if not isinstance(topic, str) or not isinstance(broker, str) or qid is None:
             p.fail("MessageQueue key needs string topic, string brokerName and int queueId", at)
         if _as_int(offset, _INT64) is None:
             p.fail(f"offset {offset!r} is not an int64", _where(p, raw, key, 1))
@@ -190,6 +190,8 @@ def dump_local_offsets(offsets: Mapping[MessageQueueKey, int]) -> str:
 
 
 def _check_int(name: str, value: object, bounds: tuple[int, int]) -> int:
+    if not isinstance(value, SupportsIndex):   # has no __index__: floats, strings, None ...
+        raise OptionError(name, "must be an integer", value)
     try:
         number = operator.index(value)  # accepts numpy integers, refuses floats and strings
     except TypeError:
@@ -383,8 +385,8 @@ class ConsumerOffsetManager:
             version = None
             if doc.data_version is not None:  # 5.x document: advance its version as the broker would
                 version = dict(doc.data_version)
-                counter = version.get("counter")
-                version["counter"] = counter + 1 if _as_int(counter, _INT64) is not None else 1
+                counter = _as_int(version.get("counter"), _INT64)
+                version["counter"] = counter + 1 if counter is not None else 1
                 version["timestamp"] = int(time.time() * 1000)
             _replace_file(self.path, dump_consumer_offsets(table, data_version=version), raw)
 

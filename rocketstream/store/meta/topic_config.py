@@ -6,6 +6,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from rocketstream.errors import StoreConfigError
 
@@ -16,7 +17,7 @@ class TopicConfigTable:
     def __init__(self, root: Path, *, read_only: bool) -> None:
         self.path = root / "config" / "topics.json"
         self.read_only = read_only
-        self.table: dict[str, dict] = {}
+        self.table: dict[str, dict[str, Any]] = {}   # topicName -> TopicConfig fields as JSON
         self.data_version = {"counter": 0, "timestamp": 0}
 
     def load(self) -> None:
@@ -42,10 +43,13 @@ class TopicConfigTable:
         entry = self.table.get(topic)
         if entry is None:
             return None
-        try:
-            return int(entry.get("writeQueueNums", entry.get("readQueueNums", 0)))
-        except (TypeError, ValueError):
-            raise StoreConfigError(f"topic {topic!r}: writeQueueNums is not a number", path=self.path) from None
+        value = entry.get("writeQueueNums", entry.get("readQueueNums", 0))
+        if isinstance(value, (int, float, str)):   # not JSON null, an object or an array
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise StoreConfigError(f"topic {topic!r}: writeQueueNums is not a number", path=self.path)
 
     def ensure(self, topic: str, queue_nums: int) -> bool:
         """Register ``topic`` with at least ``queue_nums`` queues; True when the table changed."""

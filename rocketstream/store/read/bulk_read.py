@@ -240,7 +240,7 @@ class _BatchReader:
         return props, wanted.get(PROPERTY_TAGS), wanted.get(PROPERTY_KEYS), wanted.get(PROPERTY_UNIQ_KEY)
 
     def _check_crc(self, buf: np.ndarray, h: dict[str, np.ndarray], offsets: np.ndarray, file_from: int) -> None:
-        mv = memoryview(buf)
+        mv = buf.data   # the array's memoryview (numpy's stubs give ndarray no buffer protocol before 3.12)
         for i, (start, length, stored) in enumerate(zip(h["body_pos"].tolist(), h["body_len"].tolist(),
                                                         h["body_crc"].tolist(), strict=True)):
             if length > 0 and crc32(mv[start:start + length]) & 0x7FFFFFFF != stored:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rocketstream.store.files.commit_log import CommitLog
     from rocketstream.store.files.consume_queue import ConsumeQueue
+    from rocketstream.store.files.mapped_file import MappedFile
     from rocketstream.store.meta.config import StoreConfig
 
 from rocketstream import codec
@@ -66,7 +67,8 @@ class StoreQueries:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         lo, hi = cq.min_offset(), cq.max_offset()
 
-        def result(status: GetMessageStatus, next_offset: int, msgs=None) -> GetMessageResult:
+        def result(status: GetMessageStatus, next_offset: int,
+                   msgs: list[MessageRecord] | None = None) -> GetMessageResult:
             return GetMessageResult(status, next_offset, lo, hi, msgs or [])
 
         if hi == 0:
@@ -117,7 +119,7 @@ class StoreQueries:
         return result(status, offset + examined, msgs)
 
     # --- search by time -----------------------------------------------------------------------
-    def _unit_time(self, cq, index: int, cl_min: int) -> int:
+    def _unit_time(self, cq: ConsumeQueue, index: int, cl_min: int) -> int:
         """Store time of unit ``index``; -1 when it points below the commit log (too early)."""
         phys = cq.unit(index)[0]
         if phys < cl_min:
@@ -213,7 +215,7 @@ class StoreQueries:
         except CorruptStoreError:
             return None   # not a record start: the id was a UNIQ_KEY that happens to look like one
 
-    def _record_containing(self, mf, pos: int) -> MessageRecord | None:
+    def _record_containing(self, mf: MappedFile, pos: int) -> MessageRecord | None:
         target = mf.file_from_offset + pos
         for offset, rec in self.commit_log.iter_records(mf.file_from_offset, check_crc=False):
             if rec is None or offset > target:
