@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from spark_reliutil import TOPIC, spark_body
-from spark_session import spark  # noqa: F401  (the session fixture)
 
 CL_FILE = 4096  # ~25 records per commit-log file
 QUEUES = 2

@@ -16,7 +16,6 @@ import pytest
 
 from spark_reliutil import (TOPIC, checkpoint_committed_offsets, read_sink, spawn_logged, store_max_offsets,
                             verify_rows)
-from spark_session import spark  # noqa: F401  (the session fixture)
 
 SCHEMA = "queueId int, queueOffset long, body binary"
 
