@@ -256,7 +256,7 @@ def test_check_crc_turns_a_damaged_body_into_an_error_naming_file_and_offset(spa
         rec = s.get_message("g", TOPIC, 0, 3, 1).messages[0]
     assert rec.body and not rec.born_host.is_v6 and not rec.store_host.is_v6
     commitlog = sorted((root / "commitlog").iterdir())[0]
-    body_at = rec.physical_offset + 88  # V1 record, IPv4 hosts: BODY starts at byte 88 (spec 1.2)
+    body_at = rec.physical_offset + 88  # V1 record, IPv4 hosts: BODY starts at byte 88 (docs/store-format.md)
     data = bytearray(commitlog.read_bytes())
     data[body_at] ^= 0x01
     commitlog.write_bytes(bytes(data))
