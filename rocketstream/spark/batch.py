@@ -160,7 +160,7 @@ class PushedFilters:
                 and low <= q.queue_id <= high)
 
 
-def _equal_values(f: Filter, kind: type) -> frozenset | None:
+def _equal_values(f: Filter, kind: type) -> frozenset[object] | None:
     if isinstance(f, EqualTo):
         values: Sequence[object] = (f.value,)
     elif isinstance(f, In):

@@ -28,6 +28,7 @@ from rocketstream.errors import StoreError
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from rocketstream.client.offset_store import OffsetStore
     from rocketstream.store import MessageStore
 
 
@@ -160,7 +161,7 @@ class LocalBrokerView:
         if flat:
             self._offset_store(read_only=False).commit(group, flat)
 
-    def _offset_store(self, *, read_only: bool):  # -> rocketstream.client.offset_store.OffsetStore
+    def _offset_store(self, *, read_only: bool) -> OffsetStore:
         # The broker's config/consumerOffset.json (ConsumerOffsetManager), one atomic rewrite per commit.
         from rocketstream.client.offset_store import OffsetStore
 

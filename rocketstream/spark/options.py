@@ -185,7 +185,7 @@ def _only_with(given: Mapping[str, str], key: str, applies: bool, needs: str) ->
         raise OptionError(key, f"only applies with {needs}; set that or remove this option", given[key])
 
 
-class _Given(dict):
+class _Given(dict[str, str]):
     """Options by canonical key; ``spelled`` keeps the name the user used (an alias) for messages."""
 
     def __init__(self) -> None:

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rocketstream.client.offset_ranges import EARLIEST as EARLIEST_OFFSET
 from rocketstream.client.offset_ranges import QueueKey
@@ -35,6 +36,9 @@ from rocketstream.spark.offsets import (
     SpecificOffsets,
 )
 from rocketstream.spark.options import RocketMQOptions
+
+if TYPE_CHECKING:
+    from rocketstream.client.offset_store import OffsetStore
 
 log = logging.getLogger(__name__)
 Offsets = dict[QueueKey, int]
@@ -153,7 +157,7 @@ def check_starts(starts: Mapping[QueueKey, int], bounds: Mapping[QueueKey, Queue
     return checked
 
 
-def _broadcast_store(options: RocketMQOptions, *, read_only: bool):  # -> client OffsetStore
+def _broadcast_store(options: RocketMQOptions, *, read_only: bool) -> OffsetStore:
     """BROADCASTING offsets live with the client (``<offsetsStoreDir>/<clientId>/<group>/offsets.json``,
     RocketMQ's LocalFileOffsetStore): the broker never learns them, in local and network mode alike."""
     from rocketstream.client.offset_store import OffsetStore

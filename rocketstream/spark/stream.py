@@ -82,7 +82,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with open_views(self.brokers) as views:
             self._target = {q: b.max for q, b in queue_bounds(views, self.options.topics).items()}
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> OffsetJson:
+    def latestOffset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
         committed = _parse(start)
         self._commit(committed)  # every batch up to start has completed
         with open_views(self.brokers) as views:
@@ -126,7 +126,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return QueueOffsets({q: b.max for q, b in bounds.items()}).to_dict()
 
     # ---- batches ------------------------------------------------------------------------------
-    def partitions(self, start: dict, end: dict) -> list[ReadTask]:
+    def partitions(self, start: OffsetJson, end: OffsetJson) -> list[ReadTask]:
         begin, stop = _parse(start), _parse(end)
         if begin == stop:
             return []
@@ -151,7 +151,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return iter(())
         return read_task(partition, self.projection)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: OffsetJson) -> None:
         self._commit(_parse(end))
 
     def _commit(self, offsets: QueueOffsets) -> None:
@@ -165,6 +165,6 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass  # nothing held open between calls
 
 
-def _parse(offset: Mapping) -> QueueOffsets:
+def _parse(offset: Mapping[str, object]) -> QueueOffsets:
     """An offset Spark hands back (the decoded checkpoint JSON)."""
     return QueueOffsets.from_dict(dict(offset), option="offset", allow_special=False)
