@@ -27,8 +27,9 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = NOTEBOOKS_DIR.parent
@@ -83,7 +84,8 @@ def execute(path: Path, *, store: Path | None = None, timeout: int = 600) -> tup
     nb = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory(prefix="rocketstream-jupyter-") as jupyter_dir:
         _write_kernelspec(Path(jupyter_dir))
-        path_env = os.pathsep.join([jupyter_dir, os.environ["JUPYTER_PATH"]]) if os.environ.get("JUPYTER_PATH") else jupyter_dir
+        path_env = (os.pathsep.join([jupyter_dir, os.environ["JUPYTER_PATH"]]) if os.environ.get("JUPYTER_PATH")
+                    else jupyter_dir)
         with _environment(
             JUPYTER_PATH=path_env,
             # Connection files and the IPython profile in the temporary directory too: no user startup
@@ -175,7 +177,7 @@ def render(name: str, store: Path | None) -> None:
     nb, seconds = execute(path, store=store)
     nbformat.write(nb, path)
     after = deterministic_outputs(nb)
-    changed = sum(1 for a, b in zip(before, after) if a != b) + abs(len(before) - len(after))
+    changed = sum(1 for a, b in zip(before, after, strict=False) if a != b) + abs(len(before) - len(after))
     line = f"{name}: executed in {seconds:.1f} s; {len(after)} deterministic cells"
     line += f", {changed} changed" if changed else ", unchanged"
     png = screenshot_png(nb)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -29,6 +30,8 @@ EXAMPLES = {
     "check": "rocketstream check --store /data/rocketmq/store",
     "delete-expired": "rocketstream delete-expired --reserved-hours 24",
     "demo": "rocketstream demo",
+    "namesrv": "rocketstream namesrv --listen 127.0.0.1:9876\n"
+    "  RMQ_NAMESRV_ADDR=127.0.0.1:9876 rocketmq-4.9.8/bin/broker   # a Java broker registers with it",
 }
 
 PRODUCE_BATCH = 256
@@ -40,40 +43,21 @@ PRODUCE_BATCH = 256
 
 def _open_store(args: argparse.Namespace, *, read_only: bool):
     from rocketstream.store import MessageStore
+    from rocketstream.store.meta.config import writer_config
 
     if read_only:
         return MessageStore.open(args.store, read_only=True)
-    return MessageStore.open(args.store, config=_writer_config(args.store), create=True)
-
-
-def _writer_config(store: Path):
-    """conf/broker.conf's settings (the configured store's broker name, or the directory's name for
-    any other store); RocketMQ's defaults when there is no broker.conf."""
-
-    from rocketstream.errors import StoreConfigError
-    from rocketstream.store.config import StoreConfig, default_broker_conf, default_broker_name, resolve_sizes
-
-    try:
-        conf = default_broker_conf()
-    except StoreConfigError:
-        return StoreConfig(store_path_root_dir=Path(store), broker_name=default_broker_name(store))
-    cfg = StoreConfig.from_broker_conf(conf)
-    if Path(cfg.store_path_root_dir).resolve() == Path(store).resolve():
-        return cfg   # the configured store: sizes that conflict with its files are refused
-    # another store: broker.conf's sizes only for a new one; an existing one keeps its own. Retention and
-    # layout settings belong to the configured store, not to this one.
-    other = cfg.without_broker_settings(Path(store), default_broker_name(store))
-    return resolve_sizes(Path(store), other, explicit=False)
+    return MessageStore.open(args.store, config=writer_config(args.store), create=True)
 
 
 def _default_store() -> Path:
     from rocketstream.errors import StoreConfigError
-    from rocketstream.store.config import StoreConfig, default_broker_conf
+    from rocketstream.store.meta.config import StoreConfig, default_broker_conf
 
     try:
         return Path(StoreConfig.from_broker_conf(default_broker_conf()).store_path_root_dir)
     except StoreConfigError as exc:
-        raise OptionError("--store", f"no store given and no usable conf/broker.conf ({exc})") from exc
+        raise OptionError("--store", f"no store given and no usable broker.conf ({exc})") from exc
 
 
 def _emit(args: argparse.Namespace, payload: Any, render: Callable[[Any], str]) -> None:
@@ -217,7 +201,7 @@ def cmd_topic_status(args: argparse.Namespace) -> int:
 
 
 def cmd_consumer_progress(args: argparse.Namespace) -> int:
-    from rocketstream.store.offsets import ConsumerOffsetManager
+    from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
     with _open_store(args, read_only=True) as store:
         offsets = ConsumerOffsetManager(store.root, read_only=True)
@@ -287,7 +271,7 @@ def _render_row(row: dict[str, Any]) -> str:
 
 def _query_msg_by_key(args: argparse.Namespace) -> int:
     """mqadmin queryMsgByKey over the store's index/ files (MessageStore.query_message)."""
-    from rocketstream.store.index_file import MAX_MSGS_NUM_BATCH, MAX_TIMESTAMP
+    from rocketstream.store.files.index_file import MAX_MSGS_NUM_BATCH, MAX_TIMESTAMP
 
     if args.topic is None:
         raise OptionError("--topic", "--key needs the topic the key belongs to")
@@ -351,7 +335,20 @@ def cmd_delete_expired(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from rocketstream.demo import run_demo
 
-    return run_demo(store=args.store, count=args.count, json_output=args.json)
+    return run_demo(store=args.store, count=args.count, json_output=args.json, run_command=main)
+
+
+def cmd_namesrv(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from rocketstream.namesrv import NamesrvConfig, serve_forever
+    from rocketstream.remoting.server import parse_listen
+
+    host, port = parse_listen(args.listen, 9876)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve_forever(NamesrvConfig(host=host, port=port, kv_config_path=args.kv_config)))
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,7 +363,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example:\n  " + EXAMPLES["topic-status"],
     )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", type=Path, default=None, help="store root (default: storePathRootDir of conf/broker.conf)")
+    common.add_argument("--store", type=Path, default=None, help="store root (default: storePathRootDir of the broker.conf)")
+    common.add_argument("--conf", type=Path, default=None,
+                        help="broker.conf to use (default: $ROCKETSTREAM_CONF, else ./conf/broker.conf, "
+                             "else the built-in defaults)")
     common.add_argument("--json", action="store_true", help="machine-readable JSON output")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -417,6 +417,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "written by a real broker, unless conf/broker.conf configures that store)")
     p = add("demo", cmd_demo, "Produce a sample topic and aggregate it with a Spark streaming query (AvailableNow).")
     p.add_argument("--count", type=int, default=20000, help="messages to produce (default 20000)")
+    p = add("namesrv", cmd_namesrv, "Run a RocketMQ name server (brokers register, clients get routes) until "
+            "SIGTERM; --store is not used.")
+    p.add_argument("--listen", default="127.0.0.1:9876", help="HOST:PORT to bind (default 127.0.0.1:9876)")
+    p.add_argument("--kv-config", type=Path, default=None, help="persist KV config here (default: in memory)")
     return parser
 
 
@@ -424,6 +428,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.conf is not None:   # like the broker's -c: everything below (and the demo's Spark) sees it
+            from rocketstream.store.meta.config import CONF_ENV
+
+            os.environ[CONF_ENV] = str(args.conf.resolve())
         if args.store is None:
             args.store = _default_store()
         return args.func(args)

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 DEMO_TOPIC = "DemoTopic"
@@ -30,7 +31,9 @@ def spark_session(app_name: str = "rocketstream-demo", *, master: str = "local[2
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    log_conf = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
+    log_conf = Path.cwd() / "conf" / "log4j2.properties"   # ./conf as for broker.conf, else the built-in copy
+    if not log_conf.is_file():
+        log_conf = Path(__file__).resolve().parent / "defaults" / "log4j2.properties"
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -52,10 +55,10 @@ def spark_session(app_name: str = "rocketstream-demo", *, master: str = "local[2
 
 def produce_sample(store_root: Path, count: int) -> dict:
     """Append ``count`` messages to DemoTopic with tags TagA/TagB/TagC and one key each."""
-    from rocketstream.cli import _writer_config
     from rocketstream.store import MessageStore
+    from rocketstream.store.meta.config import writer_config
 
-    with MessageStore.open(store_root, config=_writer_config(store_root), create=True) as store:
+    with MessageStore.open(store_root, config=writer_config(store_root), create=True) as store:
         store.create_topic(DEMO_TOPIC, DEMO_QUEUES)
         start = time.time()
         for q in range(DEMO_QUEUES):   # message i goes to queue i % DEMO_QUEUES
@@ -74,7 +77,10 @@ def produce_sample(store_root: Path, count: int) -> dict:
     return {"produced": count, "seconds": round(elapsed, 3), "brokerName": broker_name}
 
 
-def run_demo(store: Path, count: int = 20000, json_output: bool = False) -> int:
+def run_demo(store: Path, count: int = 20000, json_output: bool = False, *,
+             run_command: Callable[[list[str]], int]) -> int:
+    """Produce ``count`` sample messages, count them per tag and queue with a streaming query, then show
+    the group's progress through ``run_command`` (the CLI's ``main``, passed in by ``rocketstream demo``)."""
     store = Path(store)
     store.mkdir(parents=True, exist_ok=True)
     produced = produce_sample(store, count)
@@ -106,8 +112,6 @@ def run_demo(store: Path, count: int = 20000, json_output: bool = False) -> int:
     finally:
         spark.stop()
 
-    from rocketstream.cli import main as cli_main
-
     result = [{"tags": r["tags"], "queueId": r["queueId"], "count": r["count"]} for r in rows]
     if json_output:
         print(json.dumps({"produced": produced, "counts": result}, indent=2))
@@ -120,4 +124,4 @@ def run_demo(store: Path, count: int = 20000, json_output: bool = False) -> int:
         print(f"consumer progress of group {DEMO_GROUP} (rocketstream consumer-progress):")
         sys.stdout.flush()
     args = ["consumer-progress", "--store", str(store), "--group", DEMO_GROUP, "--topic", DEMO_TOPIC]
-    return cli_main(args + (["--json"] if json_output else []))
+    return run_command(args + (["--json"] if json_output else []))

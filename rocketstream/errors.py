@@ -16,7 +16,13 @@ boundary with ``raise ... from exc`` so callers need to catch only this tree::
     ├── OffsetFileError            consumerOffset.json / offsets.json that does not parse
     ├── OptionError                a bad option value (Spark source, CLI) — names the option
     ├── AllocationError            invalid input to a rebalance strategy
-    └── DataLossError              requested offsets are gone (retention) or beyond the end
+    ├── DataLossError              requested offsets are gone (retention) or beyond the end
+    └── RemotingError              the TCP remoting protocol (carries the peer address)
+        ├── FrameError             bytes that are not a valid frame (length, type byte, header)
+        ├── RemotingConnectError   cannot connect, or the connection closed under a request
+        ├── RemotingTimeoutError   no response within the timeout
+        ├── HeaderFieldError       a custom header (extFields) field missing or invalid — names it
+        └── BodyError              a request/response body that does not decode
 """
 
 from __future__ import annotations
@@ -114,3 +120,41 @@ class DataLossError(RocketStreamError):
         self.lost_from = lost_from
         self.lost_to = lost_to
         super().__init__(message)
+
+
+class RemotingError(RocketStreamError):
+    """An error of the remoting protocol; ``addr`` names the peer (``host:port``) when known."""
+
+    def __init__(self, message: str, *, addr: str | None = None) -> None:
+        self.addr = addr
+        super().__init__(message + (f" [peer {addr}]" if addr else ""))
+
+
+class FrameError(RemotingError):
+    """Bytes that do not decode as a RocketMQ frame (RemotingCommand.decode); the connection is closed."""
+
+
+class RemotingConnectError(RemotingError):
+    """The peer cannot be reached, or the connection closed while a request was waiting."""
+
+
+class RemotingTimeoutError(RemotingError):
+    """No response to a request within its timeout; ``code`` and ``timeout_s`` say which request."""
+
+    def __init__(self, message: str, *, addr: str | None = None, code: int | None = None,
+                 timeout_s: float | None = None) -> None:
+        self.code = code
+        self.timeout_s = timeout_s
+        super().__init__(message, addr=addr)
+
+
+class HeaderFieldError(RemotingError):
+    """A custom header field (extFields) is missing or does not parse; ``field`` names it."""
+
+    def __init__(self, field: str, message: str, *, addr: str | None = None) -> None:
+        self.field = field
+        super().__init__(f"the custom field <{field}> {message}", addr=addr)
+
+
+class BodyError(RemotingError):
+    """A request or response body that does not decode (bad JSON, bad compressed form)."""

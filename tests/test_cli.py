@@ -10,7 +10,7 @@ import pytest
 
 from rocketstream import cli
 from rocketstream.store import MessageStore
-from rocketstream.store.offsets import ConsumerOffsetManager
+from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -130,7 +130,7 @@ def test_delete_expired_removes_old_commit_log_files(tmp_path, capsys):
 
     with MessageStore.open(root, config=StoreConfig(root, mapped_file_size_commit_log=4096,
                                                     mapped_file_size_consume_queue=320)) as s:
-        for i in range(100):
+        for _i in range(100):
             s.put_message(Message("T", b"x" * 90), 0)
     files = sorted((root / "commitlog").iterdir())
     old = time.time() - 3 * 3600
@@ -154,7 +154,7 @@ def test_produce_into_a_foreign_store_deletes_no_old_files(tmp_path, capsys):
     root = tmp_path / "copy"
     with MessageStore.open(root, config=StoreConfig(root, mapped_file_size_commit_log=4096,
                                                     mapped_file_size_consume_queue=320)) as s:
-        for i in range(100):
+        for _i in range(100):
             s.put_message(Message("T", b"x" * 90), 0)
     os.unlink(root / "config" / "rocketstream.json")    # as a real broker's store: not ours
     files = sorted((root / "commitlog").iterdir())

@@ -37,7 +37,7 @@ render = _harness()
 
 def _diff(committed: list, current: list) -> str:
     lines = []
-    for (index, old), (_, new) in zip(committed, current):
+    for (index, old), (_, new) in zip(committed, current, strict=False):  # lengths compared by the caller
         if old != new:
             lines.append(f"cell {index}:\n  committed: {old!r}\n  current:   {new!r}")
     return "\n".join(lines)

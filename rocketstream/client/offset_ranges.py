@@ -74,7 +74,7 @@ def split_ranges(ranges: Iterable[OffsetRange], max_messages_per_partition: int 
             continue
         parts = -(-r.size // max_messages_per_partition)
         cuts = [r.start + r.size * k // parts for k in range(parts + 1)]
-        result.extend(OffsetRange(r.queue, a, b) for a, b in zip(cuts, cuts[1:]))
+        result.extend(OffsetRange(r.queue, a, b) for a, b in zip(cuts, cuts[1:], strict=False))
     return result
 
 

@@ -14,8 +14,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from rocketstream.client.offset_ranges import QueueKey
-from rocketstream.errors import OptionError, ReadOnlyStoreError, RocketStreamError, StoreError
-from rocketstream.store.offsets import ConsumerOffsetManager, LocalOffsetStore
+from rocketstream.errors import (
+    OptionError,
+    ReadOnlyStoreError,
+    RocketStreamError,
+    StoreError,
+)
+from rocketstream.store.meta.offsets import ConsumerOffsetManager, LocalOffsetStore
 
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"
@@ -43,7 +48,9 @@ class OffsetStore:
         if message_model == CLUSTERING:
             if not store_roots:
                 raise OptionError("messageModel", "CLUSTERING needs the store root of each broker")
-            self._brokers = {name: ConsumerOffsetManager(root, read_only=read_only) for name, root in store_roots.items()}
+            self._brokers = {
+                name: ConsumerOffsetManager(root, read_only=read_only) for name, root in store_roots.items()
+            }
         else:
             if not client_id:
                 raise OptionError("messageModel", "BROADCASTING needs a client id (offsets.json lives under it)")
@@ -56,15 +63,17 @@ class OffsetStore:
         return cls(CLUSTERING, store_roots=store_roots, read_only=read_only)
 
     @classmethod
-    def broadcasting(cls, client_id: str, base_dir: str | Path | None = None, *, read_only: bool = False) -> OffsetStore:
+    def broadcasting(
+        cls, client_id: str, base_dir: str | Path | None = None, *, read_only: bool = False
+    ) -> OffsetStore:
         return cls(BROADCASTING, client_id=client_id, base_dir=base_dir, read_only=read_only)
 
     def read(self, group: str, queues: Iterable[QueueKey]) -> dict[QueueKey, int]:
         """Committed offset of each queue (queue order), -1 when the group has none for it."""
         queues = sorted(set(queues))
         if self.message_model == BROADCASTING:
-            table = self._local(group).read()
-            return {q: table.get((q.topic, q.broker_name, q.queue_id), -1) for q in queues}
+            local = {(k.topic, k.broker_name, k.queue_id): o for k, o in self._local(group).read().items()}
+            return {q: local.get((q.topic, q.broker_name, q.queue_id), -1) for q in queues}
         per_topic: dict[tuple[str, str], dict[int, int]] = {}  # one file read per (broker, topic)
         result = {}
         for q in queues:
@@ -83,7 +92,7 @@ class OffsetStore:
             raise ReadOnlyStoreError(f"offsets of group {group!r} cannot be committed: the offset store is read-only")
         if self.message_model == BROADCASTING:
             if offsets:
-                self._local(group).persist(dict(offsets))
+                self._local(group).persist({q: o for q, o in offsets.items()})
             return
         by_broker: dict[str, dict[tuple[str, str], dict[int, int]]] = {}
         for q in sorted(offsets):

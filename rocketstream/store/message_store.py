@@ -38,24 +38,47 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from rocketstream.errors import NotAStoreError, OptionError, ReadOnlyStoreError, StoreError
-from rocketstream.store import bulk_read
-from rocketstream.store import format as fmt
-from rocketstream.store.checkpoint import StoreCheckpoint
-from rocketstream.store.commit_log import CommitLog
-from rocketstream.store import layout as layouts
-from rocketstream.store.config import (SETTINGS_FILE, StoreConfig, broker_conf_for, default_broker_conf,
-                                       resolve_sizes, save_settings)
-from rocketstream.store.consume_queue import ConsumeQueue
-from rocketstream.store.dispatch import Dispatcher
-from rocketstream.store.format import CQ_DTYPE, HostAddress, MessageRecord
-from rocketstream.store.messages import IllegalMessage, Message, PutMessageResult, PutMessageStatus, prepare
-from rocketstream.store.put_batch import PreparedList, prepare_batch
-from rocketstream.store.put_columns import ColumnBatch, build_columns
-from rocketstream.store.queries import QueryMixin
-from rocketstream.store.recovery import StoreLock, recover, warn_if_locked
-from rocketstream.store.topic_config import TopicConfigTable
-
+from rocketstream import codec
+from rocketstream.codec import CQ_DTYPE, HostAddress, MessageRecord
+from rocketstream.errors import (
+    NotAStoreError,
+    OptionError,
+    ReadOnlyStoreError,
+    StoreConfigError,
+    StoreError,
+)
+from rocketstream.store.files import index_file
+from rocketstream.store.files.checkpoint import StoreCheckpoint
+from rocketstream.store.files.commit_log import CommitLog
+from rocketstream.store.files.consume_queue import ConsumeQueue
+from rocketstream.store.files.lock import StoreLock, warn_if_locked
+from rocketstream.store.maintenance import layout as layouts
+from rocketstream.store.maintenance.check import CheckReport, check_store
+from rocketstream.store.maintenance.delay_levels import levels_in_store
+from rocketstream.store.maintenance.recovery import recover
+from rocketstream.store.maintenance.retention import delete_expired_files
+from rocketstream.store.meta.config import (
+    SETTINGS_FILE,
+    StoreConfig,
+    broker_conf_for,
+    default_broker_conf,
+    resolve_sizes,
+    save_settings,
+)
+from rocketstream.store.meta.topic_config import TopicConfigTable
+from rocketstream.store.read import bulk_read
+from rocketstream.store.read.queries import StoreQueries
+from rocketstream.store.write.dispatch import Dispatcher
+from rocketstream.store.write.messages import (
+    GetMessageResult,
+    IllegalMessage,
+    Message,
+    PutMessageResult,
+    PutMessageStatus,
+    prepare,
+)
+from rocketstream.store.write.put_batch import PreparedList, prepare_batch
+from rocketstream.store.write.put_columns import ColumnBatch, build_columns
 
 _TOPIC = attrgetter("topic")
 
@@ -77,7 +100,7 @@ def _messages_of(topic: str, bodies, tags, keys, flag, born_timestamp, born_host
             for b, t, k, f, ts in zip(bodies, column(tags), column(keys), column(flag), column(born_timestamp))]
 
 
-class MessageStore(QueryMixin):
+class MessageStore:
     """Open with ``MessageStore.open(root, read_only=...)``; use as a context manager."""
 
     def __init__(self, root: Path, config: StoreConfig, *, read_only: bool, foreign: bool = False,
@@ -100,6 +123,7 @@ class MessageStore(QueryMixin):
         self._round_robin: dict[str, int] = {}
         self._closed = False
         self._dispatcher: Dispatcher | None = None
+        self._queries = StoreQueries(root, config, self.commit_log, self._queue)
 
     # --- opening ------------------------------------------------------------------------------
     @classmethod
@@ -167,7 +191,7 @@ class MessageStore(QueryMixin):
                 # records behind this abort may still wait for Java's re-indexing: recovery must not move
                 # the checkpoint past them (layout.py)
                 self.checkpoint.freeze_recovery_point()
-            self._dispatcher = Dispatcher(self._queue_for_dispatch, self.checkpoint, self.config.delay_levels_ms)
+            self._dispatcher = Dispatcher(self._queue_for_dispatch, self.checkpoint, self.effective_delay_levels())
             recover(self.commit_log, list(self._queues.values()), self._dispatcher, self.checkpoint,
                     abnormal=abnormal, check_crc=self.config.check_crc_on_recover)
             cl_min = self.commit_log.queue.min_offset()
@@ -181,6 +205,14 @@ class MessageStore(QueryMixin):
         except BaseException:
             self._store_lock.release()
             raise
+
+    def effective_delay_levels(self) -> Sequence[int] | dict[int, int]:
+        """The delay table for SCHEDULE_TOPIC_XXXX tagsCodes: the configured ``messageDelayLevel``,
+        corrected by what the store's schedule queues show (delay_levels.py)."""
+        ids = [q for t, q in self._queue_dirs() if t == codec.SCHEDULE_TOPIC]
+        queues = [cq for cq in (self._queues.get((codec.SCHEDULE_TOPIC, q)) or self._queue(codec.SCHEDULE_TOPIC, q)
+                                for q in ids) if cq is not None]
+        return levels_in_store(self.commit_log, queues, self.config.delay_levels_ms)
 
     @property
     def _retention_enabled(self) -> bool:
@@ -235,6 +267,52 @@ class MessageStore(QueryMixin):
             cq = self._load_queue(topic, queue_id)
         cq.refresh(self.commit_log.min_offset())
         return cq
+
+    # --- reads (StoreQueries), check and retention --------------------------------------------
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    tags: Collection[str] | None = None) -> GetMessageResult:
+        return self._queries.get_message(group, topic, queue_id, offset, max_msg_nums, tags)
+
+    get_message.__doc__ = StoreQueries.get_message.__doc__
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return self._queries.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
+
+    get_offset_in_queue_by_time.__doc__ = StoreQueries.get_offset_in_queue_by_time.__doc__
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int, boundary: str = "lower") -> int:
+        return self._queries.search_offset(topic, queue_id, timestamp_ms, boundary)
+
+    search_offset.__doc__ = StoreQueries.search_offset.__doc__
+
+    def message_by_msg_id(self, msg_id: str) -> MessageRecord:
+        return self._queries.message_by_msg_id(msg_id)
+
+    message_by_msg_id.__doc__ = StoreQueries.message_by_msg_id.__doc__
+
+    def query_message(self, topic: str, key: str, *, max_num: int = index_file.MAX_MSGS_NUM_BATCH,
+                      begin_ms: int = 0, end_ms: int = index_file.MAX_TIMESTAMP,
+                      uniq_key: bool = False) -> list[MessageRecord]:
+        return self._queries.query_message(topic, key, max_num=max_num, begin_ms=begin_ms, end_ms=end_ms,
+                                           uniq_key=uniq_key)
+
+    query_message.__doc__ = StoreQueries.query_message.__doc__
+
+    def check(self) -> CheckReport:
+        """Verify every record's CRC and that consume queues and commit log agree (maintenance/check.py)."""
+        return check_store(self.commit_log, self._queue_dirs(), self._queue, self.effective_delay_levels())
+
+    def delete_expired_files(self, now_ms: int | None = None, reserved_hours: float | None = None) -> list[Path]:
+        """Retention (maintenance/retention.py). A foreign store carries no retention policy of its own:
+        without ``reserved_hours`` or a ``fileReservedTime`` in its broker.conf the call is refused."""
+        self._check_writable()
+        if reserved_hours is None and self.foreign and not self.config.retention_configured:
+            raise StoreConfigError("this store was written by another broker and carries no retention policy: give "
+                                   "the hours to keep (reserved_hours, CLI --reserved-hours) or fileReservedTime in "
+                                   "the broker.conf of this store", path=self.root)
+        hours = self.config.reserved_hours if reserved_hours is None else reserved_hours
+        with self._lock:
+            return delete_expired_files(self.commit_log, list(self._queues.values()), hours, now_ms)
 
     # --- closing ------------------------------------------------------------------------------
     def close(self) -> None:
@@ -349,7 +427,7 @@ class MessageStore(QueryMixin):
              ) -> PutMessageResult:
         """Append and dispatch; ``topic``/``queue_id`` as the producer named them (before a delay rewrite)."""
         total = batch.total
-        if total + fmt.END_FILE_MIN_BLANK_LENGTH > self.commit_log.file_size:
+        if total + codec.END_FILE_MIN_BLANK_LENGTH > self.commit_log.file_size:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     reason=f"{total} bytes do not fit in a commit-log file of "
                                            f"{self.commit_log.file_size} bytes")
@@ -373,9 +451,9 @@ class MessageStore(QueryMixin):
             self.delete_expired_files()
         host = self.config.store_host
         if batch.count == 1:
-            offset_ids = [fmt.offset_msg_id(host, result.physical_offset)]
+            offset_ids = [codec.offset_msg_id(host, result.physical_offset)]
         else:   # built when first read
-            offset_ids = partial(fmt.offset_msg_ids, host, np.add(result.starts, result.physical_offset))
+            offset_ids = partial(codec.offset_msg_ids, host, np.add(result.starts, result.physical_offset))
         return PutMessageResult(PutMessageStatus.PUT_OK, msg_ids=batch.uniq_keys, offset_msg_ids=offset_ids,
                                 queue_offset=result.queue_offset, physical_offset=result.physical_offset,
                                 wrote_bytes=result.wrote_bytes, store_timestamp=result.store_timestamp,
@@ -465,7 +543,7 @@ class MessageStore(QueryMixin):
     @property
     def offsets(self):
         """The broker's consumer offset table (config/consumerOffset.json)."""
-        from rocketstream.store.offsets import ConsumerOffsetManager
+        from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
         return ConsumerOffsetManager(self.root, read_only=self.read_only)
 

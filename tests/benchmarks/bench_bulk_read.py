@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rocketstream.store import format as fmt
-from rocketstream.store.bulk_read import read_range_batches
-from rocketstream.store.format import CQ_DTYPE, HostAddress, encode_record
+from rocketstream import codec
+from rocketstream.codec import CQ_DTYPE, HostAddress, encode_record
+from rocketstream.store.read.bulk_read import read_range_batches
 
 
 class MappedCommitLog:
@@ -63,14 +63,14 @@ def write_log(path: Path, messages: int, body_size: int, queues: int) -> dict[in
                                 queue_offset=len(units[q]), physical_offset=pos, sys_flag=0,
                                 born_timestamp=1_700_000_000_000 + i, born_host=born,
                                 store_timestamp=1_700_000_000_100 + i, store_host=store)
-            units[q].append((pos, len(raw), fmt.tags_code(tag)))
+            units[q].append((pos, len(raw), codec.tags_code(tag)))
             chunk.append(raw)
             pos += len(raw)
             if len(chunk) >= 10_000:
                 out.write(b"".join(chunk))
                 chunk = []
         out.write(b"".join(chunk))
-        out.write(fmt.encode_blank(8))
+        out.write(codec.encode_blank(8))
     return {q: np.array(u, dtype=CQ_DTYPE) for q, u in units.items()}
 
 
@@ -129,7 +129,7 @@ def main() -> None:
         print(f"{'raw mmap copy':<22}{stored / raw_s / 1e6:>10.0f}{rows / raw_s / 1e6:>10.2f}{1.0:>9.2f}")
         for label, columns in (("bulk full schema", None), ("bulk body only", ["body"]),
                                ("bulk no body/props", ["queueOffset", "commitLogOffset", "storeTimestamp"])):
-            s = best_of(args.repeat, lambda: bulk(log, units, args.batch_bytes, columns))
+            s = best_of(args.repeat, lambda: bulk(log, units, args.batch_bytes, columns))  # noqa: B023
             print(f"{label:<22}{stored / s / 1e6:>10.0f}{rows / s / 1e6:>10.2f}{raw_s / s:>9.2f}")
 
 

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rocketstream.codec import crc32
 from rocketstream.store import MessageStore, StoreConfig
-from rocketstream.store.format import crc32
 
 FILE_SIZE = 1 << 30
 TOPIC = "BenchOpen"
@@ -119,7 +119,7 @@ def main() -> None:
 
             for label, ro, abort in (("read-only", True, False), ("writer, clean", False, False),
                                      ("writer, abort", False, True)):
-                secs = timed(lambda: open_close(ro, abort), args.repeat)
+                secs = timed(lambda: open_close(ro, abort), args.repeat)  # noqa: B023 - timed now
                 print(f"{gib:>6g} G {messages:>10} {label:>14} {secs:>8.3f} {ref:>12.3f} {ref / secs:>6.2f}",
                       flush=True)
     finally:

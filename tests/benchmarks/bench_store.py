@@ -107,7 +107,7 @@ def _raw_mmap_write(path: Path, data: bytes, chunks: list[int]) -> tuple[float, 
 def bench_append(base: Path, n: int, body_size: int, batch: int, repeat: int) -> dict[str, Timing]:
     topic = f"Bench{body_size}"
     bodies, tags, keys = _inputs(n, body_size)
-    msgs = [Message(topic=topic, body=b, tags=t, keys=k) for b, t, k in zip(bodies, tags, keys)]
+    msgs = [Message(topic=topic, body=b, tags=t, keys=k) for b, t, k in zip(bodies, tags, keys, strict=True)]
     apis = {
         "put_messages": lambda store, i, q: store.put_messages(msgs[i:i + batch], q),
         "put_batch": lambda store, i, q: store.put_batch(topic, q, bodies[i:i + batch], tags=tags[i:i + batch],

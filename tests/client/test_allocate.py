@@ -7,7 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rocketstream.client._java import java_split, utf16_key
-from rocketstream.client.allocate import STRATEGIES, MessageQueue, allocate, allocate_all, md5_hash, sort_inputs
+from rocketstream.client.allocate import (
+    STRATEGIES,
+    MessageQueue,
+    allocate,
+    allocate_all,
+    md5_hash,
+    sort_inputs,
+)
 from rocketstream.errors import AllocationError
 
 
@@ -26,7 +33,8 @@ def cids(c: int) -> list[str]:
 # --- MessageQueue ------------------------------------------------------------------------------
 
 def test_str_is_java_tostring_used_by_consistent_hash():
-    assert str(MessageQueue("TopicTest", "broker-a", 0)) == "MessageQueue [topic=TopicTest, brokerName=broker-a, queueId=0]"
+    want = "MessageQueue [topic=TopicTest, brokerName=broker-a, queueId=0]"
+    assert str(MessageQueue("TopicTest", "broker-a", 0)) == want
 
 
 def test_order_is_topic_then_broker_then_queue_id_numerically():
@@ -191,13 +199,15 @@ def test_consistent_hash_matches_linear_scan_reference(n, c, vnodes):
 def test_consistent_hash_wraps_to_smallest_ring_key():
     # ring keys 10 ("a-0") and 20 ("b-0"); queue hash 30 is past every key -> owner of 10.
     table = {"a-0": 10, "b-0": 20, str(MessageQueue("t", "b", 0)): 30, str(MessageQueue("t", "b", 1)): 20}
-    got = allocate_all("CONSISTENT_HASH", queues(2, "t", "b"), ["a", "b"], virtual_node_cnt=1, hash_function=table.__getitem__)
+    got = allocate_all("CONSISTENT_HASH", queues(2, "t", "b"), ["a", "b"], virtual_node_cnt=1,
+                       hash_function=table.__getitem__)
     assert ids(got["a"]) == [0] and ids(got["b"]) == [1]
 
 
 def test_consistent_hash_collision_later_insert_wins():
     table = {"a-0": 5, "b-0": 5, str(MessageQueue("t", "b", 0)): 1}
-    got = allocate_all("CONSISTENT_HASH", queues(1, "t", "b"), ["a", "b"], virtual_node_cnt=1, hash_function=table.__getitem__)
+    got = allocate_all("CONSISTENT_HASH", queues(1, "t", "b"), ["a", "b"], virtual_node_cnt=1,
+                       hash_function=table.__getitem__)
     assert got == {"a": [], "b": [MessageQueue("t", "b", 0)]}
 
 
@@ -262,7 +272,7 @@ def test_nearby_shares_own_room_locally_and_roomless_queues_with_everybody():
     assert got["hz@c1"] == [MessageQueue("t", "hz@b", 0), MessageQueue("t", "hz@b", 1),
                             MessageQueue("t", "bj@b", 0), MessageQueue("t", "bj@b", 1)]
     assert got["hz@c2"] == [MessageQueue("t", "hz@b", 2), MessageQueue("t", "hz@b", 3), MessageQueue("t", "bj@b", 2)]
-    assert got["sh@c1"] == [MessageQueue("t", f"sh@b", q) for q in range(4)] + [MessageQueue("t", "bj@b", 3)]
+    assert got["sh@c1"] == [MessageQueue("t", "sh@b", q) for q in range(4)] + [MessageQueue("t", "bj@b", 3)]
     flat = [mq for part in got.values() for mq in part]
     assert sorted(flat) == mqs
 

@@ -66,7 +66,7 @@ def test_split_ranges_cover_exactly_the_input_and_respect_the_limit(start, size,
     parts = split_ranges([r(0, start, start + size)], limit)
     assert sum(p.size for p in parts) == size
     assert all(0 < p.size <= limit for p in parts)
-    assert all(a.end == b.start for a, b in zip(parts, parts[1:]))
+    assert all(a.end == b.start for a, b in zip(parts, parts[1:], strict=False))
     if parts:
         assert parts[0].start == start and parts[-1].end == start + size
 

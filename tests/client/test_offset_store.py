@@ -6,8 +6,13 @@ import pytest
 
 from rocketstream.client.offset_ranges import QueueKey
 from rocketstream.client.offset_store import OffsetStore
-from rocketstream.errors import OptionError, ReadOnlyStoreError, RocketStreamError, StoreError
-from rocketstream.store.offsets import ConsumerOffsetManager, LocalOffsetStore
+from rocketstream.errors import (
+    OptionError,
+    ReadOnlyStoreError,
+    RocketStreamError,
+    StoreError,
+)
+from rocketstream.store.meta.offsets import ConsumerOffsetManager, LocalOffsetStore
 
 
 @pytest.fixture
@@ -68,7 +73,8 @@ def test_broadcasting_reads_and_persists_offsets_json_per_client_and_group(tmp_p
     store.commit("g", {A0: 6})
     assert (tmp_path / "10.0.0.1@DEFAULT" / "g" / "offsets.json").exists()
     assert store.read("g", [A0, B0, A1]) == {A0: 6, A1: -1, B0: 4}
-    assert LocalOffsetStore(tmp_path, "10.0.0.1@DEFAULT", "g").read() == {("t", "broker-a", 0): 6, ("t", "broker-b", 0): 4}
+    assert LocalOffsetStore(tmp_path, "10.0.0.1@DEFAULT", "g").read() == {
+        ("t", "broker-a", 0): 6, ("t", "broker-b", 0): 4}
     assert store.read("other", [A0]) == {A0: -1}
 
 

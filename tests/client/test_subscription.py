@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -58,7 +57,7 @@ def test_split_trim_and_drop_empty_pieces(expr, tags):
 def test_expression_of_only_separators_and_blanks_is_empty(expr):
     sub = SubscriptionData.parse(expr)
     assert sub.is_empty and not sub.sub_all
-    assert not sub.matches(0) and not sub.matches(2598919)
+    assert not sub.tags and not sub.codes
     with pytest.raises(OptionError, match="subExpression"):
         SubscriptionData.parse_option(expr)
 
@@ -69,40 +68,12 @@ def test_parse_option_names_the_option_given():
     assert SubscriptionData.parse_option("TagA").tags == {"TagA"}
 
 
-def test_broker_stage_matches_by_code_and_lets_unknown_and_collisions_through():
-    sub = SubscriptionData.parse("TagA")
-    assert sub.matches(2598919)
-    assert not sub.matches(2598920)
-    assert sub.matches(None)  # tagsCode unknown (ext lookup failed)
+def test_codes_are_java_hashes_of_the_tags():
+    assert SubscriptionData.parse("TagA").codes == {2598919}
     # "Aa" and "BB" share a Java hash: the CQ stage cannot tell them apart.
-    assert SubscriptionData.parse("Aa").matches(SubscriptionData.parse("BB").codes.__iter__().__next__())
-
-
-def test_broker_stage_casts_int64_tags_code_to_int_like_java():
-    sub = SubscriptionData.parse("TagA")
-    assert sub.matches(2598919 + (1 << 32))  # only the low 32 bits count
-    neg = SubscriptionData.parse("polygenelubricants")  # Java hash is Integer.MIN_VALUE
-    (code,) = neg.codes
-    assert code == -(1 << 31) and neg.matches(code & 0xFFFFFFFF)
-
-
-def test_all_matches_every_code():
-    assert SubscriptionData.parse("*").matches(123456789) and SubscriptionData.parse("*").matches_tag(None)
-
-
-def test_client_stage_exact_string_and_no_tags_dropped():
-    sub = SubscriptionData.parse("TagA || TagB")
-    assert sub.matches_tag("TagA") and sub.matches_tag("TagB")
-    assert not sub.matches_tag("BB") and not sub.matches_tag("taga") and not sub.matches_tag(" TagA")
-    assert not sub.matches_tag(None)  # messages without TAGS are dropped by a tag subscription
-
-
-def test_code_mask_is_vectorised_matches():
-    sub = SubscriptionData.parse("TagA || polygenelubricants")
-    codes = np.array([2598919, 2598920, 0, 2598919 + (1 << 32), -1 << 40], dtype=np.int64)
-    assert sub.code_mask(codes).tolist() == [sub.matches(int(c)) for c in codes]
-    assert SubscriptionData.parse("*").code_mask(codes).all()
-    assert not SubscriptionData.parse("||").code_mask(codes).any()
+    assert SubscriptionData.parse("Aa").codes == SubscriptionData.parse("BB").codes
+    assert SubscriptionData.parse("polygenelubricants").codes == {-(1 << 31)}  # Integer.MIN_VALUE
+    assert SubscriptionData.parse("*").codes == frozenset() and SubscriptionData.parse("*").sub_all
 
 
 @given(st.lists(st.text(min_size=1, max_size=6).filter(lambda t: "||" not in t), min_size=1, max_size=5))
@@ -116,4 +87,3 @@ def test_joined_tags_parse_back_to_their_trimmed_set(tags):
     if any(t.endswith("|") or t.startswith("|") for t in tags):
         return
     assert sub.tags == expected
-    assert all(sub.matches_tag(t) for t in expected)

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -128,7 +128,7 @@ def _delay_offsets_persisted(store: Path) -> bool:
     text = f.read_text()
     table = {int(k): int(v) for k, v in re.findall(r"(\d+)\s*:\s*(\d+)", text)}
     units = storefiles.cq_units(store)
-    for rel, data in units.items():
+    for rel, _data in units.items():
         topic, qid, _ = rel.split("/")
         if topic == "SCHEDULE_TOPIC_XXXX":
             total = sum(len(d) for r, d in units.items() if r.startswith(f"{topic}/{qid}/")) // storefiles.CQ_UNIT

@@ -508,8 +508,8 @@ def test_index_files_hold_every_key_java_indexed(ro_copy, oracle, monkeypatch):
     broker.conf (maxHashSlotNum 100,000, maxIndexNum 400,000), found from the bytes alone too, and an
     entry (hash of topic#key, commit-log offset) for UNIQ_KEY and every key of every message the Java
     client read."""
-    from rocketstream.store import index_file
-    from rocketstream.store.index_file import IndexService, build_key, index_key_hash
+    from rocketstream.store.files import index_file
+    from rocketstream.store.files.index_file import IndexService, build_key, index_key_hash
 
     paths = sorted((ro_copy / "index").iterdir())
     assert paths, "a 4.9.8 store without index/ files"
@@ -525,7 +525,7 @@ def test_index_files_hold_every_key_java_indexed(ro_copy, oracle, monkeypatch):
         entries = set()
         for f in index.files:
             e = f.entries()
-            entries |= set(zip(e["key_hash"].tolist(), e["phy_offset"].tolist()))
+            entries |= set(zip(e["key_hash"].tolist(), e["phy_offset"].tolist(), strict=True))
             del e
         begin = min(f.read_header().begin_phy_offset for f in index.files)
         end = index.indexed_end()
@@ -554,7 +554,8 @@ def test_query_message_matches_java_client_for_every_key(ro_store, oracle):
         got = [r.physical_offset for r in ro_store.query_message(topic, k)]
         want = sorted(o for o in expected if o >= cl_min)[-64:]
         if got != want:
-            errors.append(f"query_message({topic!r}, {k!r}): {got[:5]}... ({len(got)}), Java {want[:5]}... ({len(want)})")
+            errors.append(f"query_message({topic!r}, {k!r}): {got[:5]}... ({len(got)}), "
+                          f"Java {want[:5]}... ({len(want)})")
     for m in list(oracle.messages.values())[::7]:
         uniq = m["properties"].get("UNIQ_KEY")
         if uniq and m["commitLogOffset"] >= cl_min:

@@ -18,6 +18,7 @@ import zlib
 from pathlib import Path
 
 from reliutil import TOPIC, body
+
 from rocketstream.store import GetMessageStatus, MessageStore
 
 
@@ -51,7 +52,7 @@ def _follow_range(store: MessageStore, q: int, seen: list[int], bad: list[str]) 
     got = 0
     for batch in store.read_range(TOPIC, q, seen[q], hi, columns=["queueOffset", "queueId", "body"],
                                   check_crc=True):
-        for qoff, qid, data in zip(*(batch.column(i).to_pylist() for i in range(3))):
+        for qoff, qid, data in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):
             if qoff != seen[q] or qid != q or data != body(q, seen[q]):
                 bad.append(f"range q{q}@{seen[q]}: got queueOffset {qoff} queueId {qid} body {data[:24]!r}")
                 return got

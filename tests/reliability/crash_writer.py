@@ -16,11 +16,13 @@ import sys
 from pathlib import Path
 
 from reliutil import TOPIC, message, open_store
+
 from rocketstream.store import PutMessageStatus
 
 
 def main() -> None:
-    root, flush, ack_path, seed, queues = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    root, flush, ack_path = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    seed, queues = int(sys.argv[4]), int(sys.argv[5])
     rnd = random.Random(seed)
     ack = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     print("ready", flush=True)

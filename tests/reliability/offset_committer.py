@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from rocketstream.store.offsets import ConsumerOffsetManager
+from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
 
 def main() -> None:

@@ -15,8 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from rocketstream.store import Message, MessageStore, StoreConfig
 from spark_reliutil import TOPIC, spark_body
+
+from rocketstream.store import Message, MessageStore, StoreConfig
 
 
 def main() -> None:

@@ -10,6 +10,12 @@ from __future__ import annotations
 import json
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used, so importing this module stays light
+    import subprocess
+
+    import pyarrow as pa
 
 TOPIC = "RelSpark"
 
@@ -77,7 +83,7 @@ def file_sink_files(output: Path) -> list[Path]:
     return [Path(f.removeprefix("file://").removeprefix("file:")) for f in files]
 
 
-def spawn_logged(script: str, *args: object, log: Path) -> "subprocess.Popen":
+def spawn_logged(script: str, *args: object, log: Path) -> subprocess.Popen:
     """Run ``tests/reliability/<script>`` in a fresh interpreter in its own process group (so SIGKILL
     to the group takes the Spark JVM and its Python workers too), output to ``log``."""
     import os
@@ -95,7 +101,7 @@ def spawn_logged(script: str, *args: object, log: Path) -> "subprocess.Popen":
         out.close()
 
 
-def read_sink(output: Path, columns: list[str]) -> "pa.Table":
+def read_sink(output: Path, columns: list[str]) -> pa.Table:
     """Every row the file sink committed."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -130,7 +136,7 @@ def verify_rows(table, expected: dict[int, int], *, start: dict[int, int] | None
         if len(extra):
             problems.append(f"queue {q}: {len(extra)} unexpected offsets, first {extra[:5].tolist()}")
     bad = 0
-    for q, o, b in zip(qids.tolist(), offs.tolist(), bodies):
+    for q, o, b in zip(qids.tolist(), offs.tolist(), bodies, strict=True):
         if b != spark_body(q, o):
             bad += 1
             if bad <= 3:

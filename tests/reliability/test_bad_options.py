@@ -11,6 +11,7 @@ Table-driven. Every case runs twice over the same table:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,7 @@ CASES = [
          ("virtualNodeCnt",)),
     # enums
     Case("failOnDataLoss-maybe", {"failOnDataLoss": "maybe"}, ("failOnDataLoss", "maybe")),
+    Case("checkCRC-maybe", {"checkCRC": "maybe"}, ("checkCRC", "maybe")),
     Case("messageModel-unknown", {"messageModel": "CLUSTER"}, ("messageModel", "CLUSTER")),
     Case("allocateStrategy-unknown", {"allocateStrategy": "RANDOM"}, ("allocateStrategy", "RANDOM")),
     Case("consumeFromWhere-unknown", {"consumeFromWhere": "CONSUME_FROM_MIDDLE"}, ("consumeFromWhere",)),
@@ -64,16 +66,16 @@ CASES = [
     Case("endingTimestamp-float", {"endingTimestamp": "1e12"}, ("endingTimestamp",)),
     # startingOffsets / endingOffsets JSON
     Case("startingOffsets-word", {"startingOffsets": "sometime"}, ("startingOffsets", "sometime")),
-    Case("startingOffsets-malformed-json", {"startingOffsets": '{"%s": {' % TOPIC}, ("startingOffsets", "JSON")),
+    Case("startingOffsets-malformed-json", {"startingOffsets": f'{{"{TOPIC}": {{'}, ("startingOffsets", "JSON")),
     Case("startingOffsets-array", {"startingOffsets": "[1, 2]"}, ("startingOffsets",)),
     Case("startingOffsets-offset-string", {"startingOffsets": Q % (TOPIC, '"x"')}, ("startingOffsets",)),
     Case("startingOffsets-offset-minus3", {"startingOffsets": Q % (TOPIC, -3)}, ("startingOffsets",)),
-    Case("startingOffsets-queue-not-int", {"startingOffsets": '{"%s":{"broker-a":{"q":1}}}' % TOPIC},
+    Case("startingOffsets-queue-not-int", {"startingOffsets": f'{{"{TOPIC}":{{"broker-a":{{"q":1}}}}}}'},
          ("startingOffsets", "'q'")),
     Case("startingOffsets-unknown-topic", {"startingOffsets": Q % ("Other", 1)}, ("startingOffsets", "Other")),
-    Case("startingOffsets-unknown-queue", {"startingOffsets": '{"%s":{"broker-a":{"9":1}}}' % TOPIC},
+    Case("startingOffsets-unknown-queue", {"startingOffsets": f'{{"{TOPIC}":{{"broker-a":{{"9":1}}}}}}'},
          ("startingOffsets", "queueId=9")),
-    Case("startingOffsets-unknown-broker", {"startingOffsets": '{"%s":{"broker-z":{"0":1}}}' % TOPIC},
+    Case("startingOffsets-unknown-broker", {"startingOffsets": f'{{"{TOPIC}":{{"broker-z":{{"0":1}}}}}}'},
          ("startingOffsets", "broker-z")),
     Case("startingOffsets-beyond-end", {"startingOffsets": Q % (TOPIC, 999)}, ("startingOffsets", "999", "queueId=0")),
     Case("startingOffsets-beyond-end-stream", {"startingOffsets": Q % (TOPIC, 999)},
@@ -93,7 +95,8 @@ CASES = [
     Case("brokerName-empty", {"brokerName": ""}, ("brokerName",)),
     Case("subExpression-no-tag", {"subExpression": "||"}, ("subExpression", "||")),
     Case("allocateQueues-missing", {"allocateStrategy": "CONFIG"}, ("allocateQueues",)),
-    Case("allocateQueues-malformed", {"allocateStrategy": "CONFIG", "allocateQueues": "a:b"}, ("allocateQueues", "a:b")),
+    Case("allocateQueues-malformed", {"allocateStrategy": "CONFIG", "allocateQueues": "a:b"},
+         ("allocateQueues", "a:b")),
     Case("consumeridcs-missing", {"allocateStrategy": "MACHINE_ROOM"}, ("consumeridcs",)),
     Case("path-not-a-store", {}, ("no-such-store",), path="/nonexistent/no-such-store"),
     Case("path-missing", {}, ("path", "required"), path=None),
@@ -109,6 +112,7 @@ CASES = [
     Case("allocateQueues-without-config", {"allocateQueues": "0,1"}, ("allocateQueues", "allocateStrategy")),
     Case("virtualNodeCnt-without-consistent-hash", {"virtualNodeCnt": "3"}, ("virtualNodeCnt", "allocateStrategy")),
     Case("offsetsStoreDir-with-clustering", {"offsetsStoreDir": "/tmp/o"}, ("offsetsStoreDir", "BROADCASTING")),
+    Case("clientId-with-clustering", {"clientId": "c1"}, ("clientId", "BROADCASTING")),
 ]
 # one per way an error reaches Spark: schema() at load, batch planning, stream initialOffset
 SPARK_SAMPLE = {"numPartitions-not-int", "startingOffsets-malformed-json", "endingOffsets-beyond-end",
@@ -180,8 +184,28 @@ def store(tmp_path_factory) -> Path:
     return root
 
 
-def test_table_has_at_least_30_bad_values():
-    assert len(CASES) >= 30 and len({c.name for c in CASES}) == len(CASES)
+def _valid_options(store: Path) -> list[str]:
+    """The option names the source accepts, as its unknown-option error lists them."""
+    with pytest.raises(Exception) as info:  # noqa: B017 - the text is what is judged
+        run_direct(Case("probe", {"noSuchOption": "x"}, ()), store)
+    match = re.search(r"valid options: ([A-Za-z]+(?:, [A-Za-z]+)*)", str(info.value))
+    assert match, f"the unknown-option error lists no valid options: {info.value}"
+    return match.group(1).split(", ")
+
+
+def test_every_option_the_source_accepts_has_a_bad_case(store: Path) -> None:
+    """A new option without a row here fails: every accepted name is set (or named) by some case."""
+    covered = {name for c in CASES for name in c.options} | {n for c in CASES for n in c.needles}
+    missing = [name for name in _valid_options(store) if name not in covered]
+    assert not missing, f"options with no bad-value case: {missing}"
+    assert len({c.name for c in CASES}) == len(CASES), "duplicate case names"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["batch", "stream"])
+def test_the_cases_base_options_are_good(store: Path, stream: bool) -> None:
+    """Every case adds its bad value to ``topic`` + the test store: that base must plan without an error,
+    or the table's errors would not show that the bad value is what is caught."""
+    run_direct(Case("base", {}, (), stream=stream), store)
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)

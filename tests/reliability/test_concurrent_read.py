@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from reliutil import Figures, concurrent_sizes, open_store, spawn
 
 QUEUES = 4

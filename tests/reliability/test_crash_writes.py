@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from reliutil import TOPIC, Figures, body, message, open_store, spawn
 
 QUEUES = 3
@@ -64,7 +63,7 @@ def _verify(root: Path, flush: str, acked: list[int], ack_file: Path) -> list[st
                 problems.append(f"queue {q}: max offset {n} is beyond the acknowledged {acked[q]} + one put")
             seen = 0
             for batch in store.read_range(TOPIC, q, 0, n, columns=["queueOffset", "body", "queueId"]):
-                for qoff, data, qid in zip(*(batch.column(i).to_pylist() for i in range(3))):
+                for qoff, data, qid in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):
                     if qoff != seen or qid != q or data != body(q, seen):
                         problems.append(f"queue {q} offset {seen}: row (queueOffset {qoff}, queueId {qid}, "
                                         f"body {data[:20]!r}...) is not the message put there")

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from spark_reliutil import TOPIC, spark_body
 
 CL_FILE = 4096  # ~25 records per commit-log file
@@ -59,7 +58,8 @@ class Writer:
 
 def _start(spark, root: Path, ckpt: Path, seen: list, fail: bool, per_trigger: int):  # noqa: F811
     def sink(df, batch_id):
-        rows = [(r.queueId, r.queueOffset, bytes(r.body)) for r in df.select("queueId", "queueOffset", "body").collect()]
+        rows = [(r.queueId, r.queueOffset, bytes(r.body))
+                for r in df.select("queueId", "queueOffset", "body").collect()]
         seen.append((batch_id, rows))
 
     return (spark.readStream.format("rocketmq").option("topic", TOPIC).option("startingOffsets", "earliest")
@@ -108,7 +108,7 @@ def _check_rows(seen: list, maxes: dict[int, int], mins: dict[int, int]) -> list
                 problems.append(f"queue {q} offset {o}: torn or wrong body")
     for q in range(QUEUES):
         offs = per_queue.get(q, [])
-        if any(b <= a for a, b in zip(offs, offs[1:])):
+        if any(b <= a for a, b in zip(offs, offs[1:], strict=False)):
             problems.append(f"queue {q}: duplicated or out-of-order offsets")
         if not set(range(mins[q], maxes[q])) <= set(offs):
             problems.append(f"queue {q}: offsets of [{mins[q]}, {maxes[q]}) missing")
@@ -272,7 +272,7 @@ def test_retention_between_planning_and_reading(tmp_path: Path, fail: bool) -> N
             assert _LOST.search(str(err.value)).groups()[2:] == (TOPIC, "broker-a", str(err.value.queue_id))
             return
         rows = [(q, o) for t in tasks for b in reader.read(t)
-                for q, o in zip(b.column("queueId").to_pylist(), b.column("queueOffset").to_pylist())]
+                for q, o in zip(b.column("queueId").to_pylist(), b.column("queueOffset").to_pylist(), strict=True)]
     finally:
         writer.close()
     assert sorted(rows) == [(q, o) for q in (0, 1) for o in range(mins[q], 110)]
@@ -282,7 +282,7 @@ def test_reader_opening_while_retention_deletes_the_oldest_file(tmp_path: Path, 
     """Regression (found by the race campaign): a read-only open listed a commit-log file, retention
     deleted it before it was mapped, and the open failed with 'cannot map file' (planPartitions died)."""
     from rocketstream.store import MessageStore
-    from rocketstream.store.mapped_file import MappedFileQueue
+    from rocketstream.store.files.mapped_file import MappedFileQueue
 
     root = tmp_path / "broker-a"
     writer = Writer(root)

@@ -13,9 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
-
-from spark_reliutil import (TOPIC, checkpoint_committed_offsets, read_sink, spawn_logged, store_max_offsets,
-                            verify_rows)
+from spark_reliutil import (
+    TOPIC,
+    checkpoint_committed_offsets,
+    read_sink,
+    spawn_logged,
+    store_max_offsets,
+    verify_rows,
+)
 
 SCHEMA = "queueId int, queueOffset long, body binary"
 

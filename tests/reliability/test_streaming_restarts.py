@@ -20,9 +20,14 @@ import time
 from pathlib import Path
 
 import pytest
-
-from spark_reliutil import (TOPIC, checkpoint_committed_offsets, read_sink, spawn_logged, store_max_offsets,
-                            verify_rows)
+from spark_reliutil import (
+    TOPIC,
+    checkpoint_committed_offsets,
+    read_sink,
+    spawn_logged,
+    store_max_offsets,
+    verify_rows,
+)
 
 GROUP = "restart-group"
 BROKER = "broker-a"
@@ -88,7 +93,7 @@ def campaign(base: Path, restarts: int, total: int, rate: float, seed: int = 7) 
     expected = store_max_offsets(root)
     problems += verify_rows(read_sink(out, ["queueId", "queueOffset", "body"]), expected)
     committed = checkpoint_committed_offsets(ckpt) or {}
-    from rocketstream.store.offsets import ConsumerOffsetManager
+    from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
     table = {str(q): o for q, o in sorted(ConsumerOffsetManager(root, read_only=True).offsets_of(GROUP, TOPIC).items())}
     ckpt_ends = committed.get(TOPIC, {}).get(BROKER, {})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rocketstream import codec
 from rocketstream.store import Message, MessageStore, StoreConfig
-from rocketstream.store import format as fmt
 
 CL_SIZE = 4096
 CQ_SIZE = 20 * 16
@@ -24,16 +24,16 @@ def open_small(root: Path, **kw) -> MessageStore:
 
 def overhead(topic: str = "T", tags: str | None = None) -> int:
     """Record size of a message with an empty body built by ``sized``."""
-    props = {fmt.PROPERTY_UNIQ_KEY: UNIQ, fmt.PROPERTY_WAIT: "true"}
+    props = {codec.PROPERTY_UNIQ_KEY: UNIQ, codec.PROPERTY_WAIT: "true"}
     if tags:
-        props[fmt.PROPERTY_TAGS] = tags
-    return fmt.record_size(0, len(topic), len(fmt.encode_properties(props)))
+        props[codec.PROPERTY_TAGS] = tags
+    return codec.record_size(0, len(topic), len(codec.encode_properties(props)))
 
 
 def sized(record_size: int, topic: str = "T", tags: str | None = None, **kw) -> Message:
     """A message whose commit-log record is exactly ``record_size`` bytes."""
     body = b"x" * (record_size - overhead(topic, tags))
-    return Message(topic, body, tags=tags, properties={fmt.PROPERTY_UNIQ_KEY: UNIQ}, **kw)
+    return Message(topic, body, tags=tags, properties={codec.PROPERTY_UNIQ_KEY: UNIQ}, **kw)
 
 
 def count_uniq_keys_from_zero(m) -> None:
@@ -48,9 +48,8 @@ def count_uniq_keys_from_zero(m) -> None:
     def keys(n):
         return [f"{next(counter):032X}" for _ in range(n)]
 
-    m.setattr(fmt, "new_uniq_keys", keys)
-    m.setattr(fmt, "new_uniq_key", lambda: keys(1)[0])
-    m.setattr(fmt, "new_uniq_key_block",
+    m.setattr(codec, "new_uniq_key", lambda: keys(1)[0])
+    m.setattr(codec, "new_uniq_key_block",
               lambda n: np.frombuffer("".join(keys(n)).encode(), dtype=np.uint8).reshape(n, 32).copy())
 
 

@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rocketstream import codec
+from rocketstream.codec import CQ_DTYPE, HostAddress, decode_record, encode_record
+from rocketstream.codec import vectorized as vz
 from rocketstream.errors import CorruptStoreError
-from rocketstream.store import format as fmt
-from rocketstream.store import vectorized as vz
-from rocketstream.store.bulk_read import batch_bounds, read_range_batches
-from rocketstream.store.format import CQ_DTYPE, HostAddress, decode_record, encode_record
-from rocketstream.store.schema import MESSAGE_SCHEMA, project_schema, spark_ddl
+from rocketstream.store.read.bulk_read import batch_bounds, read_range_batches
+from rocketstream.store.read.schema import MESSAGE_SCHEMA, project_schema, spark_ddl
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 V4_BORN = HostAddress("10.1.2.3", 54321)
@@ -66,7 +66,7 @@ class FakeCommitLog:
                 or self.write_pos // self.file_size >= len(self.files):
             if self.files and self.write_pos // self.file_size < len(self.files):
                 rel = self.write_pos % self.file_size
-                self.files[-1][rel:rel + 8] = np.frombuffer(fmt.encode_blank(self.file_size - rel), np.uint8)
+                self.files[-1][rel:rel + 8] = np.frombuffer(codec.encode_blank(self.file_size - rel), np.uint8)
                 self.write_pos += self.file_size - rel
             self.files.append(np.zeros(self.file_size, dtype=np.uint8))
         offset = self.write_pos
@@ -77,8 +77,8 @@ class FakeCommitLog:
         if isinstance(props, dict):
             tags = props.get("TAGS")
         else:
-            tags = fmt.decode_properties(props).get("TAGS")
-        queue.append((offset, size, fmt.tags_code(tags)))
+            tags = codec.decode_properties(props).get("TAGS")
+        queue.append((offset, size, codec.tags_code(tags)))
         return offset
 
     def cq(self, topic: str, queue_id: int) -> np.ndarray:
@@ -141,11 +141,11 @@ def mixed_log() -> FakeCommitLog:
         if i % 6 == 5:
             del props["UNIQ_KEY"]
         body = bytes([i % 251]) * (i * 7 % 300)
-        sys_flag = fmt.TRANSACTION_COMMIT if i % 11 == 3 else 0
+        sys_flag = codec.TRANSACTION_COMMIT if i % 11 == 3 else 0
         if i % 8 == 7:
             body = b"compressible " * 40
-            stored, bits = fmt.compress_body(body, compression=(fmt.COMPRESSION_ZLIB, fmt.COMPRESSION_LZ4,
-                                                                 fmt.COMPRESSION_ZSTD)[i % 3])
+            stored, bits = codec.compress_body(body, compression=(codec.COMPRESSION_ZLIB, codec.COMPRESSION_LZ4,
+                                                                 codec.COMPRESSION_ZSTD)[i % 3])
             body, sys_flag = stored, sys_flag | bits
         log.append(topic="TopicA", queue_id=i % 2, body=body, properties=props, born_host=born, store_host=store,
                    sys_flag=sys_flag, flag=i, reconsume_times=i % 4, prepared_transaction_offset=i * 1000,
@@ -222,7 +222,7 @@ def test_all_ipv4_and_mixed_header_paths_agree_with_decode_record() -> None:
 
 message_strategy = st.fixed_dictionaries({
     "body": st.binary(max_size=200),
-    "compress": st.sampled_from([None, fmt.COMPRESSION_ZLIB, fmt.COMPRESSION_LZ4, fmt.COMPRESSION_ZSTD]),
+    "compress": st.sampled_from([None, codec.COMPRESSION_ZLIB, codec.COMPRESSION_LZ4, codec.COMPRESSION_ZSTD]),
     "born_v6": st.booleans(),
     "store_v6": st.booleans(),
     # raw properties, so empty names/values, missing separators and duplicates all occur
@@ -241,7 +241,7 @@ def test_random_records_match_per_record_decode(messages: list[dict], batch_byte
         raw_props = raw_props.replace(b"\x02\x02", b"\x02")
         body, sys_flag = m["body"], 0
         if m["compress"] is not None:
-            body, sys_flag = fmt.compress_body(body, compression=m["compress"])
+            body, sys_flag = codec.compress_body(body, compression=m["compress"])
         log.append(topic=m["topic"], queue_id=0, body=body, properties=raw_props,
                    born_host=V6_BORN if m["born_v6"] else V4_BORN, store_host=V6_STORE if m["store_v6"] else V4_STORE,
                    sys_flag=sys_flag)
@@ -267,14 +267,15 @@ def test_msg_id_is_uniq_key_else_offset_msg_id() -> None:
     log.append(topic="T", queue_id=0, properties={}, store_host=V6_STORE)
     rows = read_rows(log, "T", 0, columns=["msgId", "offsetMsgId"])
     assert rows[0]["msgId"] == "ABC"
-    assert rows[1]["msgId"] == rows[1]["offsetMsgId"] == fmt.offset_msg_id(V4_STORE, off)
+    assert rows[1]["msgId"] == rows[1]["offsetMsgId"] == codec.offset_msg_id(V4_STORE, off)
     assert len(rows[2]["msgId"]) == 56 and rows[2]["msgId"].startswith("20010DB8")
 
 
 def test_hosts_and_offset_ids_with_several_ipv4_addresses() -> None:
     log = FakeCommitLog(file_size=1 << 16)
     for i in range(30):
-        log.append(topic="T", queue_id=0, properties={"TAGS": "t"}, born_host=HostAddress(f"10.0.0.{i % 4}", 1000 + i % 3),
+        log.append(topic="T", queue_id=0, properties={"TAGS": "t"},
+                   born_host=HostAddress(f"10.0.0.{i % 4}", 1000 + i % 3),
                    store_host=HostAddress(f"192.168.1.{i % 2}", 10911 + i % 2))
     rows = read_rows(log, "T", 0)
     assert rows == expected_rows(log, "T", 0)
@@ -309,7 +310,7 @@ def test_no_units_yield_no_batches() -> None:
 
 # --- tag filtering ---------------------------------------------------------------------------
 def test_tag_filter_uses_tags_code_then_rechecks_the_string() -> None:
-    assert fmt.java_hash("Aa") == fmt.java_hash("BB")  # a real collision
+    assert codec.java_hash("Aa") == codec.java_hash("BB")  # a real collision
     log = FakeCommitLog()
     for i, tag in enumerate(["Aa", "BB", None, "C", "Aa", "BB"]):
         log.append(topic="T", queue_id=0, body=b"m%d" % i, properties={"TAGS": tag} if tag else {})
@@ -391,7 +392,7 @@ def corrupt_case(change: str) -> tuple[FakeCommitLog, np.ndarray, int]:
         log.poke(victim + 28, struct.pack(">q", victim + 8))
     elif change == "properties length":
         rec = decode_record(log.files[0], victim)
-        log.poke(victim + rec.total_size - len(fmt.encode_properties(rec.properties)) - 2, b"\x00\x01")
+        log.poke(victim + rec.total_size - len(codec.encode_properties(rec.properties)) - 2, b"\x00\x01")
     elif change == "body length":
         log.poke(victim + 84, struct.pack(">i", 100_000))
     elif change == "port":
@@ -448,7 +449,7 @@ def test_reread_under_a_tag_filter_keeps_only_fresh_units_that_match() -> None:
     good = log.cq("T", 0)
     torn = good.copy()
     torn[1]["size"] += 1                      # a matching unit torn: read again
-    torn[2]["tags_code"] = fmt.tags_code("a")  # a unit that looked like "a" but is "b" when read again
+    torn[2]["tags_code"] = codec.tags_code("a")  # a unit that looked like "a" but is "b" when read again
     torn[2]["size"] += 1
     batches = list(read_range_batches(log, torn, 0, topic="T", queue_id=0, broker_name="b",
                                       columns=["queueOffset", "tags"], tags={"a"}, reread=lambda a, b: good[a:b]))
@@ -477,7 +478,7 @@ def test_invalid_utf8_properties_read_with_replacement_characters() -> None:
 
 def test_undecompressable_body_raises() -> None:
     log = FakeCommitLog()
-    off = log.append(topic="T", queue_id=0, body=b"not zlib at all", sys_flag=fmt.FLAG_COMPRESSED)
+    off = log.append(topic="T", queue_id=0, body=b"not zlib at all", sys_flag=codec.FLAG_COMPRESSED)
     with pytest.raises(CorruptStoreError, match="decompress") as info:
         read_rows(log, "T", 0, columns=["body"])
     assert info.value.offset == off and info.value.path.endswith("00000000000000000000")
@@ -489,7 +490,7 @@ def test_gather_segments_handles_unsorted_and_overlapping_ranges() -> None:
     cases = [([0, 4, 8], [2, 3, 0]), ([8, 0, 4], [2, 3, 1]), ([0, 1, 0], [5, 5, 16])]
     for starts, lengths in cases:
         got = vz.gather_segments(buf, np.array(starts), np.array(lengths)).to_pylist()
-        assert got == [bytes(buf[s:s + n]) for s, n in zip(starts, lengths)]
+        assert got == [bytes(buf[s:s + n]) for s, n in zip(starts, lengths, strict=True)]
 
 
 def test_parse_properties_matches_decode_properties() -> None:
@@ -498,8 +499,8 @@ def test_parse_properties_matches_decode_properties() -> None:
             b"PREFIXED_A\x011\x02PREFIXED_B\x012\x02PREFIXED_A\x013\x02", b"\x02\x02\x01\x01", many,
             b"UNIQ_KEY\x01u\x02PREFIXED_B\x01z"]
     maps, cols = vz.parse_properties(pa.array(raws, pa.binary()).cast(pa.string()), ["k", "PREFIXED_B", "UNIQ_KEY"])
-    assert [dict(m) for m in maps.to_pylist()] == [fmt.decode_properties(r) for r in raws]
-    assert [len(m) for m in maps.to_pylist()] == [len(fmt.decode_properties(r)) for r in raws]  # no duplicates kept
+    assert [dict(m) for m in maps.to_pylist()] == [codec.decode_properties(r) for r in raws]
+    assert [len(m) for m in maps.to_pylist()] == [len(codec.decode_properties(r)) for r in raws]  # no duplicates kept
     assert cols["k"].to_pylist() == [None, None, "v\x01w", "w", None, None, None, None, None]
     assert cols["PREFIXED_B"].to_pylist() == [None] * 5 + ["2", None, None, "z"]
     assert cols["UNIQ_KEY"].to_pylist() == [None] * 8 + ["u"]
@@ -515,8 +516,9 @@ def test_parse_properties_uniform_batches_match_decode_properties() -> None:
     uniform = [rows(i) for i in range(40)]
     variants = {
         "uniform": uniform,
-        "name differs past 8 bytes": uniform[:7] + [uniform[7].replace(b"NAME_X", b"NAME_Y")
-                                                     .replace(b"LONG_PROPERTY_NAME", b"LONG_PROPERTY_NAMF")] + uniform[8:],
+        "name differs past 8 bytes": uniform[:7] + [
+            uniform[7].replace(b"NAME_X", b"NAME_Y").replace(b"LONG_PROPERTY_NAME", b"LONG_PROPERTY_NAMF")
+        ] + uniform[8:],
         "empty value": uniform[:3] + [uniform[3].replace(b"TAGS\x01T0", b"TAGS\x01")] + uniform[4:],
         "unterminated": uniform[:-1] + [uniform[-1][:-1]],
         "duplicate": uniform[:5] + [uniform[5].replace(b"K\x01", b"TAGS\x01")] + uniform[6:],
@@ -527,7 +529,7 @@ def test_parse_properties_uniform_batches_match_decode_properties() -> None:
         arr = pa.array([b"pad\x01x\x02"] + raws, pa.binary()).cast(pa.string())[1:]  # non-zero array offset
         maps, cols = vz.parse_properties(arr, ["TAGS", "UNIQ_KEY", "KEYS", "LONG_PROPERTY_NAME"])
         maps.validate(full=True)
-        expected = [fmt.decode_properties(r) for r in raws]
+        expected = [codec.decode_properties(r) for r in raws]
         assert [dict(m) for m in maps.to_pylist()] == expected, label
         assert [len(m) for m in maps.to_pylist()] == [len(e) for e in expected], label
         for name, col in cols.items():

@@ -4,10 +4,10 @@ import struct
 import zlib
 
 import pytest
-
-from rocketstream.store import Message, PutMessageStatus
-from rocketstream.store import format as fmt
 from storeutil import CL_SIZE, open_small, sized
+
+from rocketstream import codec
+from rocketstream.store import Message, PutMessageStatus
 
 
 def blank_at(store, offset):
@@ -22,8 +22,9 @@ def test_record_leaving_exactly_8_bytes_stays_then_blank_of_8(tmp_path):
         assert r1.ok and r1.physical_offset == 0 and r1.wrote_bytes == CL_SIZE - 8
         r2 = st.put_message(sized(200), 0)
         assert r2.physical_offset == CL_SIZE
-        assert blank_at(st, CL_SIZE - 8) == (8, fmt.BLANK_MAGIC)
-        assert [m.body for m in st.get_message("g", "T", 0, 0, 10).messages][:1] == [b"x" * len(sized(CL_SIZE - 8).body)]
+        assert blank_at(st, CL_SIZE - 8) == (8, codec.BLANK_MAGIC)
+        first = [m.body for m in st.get_message("g", "T", 0, 0, 10).messages][:1]
+        assert first == [b"x" * len(sized(CL_SIZE - 8).body)]
 
 
 @pytest.mark.parametrize("left", [0, 1, 7])
@@ -32,7 +33,7 @@ def test_record_leaving_less_than_8_bytes_moves_to_next_file(tmp_path, left):
         st.put_message(sized(1000), 0)
         r = st.put_message(sized(CL_SIZE - 1000 - left), 0)
         assert r.ok and r.physical_offset == CL_SIZE
-        assert blank_at(st, 1000) == (CL_SIZE - 1000, fmt.BLANK_MAGIC)
+        assert blank_at(st, 1000) == (CL_SIZE - 1000, codec.BLANK_MAGIC)
         assert r.queue_offset == 1
         assert st.get_message("g", "T", 0, 1, 1).messages[0].physical_offset == CL_SIZE
 
@@ -50,7 +51,7 @@ def test_batch_crossing_a_file_boundary_moves_as_a_whole(tmp_path):
         r = st.put_messages([sized(300) for _ in range(4)], 0)
         assert r.ok and r.count == 4 and r.physical_offset == CL_SIZE and r.queue_offset == 1
         assert r.wrote_bytes == 1200
-        assert blank_at(st, 3000) == (CL_SIZE - 3000, fmt.BLANK_MAGIC)
+        assert blank_at(st, 3000) == (CL_SIZE - 3000, codec.BLANK_MAGIC)
         offs = [m.physical_offset for m in st.get_message("g", "T", 0, 1, 10).messages]
         assert offs == [CL_SIZE, CL_SIZE + 300, CL_SIZE + 600, CL_SIZE + 900]
         assert [m.queue_offset for m in st.get_message("g", "T", 0, 0, 10).messages] == [0, 1, 2, 3, 4]
@@ -71,7 +72,7 @@ def test_batch_rules(tmp_path):
         big = Message("A", b"z" * 3000)
         r = st.put_messages([big], 0)
         assert r.ok   # batches are never compressed
-        assert st.look_message_by_offset(r.physical_offset).sys_flag & fmt.FLAG_COMPRESSED == 0
+        assert st.look_message_by_offset(r.physical_offset).sys_flag & codec.FLAG_COMPRESSED == 0
 
 
 def test_queue_offsets_per_topic_queue(tmp_path):
@@ -99,9 +100,9 @@ def test_uniq_key_wait_tags_keys_properties(tmp_path):
         assert rec.properties["WAIT"] == "true" and rec.tags == "TagA" and rec.keys == "k1 k2"
         assert rec.uniq_key == r.msg_ids[0] and len(r.msg_ids[0]) == 32
         assert rec.properties["p"] == "v"
-        assert r.offset_msg_ids == [fmt.offset_msg_id(("127.0.0.1", 10911), r.physical_offset)]
+        assert r.offset_msg_ids == [codec.offset_msg_id(("127.0.0.1", 10911), r.physical_offset)]
         u = st.read_cq_units("T", 0, 0, 1)[0]
-        assert int(u["tags_code"]) == fmt.java_hash("TagA")
+        assert int(u["tags_code"]) == codec.java_hash("TagA")
         r2 = st.put_message(Message("T", b"b", properties={"UNIQ_KEY": "MINE"}), 0)
         assert r2.msg_ids == ["MINE"]
 
@@ -111,18 +112,18 @@ def test_large_single_bodies_are_zlib_compressed(tmp_path):
         body = b"abc" * 200
         r = st.put_message(Message("T", body), 0)
         rec = st.look_message_by_offset(r.physical_offset)
-        assert rec.sys_flag & fmt.FLAG_COMPRESSED
+        assert rec.sys_flag & codec.FLAG_COMPRESSED
         assert zlib.decompress(rec.body) == body and rec.uncompressed_body() == body
         small = st.look_message_by_offset(st.put_message(Message("T", b"abc"), 0).physical_offset)
-        assert small.sys_flag & fmt.FLAG_COMPRESSED == 0
+        assert small.sys_flag & codec.FLAG_COMPRESSED == 0
 
 
 def test_prepared_and_rollback_are_stored_but_not_dispatched(tmp_path):
     with open_small(tmp_path / "s") as st:
         st.put_message(Message("T", b"n0"), 0)
-        r = st.put_message(Message("T", b"half", sys_flag=fmt.TRANSACTION_PREPARED), 0)
-        rb = st.put_message(Message("T", b"rb", sys_flag=fmt.TRANSACTION_ROLLBACK), 0)
-        c = st.put_message(Message("T", b"commit", sys_flag=fmt.TRANSACTION_COMMIT), 0)
+        r = st.put_message(Message("T", b"half", sys_flag=codec.TRANSACTION_PREPARED), 0)
+        rb = st.put_message(Message("T", b"rb", sys_flag=codec.TRANSACTION_ROLLBACK), 0)
+        c = st.put_message(Message("T", b"commit", sys_flag=codec.TRANSACTION_COMMIT), 0)
         assert r.ok and r.queue_offset == 0 and rb.queue_offset == 0
         assert st.look_message_by_offset(r.physical_offset).queue_offset == 0
         assert c.queue_offset == 1
@@ -135,10 +136,10 @@ def test_delay_level_rewrites_to_schedule_topic(tmp_path):
     with open_small(tmp_path / "s") as st:
         r = st.put_message(Message("T", b"later", delay_level=3), 2)
         rec = st.look_message_by_offset(r.physical_offset)
-        assert rec.topic == fmt.SCHEDULE_TOPIC and rec.queue_id == 2
+        assert rec.topic == codec.SCHEDULE_TOPIC and rec.queue_id == 2
         assert rec.properties["REAL_TOPIC"] == "T" and rec.properties["REAL_QID"] == "2"
         assert rec.properties["DELAY"] == "3"
-        u = st.read_cq_units(fmt.SCHEDULE_TOPIC, 2, 0, 1)[0]
+        u = st.read_cq_units(codec.SCHEDULE_TOPIC, 2, 0, 1)[0]
         assert int(u["tags_code"]) == rec.store_timestamp + 10_000
         r = st.put_message(Message("T", b"clamped", delay_level=99), 0)
         assert st.look_message_by_offset(r.physical_offset).queue_id == 17

@@ -6,9 +6,10 @@ import sys
 import time
 import zlib
 
+from storeutil import open_small
+
 from rocketstream.store import GetMessageStatus as S
 from rocketstream.store import MessageStore
-from storeutil import open_small
 
 N_PER_QUEUE = 300
 QUEUES = 3
@@ -56,7 +57,8 @@ def test_reader_process_never_sees_partial_records(tmp_path):
             for q in range(QUEUES):
                 r = ro.get_message("g", "C", q, seen[q], 32)
                 if r.status is not S.FOUND:
-                    assert r.status in (S.OFFSET_OVERFLOW_ONE, S.NO_MATCHED_LOGIC_QUEUE, S.NO_MESSAGE_IN_QUEUE), r.status
+                    assert r.status in (
+                        S.OFFSET_OVERFLOW_ONE, S.NO_MATCHED_LOGIC_QUEUE, S.NO_MESSAGE_IN_QUEUE), r.status
                     continue
                 units = ro.read_cq_units("C", q, seen[q], seen[q] + len(r.messages))   # validated
                 assert units["offset"].tolist() == [m.physical_offset for m in r.messages]

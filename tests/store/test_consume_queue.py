@@ -1,11 +1,9 @@
 """ConsumeQueue units: layout, file crossing, idempotent re-dispatch, pre-fill, truncation, min."""
 
 import numpy as np
-import pytest
 
-from rocketstream.errors import CorruptStoreError
-from rocketstream.store.consume_queue import PREFILL_SIZE, ConsumeQueue
-from rocketstream.store.format import CQ_DTYPE, encode_cq_unit
+from rocketstream.codec import CQ_DTYPE, encode_cq_unit
+from rocketstream.store.files.consume_queue import PREFILL_SIZE, ConsumeQueue
 
 PER_FILE = 4
 

@@ -22,10 +22,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketstream.store import Message, MessageStore
-from rocketstream.store import format as fmt
-from rocketstream.store import vectorized as vz
-from rocketstream.store.format import (
+from rocketstream import codec
+from rocketstream.codec import (
     CQ_DTYPE,
     HostAddress,
     decode_batch_body,
@@ -33,6 +31,8 @@ from rocketstream.store.format import (
     decode_record,
     encode_record,
 )
+from rocketstream.codec import vectorized as vz
+from rocketstream.store import Message, MessageStore
 from tests.store.storeutil import CQ_SIZE, open_small, small_config
 from tests.store.test_bulk_read import FakeCommitLog, expected_rows, read_rows
 
@@ -66,7 +66,7 @@ JAVA_UTF8 = [
 
 @pytest.mark.parametrize("raw,expected", JAVA_UTF8)
 def test_java_utf8_replacement_vectors(raw, expected):
-    assert fmt.decode_java_utf8(raw) == expected
+    assert codec.decode_java_utf8(raw) == expected
 
 
 def _java_oracle(tmp_dir: Path, inputs: list[bytes]) -> list[str] | None:
@@ -102,7 +102,7 @@ def test_java_utf8_matches_the_jdk_on_random_malformed_bytes(tmp_path):
     expected = _java_oracle(tmp_path, inputs)
     if expected is None:
         pytest.skip("no JDK (javac/java) on PATH")
-    mismatches = [(raw, want) for raw, want in zip(inputs, expected) if fmt.decode_java_utf8(raw) != want]
+    mismatches = [(raw, want) for raw, want in zip(inputs, expected, strict=True) if codec.decode_java_utf8(raw) != want]
     assert not mismatches, mismatches[:5]
 
 
@@ -113,7 +113,7 @@ names = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categor
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(names, names, max_size=6))
 def test_both_trailing_separator_forms_decode_alike(props):
-    raw = fmt.encode_properties(props)
+    raw = codec.encode_properties(props)
     assert decode_properties(raw) == props
     assert decode_properties(raw[:-1]) == props   # as 4.9.1-5.1.4 write it
 
@@ -122,7 +122,7 @@ def test_both_trailing_separator_forms_decode_alike(props):
 @given(st.binary(max_size=64))
 def test_random_property_bytes_never_raise_and_parse_the_java_string(raw):
     got = decode_properties(raw)
-    text = fmt.decode_java_utf8(raw)
+    text = codec.decode_java_utf8(raw)
     want = {}
     for segment in text.split("\x02"):   # MessageDecoder.string2messageProperties on the decoded string
         name, sep, value = segment.partition("\x01")
@@ -143,7 +143,7 @@ def test_invalid_utf8_in_topic_and_properties_decodes_like_java():
 
 
 def test_batch_inner_properties_keep_the_client_bytes_and_decode_like_java():
-    body = fmt.encode_batch_body([(0, b"a", b"TAGS\x01\xc3\x02UNIQ_KEY\x01U1"), (0, b"b", b"TAGS\x01ok")])
+    body = codec.encode_batch_body([(0, b"a", b"TAGS\x01\xc3\x02UNIQ_KEY\x01U1"), (0, b"b", b"TAGS\x01ok")])
     entries = decode_batch_body(body)
     assert [e.properties for e in entries] == [{"TAGS": "\ufffd", "UNIQ_KEY": "U1"}, {"TAGS": "ok"}]
 
@@ -196,7 +196,7 @@ def test_properties_text_repairs_only_the_invalid_rows():
     raws = [b"A\x011", b"B\x01\xed\xa0\x80", None, b"C\x01\xc3", b"", b"D\x01\xe2\x82\x02E\x01e"] * 7
     text = vz.properties_text(pa.array(raws, pa.binary()))
     assert text.type == pa.string()
-    assert text.to_pylist() == [None if r is None else fmt.decode_java_utf8(r) for r in raws]
+    assert text.to_pylist() == [None if r is None else codec.decode_java_utf8(r) for r in raws]
 
 
 # --- the bulk read path -----------------------------------------------------------------------------
@@ -246,8 +246,8 @@ def test_tag_filter_reads_the_tags_of_units_that_hold_a_cq_ext_address():
 @pytest.fixture
 def unterminated(monkeypatch):
     """Make our writer encode PROPERTIES as RocketMQ 4.9.1-5.1.4 do: no 0x02 after the last entry."""
-    original = fmt.encode_properties
-    monkeypatch.setattr(fmt, "encode_properties", lambda props: original(props)[:-1] if props else b"")
+    original = codec.encode_properties
+    monkeypatch.setattr(codec, "encode_properties", lambda props: original(props)[:-1] if props else b"")
 
 
 def _write(root: Path, messages: list[Message], **kw) -> list:
@@ -260,7 +260,7 @@ def test_msg_id_lookup_finds_a_uniq_key_that_is_the_last_property(tmp_path, unte
     _write(root, [Message("T", b"body-%d" % i) for i in range(5)])   # UNIQ_KEY is added last
     with MessageStore.open(root, read_only=True, config=small_config(root)) as ro:
         rec = ro.look_message_by_offset(ro.read_cq_units("T", 0, 2, 3)["offset"][0])
-        assert list(rec.properties)[-1] == fmt.PROPERTY_UNIQ_KEY
+        assert list(rec.properties)[-1] == codec.PROPERTY_UNIQ_KEY
         found = ro.message_by_msg_id(rec.uniq_key)
         assert found.physical_offset == rec.physical_offset and found.body == b"body-2"
 
@@ -287,7 +287,7 @@ def test_check_still_finds_a_body_crc_mismatch(tmp_path):
 
 
 def _crc_props(record_without_crc_tail: bytes) -> bytes:
-    crc = fmt.masked_crc32(record_without_crc_tail)
+    crc = codec.masked_crc32(record_without_crc_tail)
     return b"__CRC32#\x01" + str(crc).rjust(10, "0")[::-1].encode() + b"\x02"
 
 
@@ -299,19 +299,19 @@ def test_check_verifies_a_crc32_property_like_force_verify_prop_crc(tmp_path):
     # Rewrite record 0 (whose PROPERTIES end with 0x02) with a 5.x CRC tail, and move record 1 back into place.
     with MessageStore.open(root, read_only=True, config=small_config(root)) as ro:
         r0, r1 = (ro.look_message_by_offset(int(o)) for o in ro.read_cq_units("T", 0, 0, 2)["offset"])
-    props0 = fmt.encode_properties(r0.properties) + b"__CRC32#\x01" + b"0" * 10 + b"\x02"
+    props0 = codec.encode_properties(r0.properties) + b"__CRC32#\x01" + b"0" * 10 + b"\x02"
     fields = dict(topic="T", queue_id=0, sys_flag=0, born_timestamp=r0.born_timestamp, born_host=r0.born_host,
                   store_timestamp=r0.store_timestamp, store_host=r0.store_host)
     rec0 = encode_record(body=b"a", properties=props0, queue_offset=0, physical_offset=0, **fields)
     rec0 = rec0[:-20] + _crc_props(rec0[:-20])
-    rec1 = encode_record(body=b"b", properties=fmt.encode_properties(r1.properties), queue_offset=1,
+    rec1 = encode_record(body=b"b", properties=codec.encode_properties(r1.properties), queue_offset=1,
                          physical_offset=len(rec0), **fields)
     data[:len(rec0) + len(rec1)] = rec0 + rec1
     path.write_bytes(bytes(data))
     cq = root / "consumequeue" / "T" / "0" / f"{0:020d}"
     units = np.zeros(CQ_SIZE // 20, dtype=CQ_DTYPE)
-    units[0] = (0, len(rec0), fmt.java_hash("A"))
-    units[1] = (len(rec0), len(rec1), fmt.java_hash("A"))
+    units[0] = (0, len(rec0), codec.java_hash("A"))
+    units[1] = (len(rec0), len(rec1), codec.java_hash("A"))
     cq.write_bytes(units.tobytes())
     with MessageStore.open(root, read_only=True, config=small_config(root)) as ro:
         report = ro.check()
@@ -340,7 +340,7 @@ def test_check_validates_lmq_units_against_inner_multi_dispatch(tmp_path):
         "INNER_MULTI_DISPATCH": "%LMQ%a,%LMQ%b" if i % 2 else "%LMQ%a",
         "INNER_MULTI_QUEUE_OFFSET": f"{i},{i // 2}" if i % 2 else f"{i}"}) for i in range(4)]
     results = _write(root, msgs)
-    code = fmt.java_hash("A")
+    code = codec.java_hash("A")
     units = [(r.physical_offset, r.wrote_bytes, code) for r in results]
     _write_units(root, "%LMQ%a", 0, units)
     _write_units(root, "%LMQ%b", 0, [units[1], units[3]])
@@ -359,7 +359,7 @@ def test_check_validates_lmq_units_against_inner_multi_dispatch(tmp_path):
 def test_check_does_not_compare_tags_codes_held_in_consume_queue_ext(tmp_path):
     root = tmp_path / "s"
     results = _write(root, [Message("T", b"m", tags="A") for _ in range(3)])
-    units = [(r.physical_offset, r.wrote_bytes, fmt.java_hash("A")) for r in results]
+    units = [(r.physical_offset, r.wrote_bytes, codec.java_hash("A")) for r in results]
     units[1] = (units[1][0], units[1][1], EXT_ADDRESS)
     _write_units(root, "T", 0, units)
     with MessageStore.open(root, read_only=True, config=small_config(root)) as ro:
@@ -383,25 +383,49 @@ def test_custom_message_delay_level_sets_the_schedule_tags_code(tmp_path):
     with MessageStore.open(root, read_only=True, config=small_config(root, message_delay_level=DELAY_LEVELS)) as ro:
         got = {}
         for qid in range(3):
-            for offset, _, code in ro.read_cq_units(fmt.SCHEDULE_TOPIC, qid, 0, 10).tolist():
+            for offset, _, code in ro.read_cq_units(codec.SCHEDULE_TOPIC, qid, 0, 10).tolist():
                 got[offset] = (qid, code - ro.look_message_by_offset(offset).store_timestamp)
         # level 9 is clamped to the highest configured level (3 = 1m), as ScheduleMessageService does
         assert [got[r.physical_offset] for r in results] == [(0, 2000), (1, 7000), (2, 60_000), (2, 60_000)]
         assert ro.check().ok
-    # a checker that assumed the default levels would see every unit as wrong
+    # opened with the default levels (a broker's store opened by path, its broker.conf elsewhere): the
+    # schedule queues' units say which delays the store was written with, and check follows them
     with MessageStore.open(root, read_only=True, config=small_config(root)) as ro:
-        assert len(ro.check().problems) == 4
+        levels = ro.effective_delay_levels()
+        assert [levels[k] for k in (1, 2, 3)] == [2000, 7000, 60_000]
+        assert ro.check().ok, ro.check().problems
+
+
+def test_redispatch_uses_the_delays_the_store_was_written_with(tmp_path, caplog):
+    """Issue 10, finding 5: a writer that re-dispatched SCHEDULE_TOPIC_XXXX records with its own
+    messageDelayLevel wrote other delivery times than the broker that stored them (Java's schedule
+    service then delivers early or late)."""
+    root = tmp_path / "s"
+    results = _write(root, [Message("T", b"d%d" % i, delay_level=2) for i in range(3)],
+                     message_delay_level=DELAY_LEVELS)
+    cq_file = root / "consumequeue" / codec.SCHEDULE_TOPIC / "1" / f"{0:020d}"
+    data = bytearray(cq_file.read_bytes())
+    data[40:60] = bytes(20)                      # the third unit lost in a crash
+    cq_file.write_bytes(bytes(data))
+    (root / "abort").touch()
+    with caplog.at_level("WARNING"), MessageStore.open(root, config=small_config(root)) as st:
+        assert st.max_offset(codec.SCHEDULE_TOPIC, 1) == 3
+        offset, _, code = st.read_cq_units(codec.SCHEDULE_TOPIC, 1, 2, 3).tolist()[0]
+        assert offset == results[2].physical_offset
+        assert code - st.look_message_by_offset(offset).store_timestamp == 7000   # not the default 5 s
+        assert st.check().ok
+    assert "level 2 was stored with a delay of 7000 ms" in caplog.text
 
 
 def test_schedule_tags_code_java_rules():
     """``ScheduleMessageService.computeDeliverTimestamp``: +1000 ms for a level without a delay;
     level clamped to ``maxDelayLevel``; a level <= 0 keeps the TAGS hash."""
-    levels = fmt.parse_delay_levels(DELAY_LEVELS)
+    levels = codec.parse_delay_levels(DELAY_LEVELS)
     assert levels == (2000, 7000, 60_000)
-    sched = fmt.SCHEDULE_TOPIC
-    assert fmt.cq_tags_code(sched, {"DELAY": "2"}, 100, delay_levels=levels) == 7100
-    assert fmt.cq_tags_code(sched, {"DELAY": "+3"}, 100, delay_levels=levels) == 60_100
-    assert fmt.cq_tags_code(sched, {"DELAY": "40"}, 100, delay_levels=levels) == 60_100
-    assert fmt.cq_tags_code(sched, {"DELAY": "0", "TAGS": "A"}, 100, delay_levels=levels) == fmt.java_hash("A")
-    assert fmt.cq_tags_code(sched, {"DELAY": "-2"}, 100, delay_levels=levels) == 0
-    assert fmt.cq_tags_code(sched, {"DELAY": "2"}, 100, delay_levels={1: 2000, 3: 9000}) == 1100
+    sched = codec.SCHEDULE_TOPIC
+    assert codec.cq_tags_code(sched, {"DELAY": "2"}, 100, delay_levels=levels) == 7100
+    assert codec.cq_tags_code(sched, {"DELAY": "+3"}, 100, delay_levels=levels) == 60_100
+    assert codec.cq_tags_code(sched, {"DELAY": "40"}, 100, delay_levels=levels) == 60_100
+    assert codec.cq_tags_code(sched, {"DELAY": "0", "TAGS": "A"}, 100, delay_levels=levels) == codec.java_hash("A")
+    assert codec.cq_tags_code(sched, {"DELAY": "-2"}, 100, delay_levels=levels) == 0
+    assert codec.cq_tags_code(sched, {"DELAY": "2"}, 100, delay_levels={1: 2000, 3: 9000}) == 1100

@@ -16,11 +16,16 @@ import time
 from pathlib import Path
 
 import pytest
-
-from rocketstream.errors import NotAStoreError, StoreConfigError, StoreLockedError, UnsupportedLayoutError
-from rocketstream.store import Message, MessageStore, StoreConfig
-from rocketstream.store.config import _parse_properties
 from storeutil import CL_SIZE, CQ_SIZE, open_small
+
+from rocketstream.errors import (
+    NotAStoreError,
+    StoreConfigError,
+    StoreLockedError,
+    UnsupportedLayoutError,
+)
+from rocketstream.store import Message, MessageStore, StoreConfig
+from rocketstream.store.meta.config import parse_properties
 
 HOUR = 3600
 
@@ -140,7 +145,7 @@ def test_properties_syntax():
             "m=first\n"
             "m=second\r"
             "n=last\\")
-    assert _parse_properties(text) == {
+    assert parse_properties(text) == {
         "a": "1", "b": "2", "c": "3", "d": "4  ", "e": "5", "f": "sixseven# not a comment",
         "g": "\t\nA=:\\x", "h i": "j", "k": "\\", "l": "", "m": "second", "n": "last"}
 

@@ -14,14 +14,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from storeutil import small_config
 
+from rocketstream import codec
 from rocketstream.errors import CorruptStoreError, OptionError, StoreConfigError
 from rocketstream.store import Message, MessageStore
-from rocketstream.store import format as fmt
-from rocketstream.store import index_file as ix
-from rocketstream.store.index_file import IndexFile, IndexService, build_key, index_key_hash
-
-from storeutil import small_config
+from rocketstream.store.files import index_file as ix
+from rocketstream.store.files.index_file import (
+    IndexFile,
+    IndexService,
+    build_key,
+    index_key_hash,
+)
 
 T0 = 1_700_000_000_000
 
@@ -59,9 +63,9 @@ class IndexBuilder:
 
     def put_record(self, topic: str, props: dict[str, str], phy: int, store_ts: int) -> None:
         """IndexService.buildIndex for one record: UNIQ_KEY, then every non-empty key of KEYS."""
-        if props.get(fmt.PROPERTY_UNIQ_KEY):
-            self.put(build_key(topic, props[fmt.PROPERTY_UNIQ_KEY]), phy, store_ts)
-        for k in (props.get(fmt.PROPERTY_KEYS) or "").split(" "):
+        if props.get(codec.PROPERTY_UNIQ_KEY):
+            self.put(build_key(topic, props[codec.PROPERTY_UNIQ_KEY]), phy, store_ts)
+        for k in (props.get(codec.PROPERTY_KEYS) or "").split(" "):
             if k:
                 self.put(build_key(topic, k), phy, store_ts)
 
@@ -106,7 +110,7 @@ def test_key_hash_matches_the_spec_vector():
 
 
 def test_key_hash_of_integer_min_value_is_zero():
-    assert fmt.java_hash("polygenelubricants") == -(1 << 31)
+    assert codec.java_hash("polygenelubricants") == -(1 << 31)
     assert index_key_hash("polygenelubricants") == 0
 
 

@@ -3,7 +3,7 @@ import os
 import pytest
 
 from rocketstream.errors import CorruptStoreError
-from rocketstream.store.mapped_file import MappedFileQueue, file_name
+from rocketstream.store.files.mapped_file import MappedFileQueue, file_name
 
 
 def test_file_names_are_20_digit_offsets():

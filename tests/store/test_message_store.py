@@ -4,12 +4,17 @@ import os
 import struct
 
 import pytest
+from storeutil import CL_SIZE, CQ_SIZE, open_small, small_config
 
-from rocketstream.errors import CorruptStoreError, NotAStoreError, StoreConfigError, StoreError
+from rocketstream.errors import (
+    CorruptStoreError,
+    NotAStoreError,
+    StoreConfigError,
+    StoreError,
+)
 from rocketstream.store import GetMessageStatus as S
 from rocketstream.store import Message, MessageStore, StoreConfig
-from rocketstream.store.mapped_file import file_name
-from storeutil import CL_SIZE, CQ_SIZE, open_small, small_config
+from rocketstream.store.files.mapped_file import file_name
 
 
 def fill(root, n=40, topic="T", queue=0, clock=None, **kw):
@@ -167,7 +172,7 @@ def test_get_message_in_memory_limits(tmp_path):
         r = st.get_message("g", "T", 0, 0, 32)
         assert len(r.messages) == 4 and r.next_begin_offset == 4
     with open_small(tmp_path / "b", max_transfer_bytes_on_message_in_memory=500) as st:
-        for i in range(5):
+        for _i in range(5):
             st.put_message(Message("T", b"x" * 200), 0)
         r = st.get_message("g", "T", 0, 0, 32)
         assert len(r.messages) == 1 and r.next_begin_offset == 1   # first message is always taken

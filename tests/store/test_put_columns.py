@@ -11,24 +11,24 @@ import zlib
 import numpy as np
 import pytest
 
-from rocketstream.store import format as fmt
+from rocketstream import codec
 
 
 @pytest.mark.parametrize("size", [0, 1, 7, 255, 256, 4096, 70_000])
 def test_crc32_is_zlibs_crc32_for_every_buffer_kind(size):
     data = os.urandom(size)
     arr = np.frombuffer(data, dtype=np.uint8)
-    assert fmt.crc32(data) == zlib.crc32(data)
-    assert fmt.crc32(memoryview(data)[1:]) == zlib.crc32(data[1:])
-    assert fmt.crc32(arr[size // 3:]) == zlib.crc32(data[size // 3:])
-    assert fmt.masked_crc32(data) == zlib.crc32(data) & 0x7FFFFFFF
+    assert codec.crc32(data) == zlib.crc32(data)
+    assert codec.crc32(memoryview(data)[1:]) == zlib.crc32(data[1:])
+    assert codec.crc32(arr[size // 3:]) == zlib.crc32(data[size // 3:])
+    assert codec.masked_crc32(data) == zlib.crc32(data) & 0x7FFFFFFF
 
 
 def test_crc32_falls_back_to_zlib_without_isal():
     code = ("import sys, zlib; sys.modules['isal'] = None; sys.modules['isal.isal_zlib'] = None\n"
-            "from rocketstream.store import format as fmt\n"
-            "assert fmt.crc32 is zlib.crc32, fmt.crc32\n"
-            "assert fmt.masked_crc32(b'hi') == 1486039724\n")
+            "from rocketstream import codec\n"
+            "assert codec.crc32 is zlib.crc32, codec.crc32\n"
+            "assert codec.masked_crc32(b'hi') == 1486039724\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -38,10 +38,16 @@ import time  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
-from rocketstream.store import HostAddress, Message, MessageStore, PutMessageStatus, StoreConfig  # noqa: E402
-from rocketstream.store import message_store  # noqa: E402
 from storeutil import count_uniq_keys_from_zero, store_bytes  # noqa: E402
+
+from rocketstream.store import (  # noqa: E402
+    HostAddress,
+    Message,
+    MessageStore,
+    PutMessageStatus,
+    StoreConfig,
+    message_store,  # noqa: E402
+)
 
 NOW = 1_700_000_000_000
 
@@ -64,15 +70,18 @@ def _both(tmp_path, monkeypatch, batches, *, expect_columns=True, **cfg):
     out = []
     for name in ("columns", "messages"):
         root = tmp_path / name
-        config = StoreConfig(root, mapped_file_size_commit_log=cfg.pop("file_size", 1 << 16),
-                             mapped_file_size_consume_queue=20 * 64, **cfg) if name == "columns" else \
-            StoreConfig(root, mapped_file_size_commit_log=config.mapped_file_size_commit_log,
-                        mapped_file_size_consume_queue=20 * 64, **cfg)
+        if name == "columns":
+            config = StoreConfig(root, mapped_file_size_commit_log=cfg.pop("file_size", 1 << 16),
+                                 mapped_file_size_consume_queue=20 * 64, **cfg)
+        else:  # the same file size as the columns store (set in the first iteration)
+            config = StoreConfig(root, mapped_file_size_commit_log=config.mapped_file_size_commit_log,
+                                 mapped_file_size_consume_queue=20 * 64, **cfg)
         with monkeypatch.context() as m:
             _deterministic(m)
             built = []
             real = message_store.build_columns
-            m.setattr(message_store, "build_columns", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
+            m.setattr(message_store, "build_columns",
+                      lambda *a, **k: built.append(real(*a, **k)) or built[-1])  # noqa: B023 - this iteration only
             with MessageStore.open(root, config=config) as store:
                 results = []
                 for t, q, bodies, kw in batches:
@@ -115,10 +124,10 @@ COLUMN_CASES = {
     "scalar flag and born host": lambda: [("T", 0, _bodies(5), dict(flag=7, born_timestamp=NOW - 5,
                                                                      born_host=HostAddress("10.1.2.3", 65535)))],
     "ipv6 born host": lambda: [("T", 0, _bodies(5), dict(tags="x", born_host=HostAddress("::1", 7)))],
-    "rolls over files with blank records": lambda: [("T", i % 4, _bodies(100, lambda j: (j * 13 + i) % 400),
-                                                     dict(tags=[f"T{j % 3}" for j in range(100)],
-                                                          keys=[f"key-{i}-{j}" for j in range(100)]))
-                                                    for i in range(10)],
+    "rolls over files with blank records": lambda: [
+        ("T", i % 4, _bodies(100, lambda j: (j * 13 + i) % 400),  # noqa: B023 - _bodies calls it at once
+         dict(tags=[f"T{j % 3}" for j in range(100)], keys=[f"key-{i}-{j}" for j in range(100)]))
+        for i in range(10)],
     "bytearray and memoryview bodies": lambda: [("T", 0, [bytearray(b"ab"), memoryview(b"cde"), b"f"], dict(tags="x"))],
 }
 
@@ -197,7 +206,7 @@ def test_put_batch_keys_are_unique_and_fresh(tmp_path):
 @given(st.lists(st.tuples(st.one_of(st.none(), st.text(max_size=5)), st.one_of(st.none(), st.text(max_size=5)),
                           st.binary(max_size=20)), min_size=1, max_size=6))
 def test_any_tags_and_keys_same_bytes_or_same_refusal(tmp_path_factory, monkeypatch, items):
-    tags, keys, bodies = (list(c) for c in zip(*items))
+    tags, keys, bodies = (list(c) for c in zip(*items, strict=True))
     out = _both(tmp_path_factory.mktemp("h"), monkeypatch, [("T", 0, bodies, dict(tags=tags, keys=keys))],
                 expect_columns=False)
     assert out[0] == out[1]

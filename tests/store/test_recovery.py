@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from storeutil import CL_SIZE, CQ_SIZE, open_small
 
+from rocketstream import codec
 from rocketstream.errors import CorruptStoreError, StoreLockedError
 from rocketstream.store import Message, MessageStore
-from rocketstream.store import format as fmt
-from rocketstream.store.mapped_file import file_name
-from storeutil import CL_SIZE, CQ_SIZE, open_small
+from rocketstream.store.files.mapped_file import file_name
 
 TOPICS = [("A", 0), ("A", 1), ("B", 0)]
 
@@ -36,7 +36,7 @@ def build(root: Path) -> list[tuple[int, int, str, int, bytes]]:
                     off += size
             else:
                 body = b"m%d-" % i + b"#" * rnd.randrange(400)
-                r = st.put_message(Message(topic, body, tags="t%d" % (i % 2)), q)
+                r = st.put_message(Message(topic, body, tags=f"t{i % 2}"), q)
                 out.append((r.physical_offset, r.wrote_bytes, topic, q, body))
     return out
 
@@ -67,7 +67,7 @@ def expected_after_cut(records, at):
     kept = []
     for r in records:
         off, size, topic, _, body = r
-        props_start = off + fmt.record_size(len(body), len(topic), 0)
+        props_start = off + codec.record_size(len(body), len(topic), 0)
         if off + size <= at or props_start <= at < off + size:
             kept.append(r)
     return kept
@@ -230,7 +230,8 @@ def test_second_writer_in_same_process_is_refused(tmp_path):
 
 def test_second_writer_process_is_refused(tmp_path):
     root = tmp_path / "s"
-    code = ("import sys\nfrom rocketstream.store import MessageStore\nfrom rocketstream.errors import StoreLockedError\n"
+    code = ("import sys\nfrom rocketstream.store import MessageStore\n"
+            "from rocketstream.errors import StoreLockedError\n"
             "try:\n    MessageStore.open(sys.argv[1])\nexcept StoreLockedError as e:\n    print('LOCKED', e)\n")
     with open_small(root):
         out = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=60)
@@ -240,7 +241,7 @@ def test_second_writer_process_is_refused(tmp_path):
 def test_short_commit_log_file_is_corruption(tmp_path):
     root = tmp_path / "s"
     with open_small(root) as st:
-        for i in range(30):
+        for _i in range(30):
             st.put_message(Message("A", b"y" * 200), 0)
     last = sorted(os.listdir(root / "commitlog"))[-1]
     os.truncate(root / "commitlog" / last, 1000)

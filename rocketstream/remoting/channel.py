@@ -1,0 +1,240 @@
+"""One TCP connection speaking the remoting protocol, either end (``NettyRemotingAbstract``).
+
+A :class:`Channel` reads frames in one task per connection, matches responses to pending requests
+by opaque (``processResponseCommand``), and hands requests to a handler (``processRequestCommand``):
+
+* unknown code -> ``REQUEST_CODE_NOT_SUPPORTED`` (3) with remark ``" request type N not supported"``;
+* a handler exception -> ``SYSTEM_ERROR`` (1) with the exception as remark (never for oneway);
+* a malformed or oversized frame -> this connection is closed, nothing else is affected
+  (``NettyDecoder`` closes the channel on a decode error).
+
+Both ends may send requests (the broker sends ``NOTIFY_CONSUMER_IDS_CHANGED`` to clients), so the
+server's and the client's connections are the same class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Union
+
+from rocketstream.errors import FrameError, RemotingConnectError, RemotingError, RemotingTimeoutError
+from rocketstream.remoting.codes import ResponseCode, code_name
+from rocketstream.remoting.command import (
+    MAX_FRAME_LENGTH, ONEWAY_FLAG, RemotingCommand, decode_frame, encode_frame, frame_body_length,
+)
+
+__all__ = ["Channel", "RequestHandler", "next_opaque", "DEFAULT_TIMEOUT_S"]
+
+log = logging.getLogger("rocketstream.remoting")
+
+DEFAULT_TIMEOUT_S = 3.0   # ClientConfig.mqClientApiTimeout (3000 ms)
+
+HandlerResult = Union[RemotingCommand, None, Awaitable[Union[RemotingCommand, None]]]
+RequestHandler = Callable[["Channel", RemotingCommand], HandlerResult]
+
+# RemotingCommand.requestId: one process-wide counter shared by all connections, wrapping in int32
+_OPAQUES = itertools.count(1)
+
+
+def next_opaque() -> int:
+    return ((next(_OPAQUES) + 2**31) % 2**32) - 2**31
+
+
+def _exception_remark(exc: BaseException) -> str:
+    """``RemotingHelper.exceptionSimpleDesc``-like: the exception's class and message."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Channel:
+    """A connected remoting peer. ``handler(channel, request)`` answers requests (may be async);
+    ``None`` means "no handler": every request is answered with code 3."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                 handler: RequestHandler | None = None, max_frame: int = MAX_FRAME_LENGTH,
+                 on_close: Callable[[Channel], None] | None = None, name: str = "remoting") -> None:
+        self._reader = reader
+        self._writer = writer
+        self.handler = handler
+        self.max_frame = max_frame
+        self._on_close = on_close
+        self.name = name
+        peer = writer.get_extra_info("peername")
+        self.addr = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._closed = asyncio.Event()
+        self._reader_task: asyncio.Task | None = None
+        self.last_activity = time.monotonic()
+        self.close_reason: str | None = None
+
+    # --- lifecycle
+    def start(self) -> Channel:
+        self._reader_task = asyncio.get_running_loop().create_task(self._read_loop(),
+                                                                   name=f"{self.name}-reader-{self.addr}")
+        return self
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    def close(self, reason: str = "closed locally") -> None:
+        """Close the connection; pending requests fail with RemotingConnectError naming the peer."""
+        if self._closed.is_set():
+            return
+        self.close_reason = reason
+        self._closed.set()
+        with contextlib.suppress(Exception):
+            self._writer.close()
+        for opaque, fut in list(self._pending.items()):
+            if not fut.done():
+                fut.set_exception(RemotingConnectError(f"connection closed ({reason}) while waiting for "
+                                                       f"the response to opaque {opaque}", addr=self.addr))
+        self._pending.clear()
+        current = asyncio.current_task()
+        if self._reader_task is not None and self._reader_task is not current:
+            self._reader_task.cancel()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
+        if self._on_close is not None:
+            try:
+                self._on_close(self)
+            except Exception:   # a close listener must not stop the close; it is logged, not hidden
+                log.exception("%s: close listener failed for %s", self.name, self.addr)
+
+    async def aclose(self) -> None:
+        self.close()
+        with contextlib.suppress(Exception):
+            await self._writer.wait_closed()
+        if self._reader_task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader_task
+
+    # --- sending
+    async def send(self, cmd: RemotingCommand) -> None:
+        if self.closed:
+            raise RemotingConnectError(f"connection is closed ({self.close_reason})", addr=self.addr)
+        frame = encode_frame(cmd)
+        try:
+            self._writer.write(frame)
+            await self._writer.drain()
+        except (ConnectionError, OSError) as exc:
+            self.close(f"write failed: {exc}")
+            raise RemotingConnectError(f"write failed: {exc}", addr=self.addr) from exc
+        self.last_activity = time.monotonic()
+
+    async def invoke(self, request: RemotingCommand, timeout: float = DEFAULT_TIMEOUT_S) -> RemotingCommand:
+        """Send a request and wait for its response (``invokeSync``); RemotingTimeoutError names the
+        peer, the request code and the timeout."""
+        request.opaque = next_opaque()
+        request.flag &= ~ONEWAY_FLAG
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._pending[request.opaque] = fut
+        try:
+            await self.send(request)
+            return await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            raise RemotingTimeoutError(
+                f"no response to {code_name(request.code)} (opaque {request.opaque}) within {timeout:g} s",
+                addr=self.addr, code=request.code, timeout_s=timeout) from None
+        finally:
+            self._pending.pop(request.opaque, None)
+
+    async def invoke_oneway(self, request: RemotingCommand) -> None:
+        """Send a request that gets no response (``invokeOneway``: flag bit RPC_ONEWAY)."""
+        request.opaque = next_opaque()
+        request.flag |= ONEWAY_FLAG
+        await self.send(request)
+
+    # --- receiving
+    async def _read_loop(self) -> None:
+        reason = "peer closed the connection"
+        try:
+            while True:
+                prefix = await self._reader.readexactly(4)
+                length = frame_body_length(prefix, max_frame=self.max_frame, addr=self.addr)
+                data = await self._reader.readexactly(length)
+                self.last_activity = time.monotonic()
+                cmd = decode_frame(data, addr=self.addr)
+                if cmd.is_response:
+                    fut = self._pending.get(cmd.opaque)
+                    if fut is not None and not fut.done():
+                        fut.set_result(cmd)
+                    else:   # processResponseCommand: logged and dropped
+                        log.debug("%s: response with unknown opaque %d from %s", self.name, cmd.opaque, self.addr)
+                    continue
+                await self._dispatch(cmd)
+        except asyncio.IncompleteReadError as exc:
+            reason = "peer closed the connection" if not exc.partial else \
+                f"peer closed the connection in the middle of a frame ({len(exc.partial)} bytes)"
+        except FrameError as exc:
+            reason = f"bad frame: {exc}"
+            log.warning("%s: closing connection: %s", self.name, exc)
+        except (ConnectionError, OSError) as exc:
+            reason = f"connection error: {exc}"
+        except RemotingError as exc:   # a response could not be written
+            reason = str(exc)
+        except asyncio.CancelledError:
+            reason = self.close_reason or "cancelled"
+            raise
+        finally:
+            self.close(reason)
+
+    async def _dispatch(self, request: RemotingCommand) -> None:
+        try:
+            result = self.handler(self, request) if self.handler is not None else None
+            if self.handler is None:
+                result = unsupported(request)
+            if inspect.isawaitable(result):   # an async processor runs on its own; the reader goes on
+                task = asyncio.get_running_loop().create_task(self._finish(request, result))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                return
+        except Exception as exc:   # NettyRemotingAbstract: a processor exception becomes SYSTEM_ERROR
+            result = self._error_response(request, exc)
+        await self._respond(request, result)
+
+    async def _finish(self, request: RemotingCommand, pending: Awaitable) -> None:
+        try:
+            result = await pending
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            result = self._error_response(request, exc)
+        try:
+            await self._respond(request, result)
+        except RemotingError as exc:
+            log.debug("%s: could not answer %s: %s", self.name, self.addr, exc)
+
+    def _error_response(self, request: RemotingCommand, exc: Exception) -> RemotingCommand:
+        if not isinstance(exc, RemotingError):
+            log.exception("%s: processing %s from %s failed", self.name, code_name(request.code), self.addr)
+        else:
+            log.info("%s: %s from %s: %s", self.name, code_name(request.code), self.addr, exc)
+        return request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(exc))
+
+    async def _respond(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        if response is None or request.is_oneway:
+            return
+        response.opaque = request.opaque
+        response.flag |= 1
+        try:
+            encode_frame(response)
+        except FrameError as exc:   # e.g. a body over the frame limit: the peer still gets an answer
+            response = request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(exc))
+        await self.send(response)
+
+
+def unsupported(request: RemotingCommand) -> RemotingCommand:
+    """``REQUEST_CODE_NOT_SUPPORTED`` as NettyRemotingAbstract.processRequestCommand words it."""
+    return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                            f" request type {request.code} not supported")

@@ -1,0 +1,315 @@
+"""RemotingCommand and its frame codec (spec 1.2-1.7; ``RemotingCommand.encode/decode``,
+``RocketMQSerializable.rocketMQProtocolEncode/Decode``, ``NettyDecoder``).
+
+A frame is ``int32 length | uint8 serializeType, uint24 headerLength | header | body`` with ``length``
+counting everything after itself. The header is either fastjson's JSON of the command (type 0) or
+RocketMQ's binary layout (type 1); every frame is decoded by its own type byte. Anything that is not a
+valid frame raises :class:`FrameError` and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+
+from rocketstream.errors import FrameError, HeaderFieldError
+from rocketstream.remoting.codes import LanguageCode, Version
+
+__all__ = [
+    "RemotingCommand", "SerializeType", "MAX_FRAME_LENGTH", "RESPONSE_FLAG", "ONEWAY_FLAG",
+    "encode_frame", "decode_frame", "frame_body_length",
+]
+
+# NettyDecoder: LengthFieldBasedFrameDecoder(16777216, ...) counts the 4 length bytes too
+MAX_FRAME_LENGTH = 16 * 1024 * 1024
+RESPONSE_FLAG = 1 << 0   # RemotingCommand.RPC_TYPE
+ONEWAY_FLAG = 1 << 1     # RemotingCommand.RPC_ONEWAY
+
+_INT32 = struct.Struct(">i")
+_PREFIX = struct.Struct(">iI")
+_BIN_FIXED = struct.Struct(">hBhii")   # code, language, version, opaque, flag (rocketMQProtocolEncode)
+_INT16 = struct.Struct(">h")
+
+
+class SerializeType:
+    JSON = 0
+    ROCKETMQ = 1
+    NAMES = {0: "JSON", 1: "ROCKETMQ"}
+
+
+@dataclass(slots=True)
+class RemotingCommand:
+    """One request or response. ``ext_fields`` is the custom header (``extFields``, string values);
+    ``serialize_type`` is the header encoding the command arrived in / will be sent with."""
+
+    code: int
+    language: str = "PYTHON"
+    version: int = Version.CURRENT
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    ext_fields: dict[str, str] | None = None
+    body: bytes | None = None
+    serialize_type: int = SerializeType.JSON
+
+    # --- construction (RemotingCommand.createRequestCommand / createResponseCommand)
+    @classmethod
+    def request(cls, code: int, fields: dict[str, object] | None = None, body: bytes | None = None, *,
+                oneway: bool = False, serialize_type: int = SerializeType.JSON) -> RemotingCommand:
+        return cls(code=code, ext_fields=_stringify(fields), body=body, flag=ONEWAY_FLAG if oneway else 0,
+                   serialize_type=serialize_type)
+
+    def response(self, code: int, remark: str | None = None, *, fields: dict[str, object] | None = None,
+                 body: bytes | None = None) -> RemotingCommand:
+        """The response to this request: same opaque, RESPONSE flag, the request's header encoding
+        (``NettyRemotingAbstract.processRequestCommand`` copies ``serializeTypeCurrentRPC``)."""
+        return RemotingCommand(code=code, opaque=self.opaque, flag=RESPONSE_FLAG, remark=remark,
+                               ext_fields=_stringify(fields), body=body, serialize_type=self.serialize_type)
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & RESPONSE_FLAG)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & ONEWAY_FLAG)
+
+    # --- custom header access (RemotingCommand.decodeCommandCustomHeader)
+    def field(self, name: str, *, required: bool = True) -> str | None:
+        """The extFields value ``name``; a missing required field raises HeaderFieldError naming it
+        (the Java side's ``RemotingCommandException("the custom field <name> is null")``)."""
+        value = (self.ext_fields or {}).get(name)
+        if value is None and required:
+            raise HeaderFieldError(name, "is null")
+        return value
+
+    def int_field(self, name: str, *, required: bool = True, default: int | None = None) -> int | None:
+        raw = self.field(name, required=required)
+        if raw is None:
+            return default
+        try:
+            return int(raw.strip())
+        except ValueError:
+            raise HeaderFieldError(name, f"is not a number: {raw[:64]!r}") from None
+
+    def bool_field(self, name: str, *, default: bool | None = False) -> bool | None:
+        """``Boolean.parseBoolean``: "true" in any case is true, anything else false; absent -> default."""
+        raw = self.field(name, required=False)
+        return default if raw is None else raw.lower() == "true"
+
+    def encode(self) -> bytes:
+        return encode_frame(self)
+
+    def __repr__(self) -> str:
+        kind = "response" if self.is_response else ("oneway" if self.is_oneway else "request")
+        body = "-" if self.body is None else f"{len(self.body)}B"
+        return (f"RemotingCommand({kind} code={self.code} opaque={self.opaque} flag={self.flag} "
+                f"lang={self.language} v={self.version} remark={self.remark!r} ext={self.ext_fields} body={body})")
+
+
+def _stringify(fields: dict[str, object] | None) -> dict[str, str] | None:
+    """``makeCustomHeaderToNet``: String.valueOf of each non-null value; booleans lower case."""
+    if fields is None:
+        return None
+    out = {}
+    for k, v in fields.items():
+        if v is None:
+            continue
+        out[k] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ encode
+def _utf8(s: str) -> bytes:
+    return s.encode("utf-8", "surrogatepass")
+
+
+def _json_header(cmd: RemotingCommand) -> bytes:
+    # fastjson writes the bean's properties sorted by name and omits nulls (spec 1.3)
+    doc: dict[str, object] = {"code": cmd.code}
+    if cmd.ext_fields is not None:
+        doc["extFields"] = cmd.ext_fields
+    doc["flag"] = cmd.flag
+    doc["language"] = cmd.language
+    doc["opaque"] = cmd.opaque
+    if cmd.remark is not None:
+        doc["remark"] = cmd.remark
+    doc["serializeTypeCurrentRPC"] = "JSON"
+    doc["version"] = cmd.version
+    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:   # a lone surrogate: let JSON escape it instead
+        return json.dumps(doc, separators=(",", ":")).encode("ascii")
+
+
+def _binary_header(cmd: RemotingCommand) -> bytes:
+    if not (-32768 <= cmd.code <= 32767) or not (-32768 <= cmd.version <= 32767):
+        raise FrameError(f"code {cmd.code} / version {cmd.version} do not fit the ROCKETMQ header's int16 "
+                         "(send it with a JSON header)")
+    lang = _LANG_BYTE.get(cmd.language, LanguageCode.OTHER)
+    parts = [_BIN_FIXED.pack(cmd.code, lang, cmd.version, _wrap32(cmd.opaque), _wrap32(cmd.flag))]
+    remark = _utf8(cmd.remark) if cmd.remark else b""
+    parts += [_INT32.pack(len(remark)), remark]
+    ext = bytearray()
+    for k, v in (cmd.ext_fields or {}).items():
+        if k is None or v is None:   # RocketMQSerializable.mapSerialize skips null keys and values
+            continue
+        kb, vb = _utf8(k), _utf8(v)
+        if len(kb) > 32767:
+            raise FrameError(f"extFields key longer than 32767 bytes: {k[:40]!r}...")
+        ext += _INT16.pack(len(kb)) + kb + _INT32.pack(len(vb)) + vb
+    parts += [_INT32.pack(len(ext)), bytes(ext)]
+    return b"".join(parts)
+
+
+def _wrap32(v: int) -> int:
+    return ((v + 2**31) % 2**32) - 2**31
+
+
+_LANG_BYTE = {name: code for code, name in LanguageCode.names().items()}
+
+
+def encode_frame(cmd: RemotingCommand) -> bytes:
+    """The whole frame, length prefix included (``RemotingCommand.encode``)."""
+    if cmd.serialize_type == SerializeType.ROCKETMQ:
+        header = _binary_header(cmd)
+    elif cmd.serialize_type == SerializeType.JSON:
+        header = _json_header(cmd)
+    else:
+        raise FrameError(f"unknown serialize type {cmd.serialize_type}")
+    body = cmd.body or b""
+    length = 4 + len(header) + len(body)
+    if length + 4 > MAX_FRAME_LENGTH or len(header) > 0xFFFFFF:
+        raise FrameError(f"frame of {length + 4} bytes exceeds the {MAX_FRAME_LENGTH}-byte limit "
+                         f"(code {cmd.code})")
+    return _PREFIX.pack(length, (cmd.serialize_type << 24) | len(header)) + header + body
+
+
+# ------------------------------------------------------------------------------------------ decode
+def frame_body_length(prefix: bytes, *, max_frame: int = MAX_FRAME_LENGTH, addr: str | None = None) -> int:
+    """The ``length`` field of a frame's first 4 bytes, checked against the limit (``NettyDecoder``)."""
+    (length,) = _INT32.unpack(prefix)
+    if length < 4:
+        raise FrameError(f"frame length {length} is less than the 4-byte header length field", addr=addr)
+    if length + 4 > max_frame:
+        raise FrameError(f"frame of {length + 4} bytes exceeds the {max_frame}-byte limit", addr=addr)
+    return length
+
+
+def decode_frame(data: bytes | bytearray | memoryview, *, addr: str | None = None) -> RemotingCommand:
+    """Decode the bytes after the length prefix (``RemotingCommand.decode``)."""
+    data = bytes(data)
+    if len(data) < 4:
+        raise FrameError(f"frame of {len(data)} bytes has no header length field", addr=addr)
+    (type_and_len,) = struct.unpack_from(">I", data, 0)
+    stype, hlen = type_and_len >> 24, type_and_len & 0xFFFFFF
+    if hlen > len(data) - 4:
+        raise FrameError(f"header length {hlen} exceeds the frame's {len(data) - 4} bytes", addr=addr)
+    header = data[4:4 + hlen]
+    body = data[4 + hlen:] or None
+    if stype == SerializeType.JSON:
+        cmd = _decode_json_header(header, addr)
+    elif stype == SerializeType.ROCKETMQ:
+        cmd = _decode_binary_header(header, addr)
+    else:
+        raise FrameError(f"unknown serialize type {stype} (0 = JSON, 1 = ROCKETMQ)", addr=addr)
+    cmd.body = body
+    return cmd
+
+
+def _int_member(doc: dict, key: str, default: int, addr: str | None) -> int:
+    v = doc.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise FrameError(f"JSON header member {key!r} is not an integer: {v!r:.60}", addr=addr)
+    try:
+        v = int(v)
+    except ValueError:
+        raise FrameError(f"JSON header member {key!r} is not an integer: {v!r:.60}", addr=addr) from None
+    if not (-2**31 <= v < 2**31):
+        raise FrameError(f"JSON header member {key!r} = {v} does not fit an int32", addr=addr)
+    return v
+
+
+def _scalar_text(v: object) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return v
+    return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+
+
+def _decode_json_header(header: bytes, addr: str | None) -> RemotingCommand:
+    try:
+        doc = json.loads(header.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise FrameError(f"JSON header does not parse: {exc}", addr=addr) from exc
+    if not isinstance(doc, dict):
+        raise FrameError(f"JSON header is a {type(doc).__name__}, not an object", addr=addr)
+    if "code" not in doc:
+        raise FrameError("JSON header has no 'code'", addr=addr)
+    ext = doc.get("extFields")
+    if ext is not None:
+        if not isinstance(ext, dict):
+            raise FrameError(f"JSON header 'extFields' is a {type(ext).__name__}, not an object", addr=addr)
+        ext = {k: t for k, v in ext.items() if (t := _scalar_text(v)) is not None}
+    language = doc.get("language", "JAVA")
+    if not isinstance(language, str):
+        language = LanguageCode.name(language) if isinstance(language, int) else None
+        language = language or "OTHER"
+    remark = doc.get("remark")
+    return RemotingCommand(
+        code=_int_member(doc, "code", 0, addr), language=language,
+        version=_int_member(doc, "version", 0, addr), opaque=_int_member(doc, "opaque", 0, addr),
+        flag=_int_member(doc, "flag", 0, addr), remark=_scalar_text(remark), ext_fields=ext,
+        serialize_type=SerializeType.JSON)
+
+
+def _decode_binary_header(header: bytes, addr: str | None) -> RemotingCommand:
+    n = len(header)
+    if n < _BIN_FIXED.size + 8:
+        raise FrameError(f"ROCKETMQ header of {n} bytes is shorter than its fixed 29 bytes", addr=addr)
+    code, lang, version, opaque, flag = _BIN_FIXED.unpack_from(header, 0)
+    pos = _BIN_FIXED.size
+    (rlen,) = _INT32.unpack_from(header, pos)
+    pos += 4
+    if rlen < 0 or rlen > n - pos - 4:
+        raise FrameError(f"ROCKETMQ header remark length {rlen} exceeds the header", addr=addr)
+    remark = header[pos:pos + rlen].decode("utf-8", "replace") if rlen > 0 else None
+    pos += rlen
+    (elen,) = _INT32.unpack_from(header, pos)
+    pos += 4
+    if elen < 0 or elen > n - pos:
+        raise FrameError(f"ROCKETMQ header extFields length {elen} exceeds the header", addr=addr)
+    ext = _decode_ext(header[pos:pos + elen], addr) if elen > 0 else None
+    return RemotingCommand(code=code, language=LanguageCode.name(lang) or "OTHER", version=version,
+                           opaque=opaque, flag=flag, remark=remark, ext_fields=ext,
+                           serialize_type=SerializeType.ROCKETMQ)
+
+
+def _decode_ext(block: bytes, addr: str | None) -> dict[str, str]:
+    """``RocketMQSerializable.mapDeserialize``: int16 key length, key, int32 value length, value."""
+    out: dict[str, str] = {}
+    pos, n = 0, len(block)
+    while pos < n:
+        if n - pos < 2:
+            raise FrameError("truncated extFields key length in ROCKETMQ header", addr=addr)
+        (klen,) = _INT16.unpack_from(block, pos)
+        pos += 2
+        if klen < 0 or klen > n - pos - 4:
+            raise FrameError(f"extFields key length {klen} exceeds the ROCKETMQ header", addr=addr)
+        key = block[pos:pos + klen].decode("utf-8", "replace")
+        pos += klen
+        (vlen,) = _INT32.unpack_from(block, pos)
+        pos += 4
+        if vlen < 0 or vlen > n - pos:
+            raise FrameError(f"extFields value length {vlen} of <{key[:40]}> exceeds the ROCKETMQ header",
+                             addr=addr)
+        out[key] = block[pos:pos + vlen].decode("utf-8", "replace")
+        pos += vlen
+    return out

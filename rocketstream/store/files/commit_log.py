@@ -1,0 +1,505 @@
+"""The commit log: every message of every topic, appended to ``commitlog/`` (spec 1 and 2).
+
+Writer: ``append`` encodes a whole batch, then writes it into the file with two ``pwrite`` calls:
+everything but the first record's TOTALSIZE, then that TOTALSIZE. A concurrent reader (another
+process mapping the same file) that finds a non-zero TOTALSIZE at the end it knows therefore finds
+the whole batch behind it; a zero TOTALSIZE means "nothing more yet". ``pwrite`` and the mappings
+share the page cache, so mappings (ours and readers') see the bytes when it returns and msync
+flushes them. Batches of 16 KiB and more use it instead of copying through the mapping, because
+first-touch page faults on a fresh file made that copy about twice as slow; small appends are
+copied through the mapping (two syscalls would cost more).
+
+Reader: the readable end is found by walking record headers from the last end it knew
+(``max_offset``); readers normally go through consume-queue units instead and validate each
+unit against the header it points to (``check_units``).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from rocketstream import codec
+from rocketstream.codec import HostAddress, MessageRecord, vectorized
+from rocketstream.errors import CorruptStoreError, StoreError
+from rocketstream.store.files.mapped_file import MappedFile, MappedFileQueue
+from rocketstream.store.write.messages import PreparedMessage
+from rocketstream.store.write.put_batch import PreparedList
+from rocketstream.store.write.put_columns import ColumnBatch
+
+_II = struct.Struct(">ii")
+_Q = struct.Struct(">q")
+_I = struct.Struct(">i")
+_H = struct.Struct(">h")
+MIN_RECORD_SIZE = codec.record_size(0, 0, 0)
+_PWRITE_MIN = 16 << 10   # appends at least this big go through pwrite rather than the mapping
+_BULK_MIN = 8            # shorter runs of known record starts are walked one by one
+_BULK_MAX = 1 << 16      # records checked per bulk step (bounds the temporary arrays)
+
+
+@dataclass
+class AppendResult:
+    physical_offset: int          # of the first record
+    sizes: Sequence[int]          # TOTALSIZE of each record (list or int64 array)
+    starts: Sequence[int]         # offset of each record relative to the first
+    queue_offset: int             # of the first record (0 for PREPARED / ROLLBACK)
+    store_timestamp: int
+    wrote_bytes: int
+
+
+class CommitLog:
+    def __init__(self, root: Path, file_size: int, *, read_only: bool, store_host: HostAddress) -> None:
+        self.directory = root / "commitlog"
+        self.file_size = file_size
+        self.read_only = read_only
+        self.store_host = store_host
+        self.queue = MappedFileQueue(self.directory, file_size, writable=not read_only)
+        self.topic_queue_table: dict[str, int] = {}   # "topic-queueId" -> next queue offset
+        self.last_store_timestamp = 0
+        self._read_end = 0    # reader: end of the records seen so far
+        self.lock = threading.RLock()
+        self._fd_file: MappedFile | None = None   # writer: the file _fd is open on
+        self._fd = -1
+
+    def load(self) -> None:
+        if not self.read_only:
+            self.queue.remove_stale_tmp()
+        self.queue.load()
+
+    # --- geometry -----------------------------------------------------------------------------
+    def min_offset(self) -> int:
+        if self.read_only:
+            self.queue.refresh()
+        return self.queue.min_offset()
+
+    def max_offset(self) -> int:
+        """Writer: its write position. Reader: end of the complete records visible now."""
+        if self.read_only:
+            return self._scan_reader_end()
+        return self.queue.max_offset()
+
+    def find_file(self, offset: int) -> MappedFile | None:
+        mf = self.queue.find(offset)
+        if mf is None and self.read_only:
+            last = self.queue.last
+            if last is None or offset >= last.end_offset or offset < last.file_from_offset:
+                self.queue.refresh()
+                mf = self.queue.find(offset)
+        return mf
+
+    def buffer_for(self, offset: int) -> tuple[int, np.ndarray]:
+        """(fileFromOffset, uint8 view over the whole mapped file) of the file covering ``offset``."""
+        mf = self.find_file(offset)
+        if mf is None:
+            raise StoreError(f"no commit-log file covers offset {offset}", path=self.directory, offset=offset)
+        return mf.file_from_offset, mf.array
+
+    # --- writing ------------------------------------------------------------------------------
+    def append(self, batch: ColumnBatch | PreparedList | list[PreparedMessage], now_ms: int) -> AppendResult:
+        """Append one batch (all records contiguous in one file). Caller checked the size fits."""
+        if isinstance(batch, list):
+            batch = PreparedList(batch, self.store_host)
+        total = batch.total
+        with self.lock:
+            mf = self.queue.last_file_for(self.queue.max_offset())
+            if total + codec.END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
+                self._write_blank(mf)
+                mf = self.queue.last_file_for(mf.end_offset)
+            key = f"{batch.topic}-{batch.queue_id}"
+            queue_offset = self.topic_queue_table.get(key, 0) if batch.dispatch else 0
+            store_ts = max(now_ms, self.last_store_timestamp)
+            base = mf.file_from_offset + mf.wrote_position
+            data = batch.encode(base, queue_offset, store_ts)
+            if len(data) != total:  # the size formula and the encoder disagree: a bug, not user input
+                raise StoreError(f"encoded batch is {len(data)} bytes, expected {total}", offset=base)
+            pos = mf.wrote_position
+            view = memoryview(data)
+            if total < _PWRITE_MIN:   # a few records: two syscalls cost more than the odd page fault
+                mf.mm[pos + 4:pos + total] = view[4:]
+                mf.mm[pos:pos + 4] = view[:4]     # TOTALSIZE last: see the module docstring
+            else:
+                fd = self._fd_for(mf)
+                _pwrite_all(fd, view[4:], pos + 4, mf)
+                _pwrite_all(fd, view[:4], pos, mf)
+            mf.wrote_position = pos + total
+            if batch.dispatch:
+                self.topic_queue_table[key] = queue_offset + batch.count
+            self.last_store_timestamp = store_ts
+            return AppendResult(base, batch.sizes, batch.starts, queue_offset, store_ts, total)
+
+    def _fd_for(self, mf: MappedFile) -> int:
+        """A write descriptor on ``mf`` (the file being appended to), opened once per file."""
+        if self._fd_file is not mf:
+            self.close_fd()
+            try:
+                self._fd = os.open(mf.path, os.O_WRONLY)
+            except OSError as exc:
+                raise StoreError(f"cannot open for writing: {exc}", path=mf.path) from exc
+            self._fd_file = mf
+        return self._fd
+
+    def close_fd(self) -> None:
+        if self._fd_file is not None:
+            self._fd_file = None
+            os.close(self._fd)
+
+    def release(self) -> None:
+        """Close the write descriptor and unmap every file."""
+        self.close_fd()
+        self.queue.release()
+
+    def _write_blank(self, mf: MappedFile) -> None:
+        pos = mf.wrote_position
+        blank = codec.encode_blank(mf.file_size - pos)
+        mf.mm[pos + 4:pos + 8] = blank[4:]
+        mf.mm[pos:pos + 4] = blank[:4]
+        mf.wrote_position = mf.file_size
+
+    def flush(self) -> None:
+        """msync every file with unflushed bytes (newest first; older ones are already flushed)."""
+        for mf in reversed(self.queue.files):
+            if mf.flushed_position >= mf.wrote_position:
+                break
+            mf.flush()
+
+    # --- reading ------------------------------------------------------------------------------
+    def read_record(self, offset: int, size: int | None = None, *, check_crc: bool = False) -> MessageRecord:
+        mf = self.find_file(offset)
+        if mf is None:
+            raise StoreError(f"no commit-log file covers offset {offset}", path=self.directory, offset=offset)
+        rec = codec.decode_record(mf.mm, offset - mf.file_from_offset, check_crc=check_crc, path=mf.path,
+                                base_offset=mf.file_from_offset)
+        if rec is None:
+            raise CorruptStoreError("end-of-file blank record where a message was expected",
+                                    path=mf.path, offset=offset)
+        if rec.physical_offset != offset or (size is not None and rec.total_size != size):
+            raise CorruptStoreError(f"record header (PHYSICALOFFSET {rec.physical_offset}, TOTALSIZE "
+                                    f"{rec.total_size}) does not match the expected offset {offset}"
+                                    + (f" / size {size}" if size is not None else ""), path=mf.path, offset=offset)
+        return rec
+
+    def store_timestamp_at(self, offset: int) -> int:
+        """STORETIMESTAMP of the record at ``offset``; -1 when no file covers it (pickupStoreTimestamp)."""
+        mf = self.find_file(offset)
+        if mf is None:
+            return -1
+        pos = offset - mf.file_from_offset
+        if pos + 64 > mf.file_size:
+            return -1
+        (sys_flag,) = struct.unpack_from(">i", mf.mm, pos + codec.POS_SYS_FLAG)
+        at = pos + 48 + (20 if sys_flag & codec.FLAG_BORNHOST_V6 else 8)
+        return _Q.unpack_from(mf.mm, at)[0]
+
+    def iter_records(self, start: int, *, check_crc: bool) -> Iterator[tuple[int, MessageRecord | None]]:
+        """(offset, record) from ``start`` to the end of the last file; (offset, None) for a blank.
+
+        Fully decoded records, for ``check`` and look-ups. Raises CorruptStoreError at the first
+        record that does not decode. Zero bytes where a record should start end the iteration (the
+        unwritten tail). Recovery does not use this: it uses ``scan`` (Java's checks, nothing more).
+        """
+        offset = start
+        while True:
+            mf = self.find_file(offset)
+            if mf is None:
+                return
+            pos = offset - mf.file_from_offset
+            if pos + 8 > mf.file_size:
+                raise CorruptStoreError("record position leaves no room for a header", path=mf.path, offset=offset)
+            total, magic = _II.unpack_from(mf.mm, pos)
+            if total == 0 and magic == 0:
+                return
+            rec = codec.decode_record(mf.mm, pos, check_crc=check_crc, path=mf.path, base_offset=mf.file_from_offset)
+            if rec is None:
+                if total != mf.file_size - pos:
+                    raise CorruptStoreError(f"blank record TOTALSIZE {total} does not reach the end of the file "
+                                            f"({mf.file_size - pos} bytes left)", path=mf.path, offset=offset)
+                yield offset, None
+                offset = mf.end_offset
+                continue
+            if rec.physical_offset != offset:
+                raise CorruptStoreError(f"PHYSICALOFFSET field {rec.physical_offset} does not match the record's "
+                                        "position", path=mf.path, offset=offset)
+            yield offset, rec
+            offset += rec.total_size
+
+    def scan(self, start: int, *, check_crc: bool, known_starts: np.ndarray | None = None) -> RecordScan:
+        """A recovery scan from ``start``: iterate it for ``RecordHead``s; when the iteration ends,
+        ``end`` is the recovered end and ``problem`` says why the scan stopped (None: clean end).
+
+        ``known_starts`` (sorted, unique commit-log offsets, e.g. from consume-queue units): runs of
+        records starting there are checked in bulk and not yielded; every other record is walked
+        and yielded. Either way the same checks decide where the scan ends."""
+        return RecordScan(self, start, check_crc, known_starts)
+
+    def _peek_size(self, mf: MappedFile, pos: int) -> int:
+        """Reader end scan: size of the complete record at ``pos``, -1 for a blank, 0 for 'no record'."""
+        if pos + 8 > mf.file_size:
+            return 0
+        total, magic = _II.unpack_from(mf.mm, pos)
+        if magic == codec.BLANK_MAGIC:
+            return -1 if total == mf.file_size - pos else 0
+        if magic not in (codec.MAGIC_V1, codec.MAGIC_V2) or total < MIN_RECORD_SIZE \
+                or pos + total + codec.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+            return 0
+        if _Q.unpack_from(mf.mm, pos + codec.POS_PHYSICAL_OFFSET)[0] != mf.file_from_offset + pos:
+            return 0
+        return total
+
+    def _scan_reader_end(self) -> int:
+        self.queue.refresh()
+        offset = max(self._read_end, self.queue.min_offset())
+        while True:
+            mf = self.queue.find(offset)
+            if mf is None:
+                if self.queue.refresh():
+                    continue
+                break
+            size = self._peek_size(mf, offset - mf.file_from_offset)
+            if size == 0:
+                break
+            offset = mf.end_offset if size < 0 else offset + size
+        self._read_end = offset
+        return offset
+
+    # --- validation of consume-queue units ----------------------------------------------------
+    def check_units(self, units: np.ndarray) -> int:
+        """Index of the first unit whose record header disagrees (magic, TOTALSIZE, PHYSICALOFFSET),
+        or -1 when all agree. Vectorized per commit-log file."""
+        if len(units) == 0:
+            return -1
+        offsets = units["offset"].astype(np.int64)
+        sizes = units["size"].astype(np.int64)
+        bad = np.zeros(len(units), dtype=bool)
+        file_ids = offsets // self.file_size
+        breaks = np.flatnonzero(np.diff(file_ids)) + 1
+        for lo, hi in zip(np.r_[0, breaks], np.r_[breaks, len(units)]):
+            mf = self.find_file(int(offsets[lo]))
+            if mf is None:
+                bad[lo:hi] = True
+                continue
+            rel = offsets[lo:hi] - mf.file_from_offset
+            in_file = (rel >= 0) & (rel + np.maximum(sizes[lo:hi], 0) <= mf.file_size) & (sizes[lo:hi] >= 36)
+            safe = np.where(in_file, rel, 0)
+            arr = mf.array
+            total = _gather(arr, safe, 4, ">i4")
+            magic = _gather(arr, safe + 4, 4, ">i4")
+            phys = _gather(arr, safe + codec.POS_PHYSICAL_OFFSET, 8, ">i8")
+            ok = in_file & (total == sizes[lo:hi]) & (phys == offsets[lo:hi]) \
+                & ((magic == codec.MAGIC_V1) | (magic == codec.MAGIC_V2))
+            bad[lo:hi] = ~ok
+        hits = np.flatnonzero(bad)
+        return int(hits[0]) if len(hits) else -1
+
+
+class RecordHead(NamedTuple):
+    """What recovery and dispatch need of one record (``CommitLog.scan``); no body copy."""
+
+    offset: int             # PHYSICALOFFSET == position in the commit log
+    size: int               # TOTALSIZE
+    sys_flag: int
+    queue_id: int
+    queue_offset: int
+    store_timestamp: int
+    topic: str
+    props: memoryview       # PROPERTIES bytes (a view into the mapping)
+
+    def properties(self) -> dict[str, str]:
+        return codec.decode_properties(self.props) if len(self.props) else {}
+
+
+_HEAD = struct.Struct(">iiiiiqqiq")   # TOTALSIZE .. BORNTIMESTAMP
+_TOPIC_CACHE: dict[bytes, str] = {}
+
+
+class RecordScan:
+    """Recovery's walk over records, with the checks ``CommitLog.checkMessageAndReturnSize`` makes
+    and nothing stricter: magic (V1/V2; BLANK ends the file), every field inside the file, BODYCRC
+    when ``check_crc``, the length formula equal to TOTALSIZE — plus PHYSICALOFFSET equal to the
+    record's position (a real broker always writes it so). The first record that fails ends the
+    scan; ``end`` is where it starts and ``problem`` says what failed. Blank records and the zero
+    bytes of an unwritten tail are not problems. Properties are not parsed here (Java decodes them
+    leniently, so their bytes never fail a record)."""
+
+    def __init__(self, cl: CommitLog, start: int, check_crc: bool, known_starts: np.ndarray | None = None) -> None:
+        self._cl = cl
+        self.end = start
+        self.problem: str | None = None
+        self.problem_path: Path | None = None
+        self._check_crc = check_crc
+        self._known = known_starts
+        self.max_store_timestamp = 0
+        self.skipped = 0    # records validated in bulk and not yielded
+        self._runs: list[tuple[np.ndarray, np.ndarray]] = []
+        self._walked_starts: list[int] = []
+        self._walked_sizes: list[int] = []
+
+    def validated(self) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, sizes) of every record the scan accepted, ascending."""
+        starts = [r[0] for r in self._runs] + [np.array(self._walked_starts, dtype=np.int64)]
+        sizes = [r[1] for r in self._runs] + [np.array(self._walked_sizes, dtype=np.int64)]
+        s, z = np.concatenate(starts), np.concatenate(sizes)
+        order = np.argsort(s, kind="stable")
+        return s[order], z[order]
+
+    def _fast_forward(self, mf: MappedFile, pos: int) -> int:
+        """Validate, in bulk, the run of records at ``known_starts`` that begins at ``pos`` and
+        chains (each ends where the next known start is) inside ``mf``; returns the position after
+        the last record that passed every check. Anything doubtful is left to the record-by-record
+        walk, which stays the authority on where the commit log ends."""
+        known = self._known
+        base = mf.file_from_offset
+        i = int(np.searchsorted(known, base + pos))
+        if i >= len(known) or known[i] != base + pos:
+            return pos
+        j = min(int(np.searchsorted(known, mf.end_offset)), i + _BULK_MAX)
+        if j - i < _BULK_MIN:
+            return pos
+        rel = known[i:j] - base
+        h = vectorized.decode_headers(mf.array, rel)
+        total = h["total_size"].astype(np.int64)
+        v2 = h["v2"]
+        ok = (h["in_bounds"] & ((h["magic"] == codec.MAGIC_V1) | v2) & (total >= MIN_RECORD_SIZE)
+              & (rel + total <= mf.file_size) & (h["body_len"] >= 0) & (h["topic_len"] >= 0)
+              & (h["props_len"] >= 0) & (h["props_pos"] + h["props_len"] == rel + total)
+              & (h["physical_offset"] == known[i:j]))
+        ok[:-1] &= rel[:-1] + total[:-1] == rel[1:]    # chained: nothing unknown in between
+        n = len(rel) if ok.all() else int(np.argmin(ok))
+        if self._check_crc and n:
+            view = memoryview(mf.mm)
+            crc = codec.crc32
+            body_pos, body_len, body_crc = h["body_pos"][:n].tolist(), h["body_len"][:n].tolist(), \
+                h["body_crc"][:n].tolist()
+            for k in range(n):
+                if body_len[k] and crc(view[body_pos[k]:body_pos[k] + body_len[k]]) & 0x7FFFFFFF != body_crc[k]:
+                    n = k
+                    break
+        if n == 0:
+            return pos
+        # the last record of a run was not chained to a known start; the walk checks what follows
+        self.max_store_timestamp = max(self.max_store_timestamp, int(h["store_timestamp"][:n].max()))
+        self.skipped += n
+        self._runs.append((known[i:i + n].copy(), total[:n].copy()))
+        return int(rel[n - 1] + total[n - 1])
+
+    def _stop(self, mf: MappedFile, offset: int, problem: str | None) -> None:
+        self.end = offset
+        self.problem = problem
+        self.problem_path = mf.path
+
+    def __iter__(self) -> Iterator[RecordHead]:
+        cl, check_crc = self._cl, self._check_crc
+        offset = self.end
+        mf = cl.find_file(offset)
+        while mf is not None:
+            mm, size_of_file, base = mf.mm, mf.file_size, mf.file_from_offset
+            view = memoryview(mm)
+            pos = offset - base
+            while True:
+                if self._known is not None:
+                    pos = self._fast_forward(mf, pos)
+                if pos + 8 > size_of_file:
+                    self._stop(mf, base + pos, None if pos == size_of_file else
+                               f"{size_of_file - pos} bytes left at the end of the file, too few for a record")
+                    return
+                total, magic = _II.unpack_from(mm, pos)
+                if magic == codec.BLANK_MAGIC:     # end of this file: go on with the next one
+                    break
+                if magic != codec.MAGIC_V1 and magic != codec.MAGIC_V2:
+                    self._stop(mf, base + pos, None if total == 0 and magic == 0 else
+                               f"bad MAGICCODE 0x{magic & 0xFFFFFFFF:08X}")
+                    return
+                problem, head = _check_record(view, pos, total, magic, base, size_of_file, check_crc)
+                if problem is not None:
+                    self._stop(mf, base + pos, problem)
+                    return
+                if head.store_timestamp > self.max_store_timestamp:
+                    self.max_store_timestamp = head.store_timestamp
+                self._walked_starts.append(head.offset)
+                self._walked_sizes.append(total)
+                yield head
+                pos += total
+            offset = mf.end_offset
+            self.end = offset
+            nxt = cl.find_file(offset)
+            if nxt is None:
+                return
+            mf = nxt
+
+
+def _check_record(view: memoryview, pos: int, total: int, magic: int, base: int, file_size: int,
+                  check_crc: bool) -> tuple[str | None, RecordHead | None]:
+    """(problem, head) for the record at ``pos`` whose TOTALSIZE and magic were read already."""
+    end = pos + total
+    if total < MIN_RECORD_SIZE or end > file_size:
+        return f"TOTALSIZE {total} does not fit in the file", None
+    (_, _, body_crc, queue_id, _, queue_offset, physical_offset, sys_flag, _) = _HEAD.unpack_from(view, pos)
+    p = pos + codec.POS_BORN_HOST + (20 if sys_flag & codec.FLAG_BORNHOST_V6 else 8)
+    (store_timestamp,) = _Q.unpack_from(view, p)
+    p += 8 + (20 if sys_flag & codec.FLAG_STOREHOST_V6 else 8) + 12
+    if p + 4 > end:
+        return f"TOTALSIZE {total} is too small for the hosts of SYSFLAG 0x{sys_flag:X}", None
+    (body_len,) = _I.unpack_from(view, p)
+    p += 4
+    if body_len < 0 or p + body_len > end:
+        return f"BODY length {body_len} does not fit in TOTALSIZE {total}", None
+    if check_crc and body_len > 0:
+        crc = codec.crc32(view[p:p + body_len]) & 0x7FFFFFFF
+        if crc != body_crc:
+            return f"BODYCRC mismatch: stored {body_crc}, computed {crc}", None
+    p += body_len
+    v2 = magic == codec.MAGIC_V2
+    if p + (2 if v2 else 1) > end:
+        return f"TOPIC length does not fit in TOTALSIZE {total}", None
+    if v2:
+        (topic_len,) = _H.unpack_from(view, p)
+        p += 2
+    else:
+        topic_len = view[p] - 256 if view[p] > 127 else view[p]   # Java reads a signed byte
+        p += 1
+    if topic_len < 0 or p + topic_len + 2 > end:
+        return f"TOPIC length {topic_len} does not fit in TOTALSIZE {total}", None
+    raw_topic = bytes(view[p:p + topic_len])
+    p += topic_len
+    (props_len,) = _H.unpack_from(view, p)
+    p += 2
+    if props_len < 0 or p + props_len != end:
+        return f"length formula gives {p + max(props_len, 0) - pos} but TOTALSIZE is {total}", None
+    if physical_offset != base + pos:
+        return f"PHYSICALOFFSET field {physical_offset} does not match the record's position", None
+    topic = _TOPIC_CACHE.get(raw_topic)
+    if topic is None:
+        topic = raw_topic.decode("utf-8", "replace")    # Java: new String(bytes, UTF_8)
+        if len(_TOPIC_CACHE) < 65536:
+            _TOPIC_CACHE[raw_topic] = topic
+    return None, RecordHead(physical_offset, total, sys_flag, queue_id, queue_offset, store_timestamp, topic,
+                            view[p:end])
+
+
+def _pwrite_all(fd: int, data: memoryview, pos: int, mf: MappedFile) -> None:
+    """Write all of ``data`` at file position ``pos`` (a regular file may still return short)."""
+    try:
+        while data:
+            n = os.pwrite(fd, data, pos)
+            data, pos = data[n:], pos + n
+    except OSError as exc:
+        raise StoreError(f"cannot write the commit log: {exc}", path=mf.path, offset=mf.file_from_offset + pos) \
+            from exc
+
+
+def _props_length(rec: MessageRecord) -> int:
+    fixed = codec.record_size(len(rec.body), len(rec.topic.encode("utf-8")), 0,
+                            born_v6=bool(rec.sys_flag & codec.FLAG_BORNHOST_V6),
+                            store_v6=bool(rec.sys_flag & codec.FLAG_STOREHOST_V6), v2=rec.magic == codec.MAGIC_V2)
+    return rec.total_size - fixed
+
+
+def _gather(arr: np.ndarray, positions: np.ndarray, width: int, dtype: str) -> np.ndarray:
+    idx = positions[:, None] + np.arange(width)
+    return np.ascontiguousarray(arr[idx]).view(dtype).reshape(-1).astype(np.int64)

@@ -1,0 +1,434 @@
+"""Consumer offset files: the broker's ``config/consumerOffset.json`` and the client's ``offsets.json``.
+
+RocketMQ writes both with fastjson 1.x's pretty printer, which is not JSON (spec section 7; the dialect
+lives in :mod:`rocketstream.codec.fastjson`). This module maps those documents to offset tables, byte for
+byte as RocketMQ 4.9.8 writes them, and keeps the two stores with RocketMQ's file discipline (write
+``.tmp``, copy the current file to ``.bak``, rename) plus an fcntl lock so that several processes can
+commit without losing each other's updates.
+
+Positions in :class:`OffsetFileError` are 0-based character indexes into the decoded text (byte indexes
+when the file is not valid UTF-8).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import operator
+import os
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NamedTuple, TypeVar
+
+from rocketstream.codec.fastjson import (
+    FastjsonParser,
+    FrozenObject,
+    decode_text,
+    dump_fastjson,
+    parse_fastjson,
+)
+from rocketstream.errors import (
+    OffsetFileError,
+    OptionError,
+    ReadOnlyStoreError,
+    StoreError,
+)
+
+__all__ = [
+    "FrozenObject",
+    "MessageQueueKey",
+    "ConsumerOffsetDocument",
+    "parse_fastjson",
+    "dump_fastjson",
+    "load_consumer_offsets",
+    "load_consumer_offset_document",
+    "dump_consumer_offsets",
+    "load_local_offsets",
+    "dump_local_offsets",
+    "ConsumerOffsetManager",
+    "LocalOffsetStore",
+    "default_local_offset_dir",
+]
+
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+T = TypeVar("T")
+
+
+# ------------------------------------------------------------------------ consumerOffset.json documents
+
+
+class ConsumerOffsetDocument(NamedTuple):
+    table: dict[str, dict[int, int]]  # "topic@group" -> {queueId: next offset}, file order
+    data_version: dict[str, object] | None  # 5.x only; None for a 4.x document
+
+
+def _as_int(value: object, bounds: tuple[int, int]) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not bounds[0] <= value <= bounds[1]:
+        return None
+    return value
+
+
+def _where(p: FastjsonParser, container: object, key: object, which: int) -> int:
+    return p.positions[(id(container), key)][which]
+
+
+def _offset_table(text: str | bytes, path: object) -> tuple[FastjsonParser, dict, dict]:
+    """Parse a document of both offset files and return (parser, document, its ``offsetTable``)."""
+    p = FastjsonParser(decode_text(text, path), path)
+    doc = p.document()
+    if not isinstance(doc, dict):
+        p.fail("the document is not an object", 0)
+    raw = doc.get("offsetTable", {})
+    if not isinstance(raw, dict):
+        p.fail("'offsetTable' is not an object", _where(p, doc, "offsetTable", 1))
+    return p, doc, raw
+
+
+def load_consumer_offset_document(text: str | bytes, *, path: object = None) -> ConsumerOffsetDocument:
+    """Parse a 4.x or 5.x consumerOffset.json; ``groupTopicMap`` (derived) and unknown fields are ignored."""
+    p, doc, raw = _offset_table(text, path)
+    table: dict[str, dict[int, int]] = {}
+    for key, queues in raw.items():
+        if not isinstance(key, str) or "@" not in key:
+            p.fail(f"offset table key {key!r} is not 'topic@group'", _where(p, raw, key, 0))
+        if not isinstance(queues, dict):
+            p.fail(f"offsets of {key!r} are not an object", _where(p, raw, key, 1))
+        table[key] = _queue_map(p, key, queues)
+    version = doc.get("dataVersion")
+    if version is not None and not isinstance(version, dict):
+        p.fail("'dataVersion' is not an object", _where(p, doc, "dataVersion", 1))
+    return ConsumerOffsetDocument(table, version)
+
+
+def _queue_map(p: FastjsonParser, key: str, queues: dict) -> dict[int, int]:
+    result: dict[int, int] = {}
+    for qid, offset in queues.items():
+        # standard-JSON writers quote the queue ids; fastjson itself converts "3" to 3 on read
+        qid_int = int(qid) if isinstance(qid, str) and re.fullmatch(r"-?[0-9]{1,10}", qid) else qid
+        if _as_int(qid_int, _INT32) is None:
+            p.fail(f"queue id {qid!r} of {key!r} is not an int32", _where(p, queues, qid, 0))
+        if _as_int(offset, _INT64) is None:
+            p.fail(f"offset {offset!r} of {key!r} queue {qid} is not an int64", _where(p, queues, qid, 1))
+        result[qid_int] = offset
+    return result
+
+
+def load_consumer_offsets(text: str | bytes, *, path: object = None) -> dict[str, dict[int, int]]:
+    """``"topic@group" -> {queueId: offset}`` from consumerOffset.json text (4.x or 5.x)."""
+    return load_consumer_offset_document(text, path=path).table
+
+
+def dump_consumer_offsets(
+    table: Mapping[str, Mapping[int, int]],
+    *,
+    data_version: Mapping[str, object] | None = None,
+    sort_keys: bool = True,
+) -> str:
+    """RocketMQ 4.9.8's exact consumerOffset.json text (with ``dataVersion`` first when given, as 5.x).
+
+    Queue ids are written ascending; ``topic@group`` keys sorted unless ``sort_keys=False`` (then in the
+    mapping's order, which reproduces a file read with :func:`load_consumer_offsets` byte for byte).
+    """
+    keys = sorted(table) if sort_keys else list(table)
+    doc: dict[str, object] = {}
+    if data_version is not None:  # bean fields are sorted: dataVersion < offsetTable
+        doc["dataVersion"] = {k: data_version[k] for k in sorted(data_version)}
+    doc["offsetTable"] = {k: {q: table[k][q] for q in sorted(table[k])} for k in keys}
+    return dump_fastjson(doc)
+
+
+# ------------------------------------------------------------------------------ offsets.json documents
+
+
+class MessageQueueKey(NamedTuple):
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
+def _mq_key(mq: object) -> MessageQueueKey:
+    """Accept MessageQueueKey, a (topic, broker, queue) tuple, or anything with those attributes."""
+    if isinstance(mq, tuple) and len(mq) == 3:
+        topic, broker, qid = mq
+    else:
+        topic, broker, qid = (getattr(mq, a, None) for a in ("topic", "broker_name", "queue_id"))
+    if not isinstance(topic, str) or not isinstance(broker, str):
+        raise OptionError("offsets", "keys must carry topic and broker_name strings", mq)
+    return MessageQueueKey(topic, broker, _check_int("offsets", qid, _INT32))
+
+
+def load_local_offsets(text: str | bytes, *, path: object = None) -> dict[MessageQueueKey, int]:
+    """Parse a broadcasting-mode offsets.json (object keys with brokerName, queueId, topic)."""
+    p, _, raw = _offset_table(text, path)
+    result: dict[MessageQueueKey, int] = {}
+    for key, offset in raw.items():
+        at = _where(p, raw, key, 0)
+        if not isinstance(key, FrozenObject):
+            p.fail(f"offset table key {key!r} is not a MessageQueue object", at)
+        topic, broker, qid = key.get("topic"), key.get("brokerName"), key.get("queueId")
+        if not isinstance(topic, str) or not isinstance(broker, str) or _as_int(qid, _INT32) is None:
+            p.fail("MessageQueue key needs string topic, string brokerName and int queueId", at)
+        if _as_int(offset, _INT64) is None:
+            p.fail(f"offset {offset!r} is not an int64", _where(p, raw, key, 1))
+        result[MessageQueueKey(topic, broker, qid)] = offset
+    return result
+
+
+def dump_local_offsets(offsets: Mapping[MessageQueueKey, int]) -> str:
+    """offsets.json text exactly as the 4.9.8 client writes it, entries in the mapping's order."""
+    table = {
+        FrozenObject({"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}): off
+        for mq, off in offsets.items()
+    }
+    return dump_fastjson({"offsetTable": table})
+
+
+# ------------------------------------------------------------------------------------------ file I/O
+
+
+def _check_int(name: str, value: object, bounds: tuple[int, int]) -> int:
+    try:
+        number = operator.index(value)  # accepts numpy integers, refuses floats and strings
+    except TypeError:
+        raise OptionError(name, "must be an integer", value) from None
+    if isinstance(value, bool) or not bounds[0] <= number <= bounds[1]:
+        raise OptionError(name, f"must be an integer in [{bounds[0]}, {bounds[1]}]", value)
+    return number
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    """File content, or None when the file does not exist."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"cannot read offset file: {exc.strerror}", path=path) from exc
+
+
+def _load_with_bak(path: Path, parse: Callable[..., T]) -> tuple[T | None, bytes | None]:
+    """RocketMQ's load rule: main file; if missing, empty or unparsable, the ``.bak`` next to it.
+
+    Returns (value, main_bytes): value None when neither file exists; main_bytes is the main file's
+    content when that is what parsed (it becomes the next ``.bak``), else None.
+    """
+    raw = _read_bytes(path)
+    main_error: OffsetFileError | None = None
+    if raw is not None and raw.strip():
+        try:
+            return parse(raw, path=path), raw
+        except OffsetFileError as exc:
+            main_error = exc
+    bak = path.with_name(path.name + ".bak")
+    bak_raw = _read_bytes(bak)
+    if bak_raw is not None and bak_raw.strip():
+        try:
+            return parse(bak_raw, path=bak), None
+        except OffsetFileError as exc:
+            if main_error is None:
+                raise
+            raise OffsetFileError(
+                f"offset file and its backup are both unusable: {main_error}; backup: {exc}",
+                path=path,
+                position=main_error.position,
+            ) from main_error
+    if main_error is not None:  # a corrupt file and no backup: never pretend the table is empty
+        raise main_error
+    return None, None
+
+
+@contextmanager
+def _exclusive_lock(lock_path: Path) -> Iterator[None]:
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StoreError(f"cannot open lock file: {exc.strerror}", path=lock_path) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # flock, not lockf: also excludes other handles in this process
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock; the kernel does it too if we are killed
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _replace_file(path: Path, text: str, previous: bytes | None) -> None:
+    """4.9.8's string2File, made crash safe: .tmp (fsynced), previous content to .bak (via .bak.tmp),
+    rename.
+
+    The main file is complete at every instant: the old version until the rename, the new one after;
+    so is the backup.
+    ``previous`` is the main file's content only when it parsed, so a corrupt file never overwrites a
+    good backup.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        _write_file(tmp, text.encode("utf-8"))
+        if previous is not None:
+            # the backup too goes through a temporary file: written in place, a kill mid-copy
+            # left an empty or torn .bak (found by the offset-persist crash campaign)
+            bak = path.with_name(path.name + ".bak")
+            bak_tmp = bak.with_name(bak.name + ".tmp")
+            _write_file(bak_tmp, previous)
+            os.replace(bak_tmp, bak)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        raise StoreError(f"cannot write offset file: {exc.strerror}", path=path) from exc
+
+
+# ----------------------------------------------------------------------------------- broker offsets
+
+
+class ConsumerOffsetManager:
+    """The broker's committed offsets in ``<store_root>/config/consumerOffset.json``.
+
+    Every call reads the file afresh, so several processes (a writer broker, Spark drivers, the CLI)
+    can share it; commits are read-modify-write under ``consumerOffset.json.lock``.
+    """
+
+    def __init__(self, store_root: str | Path, *, read_only: bool = False) -> None:
+        self.config_dir = Path(store_root) / "config"
+        self.path = self.config_dir / "consumerOffset.json"
+        self.bak_path = self.config_dir / "consumerOffset.json.bak"
+        self.lock_path = self.config_dir / "consumerOffset.json.lock"
+        self.read_only = read_only
+
+    def _load(self) -> tuple[ConsumerOffsetDocument, bytes | None]:
+        doc, raw = _load_with_bak(self.path, load_consumer_offset_document)
+        return (doc or ConsumerOffsetDocument({}, None)), raw
+
+    def table(self) -> dict[str, dict[int, int]]:
+        """``"topic@group" -> {queueId: offset}`` from disk (main file, else .bak); {} when neither exists."""
+        return self._load()[0].table
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """Committed (next-to-consume) offset, -1 when the group never committed this queue."""
+        return self.table().get(f"{topic}@{group}", {}).get(queue_id, -1)
+
+    def offsets_of(self, group: str, topic: str) -> dict[int, int]:
+        queues = self.table().get(f"{topic}@{group}", {})
+        return {q: queues[q] for q in sorted(queues)}
+
+    def groups(self) -> list[str]:
+        """Groups with offsets; a 5.x broadcast key ``topic@g@broadcast`` yields group ``g@broadcast``."""
+        return sorted({key.split("@", 1)[1] for key in self.table()})
+
+    def topics_of(self, group: str) -> list[str]:
+        return sorted(k.split("@", 1)[0] for k in self.table() if k.split("@", 1)[1] == group)
+
+    def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        """Set ``offsets`` (queueId -> next offset) of ``group`` on ``topic``; other entries are kept."""
+        self.commit_many({(group, topic): offsets})
+
+    def commit_many(self, updates: Mapping[tuple[str, str], Mapping[int, int]]) -> None:
+        """Several (group, topic) commits in one atomic rewrite."""
+        self._refuse_if_read_only()
+        checked: dict[str, dict[int, int]] = {}
+        for (group, topic), offsets in updates.items():
+            key = _table_key(group, topic)
+            queues = {_check_int("queue_id", q, _INT32): _check_int("offset", o, _INT64) for q, o in offsets.items()}
+            if queues:  # an empty commit changes nothing and must not create a "t@g":{} entry
+                checked.setdefault(key, {}).update(queues)
+        if not checked:
+            return
+
+        def apply(table: dict[str, dict[int, int]]) -> None:
+            for key, queues in checked.items():
+                table.setdefault(key, {}).update(queues)
+
+        self._rewrite(apply)
+
+    def remove_group(self, group: str) -> None:
+        """Drop every ``topic@group`` entry of ``group`` (exactly two parts, as RocketMQ's removeOffset)."""
+        self._refuse_if_read_only()
+
+        def apply(table: dict[str, dict[int, int]]) -> None:
+            for key in [k for k in table if len(k.split("@")) == 2 and k.split("@")[1] == group]:
+                del table[key]
+
+        self._rewrite(apply)
+
+    def _refuse_if_read_only(self) -> None:
+        if self.read_only:
+            raise ReadOnlyStoreError("consumer offsets cannot be committed through a read-only store", path=self.path)
+
+    def _rewrite(self, apply: Callable[[dict[str, dict[int, int]]], None]) -> None:
+        try:
+            self.config_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create config directory: {exc.strerror}", path=self.config_dir) from exc
+        with _exclusive_lock(self.lock_path):
+            doc, raw = self._load()
+            table = {k: dict(v) for k, v in doc.table.items()}
+            apply(table)
+            if table == doc.table and (raw is not None or not self.path.exists()):
+                return  # nothing changed, and the main file is healthy (or there is none to heal)
+            version = None
+            if doc.data_version is not None:  # 5.x document: advance its version as the broker would
+                version = dict(doc.data_version)
+                counter = version.get("counter")
+                version["counter"] = counter + 1 if _as_int(counter, _INT64) is not None else 1
+                version["timestamp"] = int(time.time() * 1000)
+            _replace_file(self.path, dump_consumer_offsets(table, data_version=version), raw)
+
+
+def _table_key(group: str, topic: str) -> str:
+    if not isinstance(topic, str) or not topic or "@" in topic:
+        raise OptionError("topic", "must be a non-empty string without '@'", topic)
+    if not isinstance(group, str) or not group:  # '@' allowed: 5.x commits "<group>@broadcast"
+        raise OptionError("group", "must be a non-empty string", group)
+    return f"{topic}@{group}"
+
+
+# ------------------------------------------------------------------------------- broadcasting offsets
+
+
+def default_local_offset_dir() -> Path:
+    """The Java client's default when system property rocketmq.client.localOffsetStoreDir is unset."""
+    return Path.home() / ".rocketmq_offsets"
+
+
+class LocalOffsetStore:
+    """A BROADCASTING consumer's offsets: ``<base_dir>/<client_id>/<group>/offsets.json``."""
+
+    def __init__(self, base_dir: str | Path, client_id: str, group: str) -> None:
+        self.dir = Path(base_dir) / client_id / group
+        self.path = self.dir / "offsets.json"
+
+    def read(self) -> dict[MessageQueueKey, int]:
+        """Offsets from offsets.json, else its .bak; {} when neither exists."""
+        return _load_with_bak(self.path, load_local_offsets)[0] or {}
+
+    def read_offset(self, mq: object) -> int:
+        """Offset of one queue (MessageQueueKey, tuple or MessageQueue-like), -1 when absent."""
+        return self.read().get(_mq_key(mq), -1)
+
+    def persist(self, offsets: Mapping[object, int]) -> None:
+        """Overlay ``offsets`` on the file's current table (queues not given are kept) and rewrite it."""
+        updates = {_mq_key(mq): _check_int("offset", off, _INT64) for mq, off in offsets.items()}
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create offset directory: {exc.strerror}", path=self.dir) from exc
+        with _exclusive_lock(self.path.with_name("offsets.json.lock")):
+            current, raw = _load_with_bak(self.path, load_local_offsets)
+            table = dict(current or {})
+            table.update(updates)
+            _replace_file(self.path, dump_local_offsets(dict(sorted(table.items()))), raw)

@@ -1,0 +1,72 @@
+"""``config/topics.json``: RocketMQ's TopicConfig table (queue counts per topic)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from rocketstream.errors import StoreConfigError
+
+PERM_READ_WRITE = 6
+
+
+class TopicConfigTable:
+    def __init__(self, root: Path, *, read_only: bool) -> None:
+        self.path = root / "config" / "topics.json"
+        self.read_only = read_only
+        self.table: dict[str, dict] = {}
+        self.data_version = {"counter": 0, "timestamp": 0}
+
+    def load(self) -> None:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            from rocketstream.store.meta.offsets import (
+                parse_fastjson,  # fastjson output is not always JSON
+            )
+
+            doc = parse_fastjson(text, path=self.path)
+        try:
+            self.table = {str(k): dict(v) for k, v in dict(doc.get("topicConfigTable", {})).items()}
+            self.data_version = dict(doc.get("dataVersion", self.data_version))
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise StoreConfigError(f"topics.json has an unexpected shape: {exc}", path=self.path) from exc
+
+    def queue_nums(self, topic: str) -> int | None:
+        entry = self.table.get(topic)
+        if entry is None:
+            return None
+        try:
+            return int(entry.get("writeQueueNums", entry.get("readQueueNums", 0)))
+        except (TypeError, ValueError):
+            raise StoreConfigError(f"topic {topic!r}: writeQueueNums is not a number", path=self.path) from None
+
+    def ensure(self, topic: str, queue_nums: int) -> bool:
+        """Register ``topic`` with at least ``queue_nums`` queues; True when the table changed."""
+        have = self.queue_nums(topic)
+        if have is not None and have >= queue_nums:
+            return False
+        self.table[topic] = {"order": False, "perm": PERM_READ_WRITE, "readQueueNums": queue_nums,
+                             "topicFilterType": "SINGLE_TAG", "topicName": topic, "topicSysFlag": 0,
+                             "writeQueueNums": queue_nums}
+        self.data_version = {"counter": int(self.data_version.get("counter", 0)) + 1,
+                             "timestamp": time.time_ns() // 1_000_000}
+        self.save()
+        return True
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"dataVersion": self.data_version, "topicConfigTable": self.table}, indent="\t",
+                          sort_keys=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)

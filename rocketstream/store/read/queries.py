@@ -1,0 +1,311 @@
+"""Read-side queries of ``MessageStore``: ``DefaultMessageStore.getMessage``, the search by store time
+(``ConsumeQueue.getOffsetInQueueByTime``), lookups by message id (``lookMessageByOffset``) and by key
+(``IndexService.queryOffset``, see files/index_file.py).
+
+``get_message`` keeps RocketMQ's signature, ``group`` included: RocketMQ uses it for statistics only,
+and the broker's PullMessageProcessor passes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rocketstream.store.files.commit_log import CommitLog
+    from rocketstream.store.files.consume_queue import ConsumeQueue
+    from rocketstream.store.meta.config import StoreConfig
+
+from rocketstream import codec
+from rocketstream.codec import MessageRecord
+from rocketstream.errors import CorruptStoreError, OptionError, StoreError
+from rocketstream.store.files import index_file
+from rocketstream.store.maintenance import layout as layouts
+from rocketstream.store.write.messages import GetMessageResult, GetMessageStatus
+
+_KEY_SEPARATOR = " "   # MessageConst.KEY_SEPARATOR
+
+
+def _key_matches(rec_topic: str, props: dict[str, str], topic: str, key: str, uniq_key: bool) -> bool:
+    """MQAdminImpl.queryMessage's check of a record the index returned (hash collisions): the topic,
+    and the key among KEYS split on " " (MessageConst.KEY_SEPARATOR) or, for an id query, UNIQ_KEY."""
+    if rec_topic != topic:
+        return False
+    if uniq_key:
+        return props.get(codec.PROPERTY_UNIQ_KEY) == key
+    keys = props.get(codec.PROPERTY_KEYS)
+    return keys is not None and key in keys.split(_KEY_SEPARATOR)
+
+
+class StoreQueries:
+    """The read-only queries of ``MessageStore`` (``DefaultMessageStore.getMessage``,
+    ``getOffsetInQueueByTime``, ``lookMessageByOffset``, ``queryMessage``), over what they are given:
+    the store root and config, its commit log, and ``consume_queue(topic, queue_id)`` (None when the
+    queue has no directory)."""
+
+    def __init__(self, root: Path, config: StoreConfig, commit_log: CommitLog,
+                 consume_queue: Callable[[str, int], ConsumeQueue | None]) -> None:
+        self.root = root
+        self.config = config
+        self.commit_log = commit_log
+        self._queue = consume_queue
+
+    # --- getMessage ---------------------------------------------------------------------------
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    tags: Collection[str] | None = None) -> GetMessageResult:
+        """RocketMQ 4.x ``DefaultMessageStore.getMessage`` over one CQ file, with the in-memory transfer
+        limits (256 KiB / 32 messages by default; every page is treated as in memory).
+
+        ``tags``: None, empty or containing "*" means all; otherwise a message passes when its
+        tagsCode is one of the tags' hashes (or a ConsumeQueueExt address, which hides the code)
+        and its TAGS string is one of ``tags``.
+        """
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        lo, hi = cq.min_offset(), cq.max_offset()
+
+        def result(status: GetMessageStatus, next_offset: int, msgs=None) -> GetMessageResult:
+            return GetMessageResult(status, next_offset, lo, hi, msgs or [])
+
+        if hi == 0:
+            return result(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0)
+        if offset < lo:
+            return result(GetMessageStatus.OFFSET_TOO_SMALL, lo)
+        if offset == hi:
+            return result(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset)
+        if offset > hi:
+            return result(GetMessageStatus.OFFSET_OVERFLOW_BADLY, hi)
+        file_end = cq.file_end_index(offset)
+        if cq.queue.find(offset * codec.CQ_UNIT_SIZE) is None:
+            return result(GetMessageStatus.OFFSET_FOUND_NULL, file_end)
+        cfg = self.config
+        limit = max(cfg.max_filter_message_bytes, max_msg_nums * codec.CQ_UNIT_SIZE) // codec.CQ_UNIT_SIZE
+        units = cq.raw_units(offset, min(file_end, hi, offset + limit))
+        wanted = None if not tags or "*" in tags else set(tags)
+        codes = None if wanted is None else {codec.tags_code(t) for t in wanted}
+        cl = self.commit_log
+        cl_min = cl.min_offset()
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        msgs: list[MessageRecord] = []
+        size_sum = 0
+        next_phy_file_start = -1
+        examined = len(units)
+        for i, (phys, size, code) in enumerate(units.tolist()):
+            if msgs and (len(msgs) >= max_msg_nums
+                         or size_sum + size > cfg.max_transfer_bytes_on_message_in_memory
+                         or len(msgs) > cfg.max_transfer_count_on_message_in_memory - 1):
+                examined = i
+                break
+            if phys < next_phy_file_start:
+                continue
+            if codes is not None and code not in codes and not codec.is_ext_address(code):
+                continue   # an ext address hides the tags code: the record's TAGS decides below
+            if phys < cl_min or cl.find_file(phys) is None:
+                if not msgs:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_phy_file_start = phys - phys % cl.file_size + cl.file_size
+                continue
+            rec = cl.read_record(phys, size, check_crc=True)   # never hand out a damaged body
+            if wanted is not None and rec.tags not in wanted:
+                continue
+            msgs.append(rec)
+            size_sum += size
+            status = GetMessageStatus.FOUND
+            next_phy_file_start = -1
+        return result(status, offset + examined, msgs)
+
+    # --- search by time -----------------------------------------------------------------------
+    def _unit_time(self, cq, index: int, cl_min: int) -> int:
+        """Store time of unit ``index``; -1 when it points below the commit log (too early)."""
+        phys = cq.unit(index)[0]
+        if phys < cl_min:
+            return -1
+        return self.commit_log.store_timestamp_at(phys)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """4.x "nearest" semantics (spec 3.6): an exact match, else the closer neighbour (ties to the
+        earlier one; only one side present -> that side). We binary-search the whole queue instead
+        of one CQ file chosen by file mtime; since store times never decrease this is the same as
+        choosing the file by its units' timestamps."""
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset(), cq.max_offset()
+        if hi <= lo:
+            return lo
+        cl_min = self.commit_log.min_offset()
+        left = right = None
+        left_t = right_t = 0
+        low, high = lo, hi - 1
+        while low <= high:
+            mid = (low + high) // 2
+            t = self._unit_time(cq, mid, cl_min)
+            if t == timestamp_ms:
+                return mid
+            if t > timestamp_ms:
+                right, right_t, high = mid, t, mid - 1
+            else:
+                left, left_t, low = mid, t, mid + 1
+        if left is None:
+            return right if right is not None else lo
+        if right is None:
+            return left
+        return left if timestamp_ms - left_t <= right_t - timestamp_ms else right
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int, boundary: str = "lower") -> int:
+        """5.x searchOffset: LOWER = first message stored at or after the time (max offset when
+        none); UPPER = last message stored at or before it (min offset when none). Clamped to
+        [min, max]."""
+        if boundary not in ("lower", "upper"):
+            raise OptionError("boundary", "must be 'lower' or 'upper'", boundary)
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset(), cq.max_offset()
+        cl_min = self.commit_log.min_offset()
+        a, b = lo, hi
+        while a < b:   # first index whose time is > (upper) or >= (lower) the target
+            mid = (a + b) // 2
+            t = self._unit_time(cq, mid, cl_min)
+            if t < timestamp_ms or (boundary == "upper" and t == timestamp_ms):
+                a = mid + 1
+            else:
+                b = mid
+        return a if boundary == "lower" else max(a - 1, lo)
+
+    # --- lookups ------------------------------------------------------------------------------
+    def message_by_msg_id(self, msg_id: str) -> MessageRecord:
+        """An offset message id decodes to its physical offset; otherwise ``msg_id`` is taken as a
+        UNIQ_KEY and found by searching the commit-log bytes (newest file first)."""
+        cl = self.commit_log
+        if not msg_id.strip():
+            raise OptionError("msgId", "must not be empty", msg_id)
+        text = msg_id.strip().upper()
+        try:
+            _, phys = codec.decode_offset_msg_id(text)
+        except OptionError:
+            phys = None
+        if phys is not None and cl.min_offset() <= phys < cl.max_offset():
+            rec = self._record_if_any(phys)
+            if rec is not None and rec.offset_msg_id == text:
+                return rec
+        # No \x02 after the value: 4.9.1-5.1.4 brokers write none after the last property (spec
+        # 1.6). A longer value with the same prefix, or bytes of a body, are ruled out below by
+        # decoding the record that holds the hit and comparing its UNIQ_KEY.
+        needle = f"{codec.PROPERTY_UNIQ_KEY}\x01{msg_id.strip()}".encode()
+        end = cl.max_offset()
+        for mf in reversed(list(cl.queue.files)):
+            limit = min(mf.file_size, max(end - mf.file_from_offset, 0))
+            hit = mf.mm.rfind(needle, 0, limit)
+            while hit >= 0:
+                rec = self._record_containing(mf, hit)
+                if rec is not None and rec.uniq_key == msg_id.strip():
+                    return rec
+                hit = mf.mm.rfind(needle, 0, hit)
+        raise StoreError(f"no message with id {msg_id!r}", path=cl.directory)
+
+    def _record_if_any(self, phys: int) -> MessageRecord | None:
+        """The record starting exactly at ``phys``, or None when the bytes there are not one."""
+        try:
+            return self.commit_log.read_record(phys)
+        except CorruptStoreError:
+            return None   # not a record start: the id was a UNIQ_KEY that happens to look like one
+
+    def _record_containing(self, mf, pos: int) -> MessageRecord | None:
+        target = mf.file_from_offset + pos
+        for offset, rec in self.commit_log.iter_records(mf.file_from_offset, check_crc=False):
+            if rec is None or offset > target:
+                return None
+            if offset + rec.total_size > target:
+                return rec
+        return None
+
+    # --- query by key (spec 5.3) ----------------------------------------------------------------
+    def query_message(self, topic: str, key: str, *, max_num: int = index_file.MAX_MSGS_NUM_BATCH,
+                      begin_ms: int = 0, end_ms: int = index_file.MAX_TIMESTAMP,
+                      uniq_key: bool = False) -> list[MessageRecord]:
+        """Messages of ``topic`` whose KEYS (split on single spaces) hold ``key`` - or, with
+        ``uniq_key``, whose UNIQ_KEY is ``key`` - stored in [begin_ms, end_ms]; at most
+        min(max_num, maxMsgsNumBatch = 64) of them, the newest, in commit-log order.
+
+        With ``index/`` files (every real broker's store): DefaultMessageStore.queryMessage - offsets
+        from IndexService.queryOffset (index times are whole seconds after the file's beginTimestamp,
+        as Java compares them), offsets below the commit-log min (expired) or beyond its end skipped,
+        each record read - then MQAdminImpl.queryMessage's check against hash collisions: same topic,
+        key among KEYS (or UNIQ_KEY equal). DefaultMessageStore's three rounds only repeat with the same
+        ``end`` when nothing was readable, so one round answers the same. Records appended after the
+        index's last endPhyOffset (by our writer: we do not write IndexFiles) are found by scanning
+        that tail of the commit log, and count first, being the newest.
+
+        Without index files (our own stores): a scan of the whole commit log, reading the KEYS of each
+        record of ``topic`` (exact store times; a commit-log file not holding the key's UTF-8 bytes at
+        all is skipped without walking its records). Like IndexService.buildIndex, ROLLBACK records
+        are never found.
+        """
+        if not topic:
+            raise OptionError("topic", "a key query needs a topic", topic)
+        if not key:
+            raise OptionError("key", "must not be empty", key)
+        if max_num <= 0:
+            raise OptionError("max_num", "must be >= 1", max_num)
+        limit = min(max_num, index_file.MAX_MSGS_NUM_BATCH)
+        cl = self.commit_log
+        cl_min, cl_max = cl.min_offset(), cl.max_offset()
+        paths = layouts.index_files(self.root) if (self.root / "index").is_dir() else []
+        with index_file.IndexService(paths, **index_file.configured_geometry(self.config.conf_path)) as index:
+            indexed_end = index.indexed_end()
+            scan_from = cl_min if indexed_end is None else self._tail_start(indexed_end, cl_min, cl_max)
+            found = self._scan_for_key(topic, key, uniq_key, scan_from, cl_max, begin_ms, end_ms)[-limit:]
+            if indexed_end is not None and len(found) < limit:
+                result = index.query_offset(topic, key, limit - len(found), begin_ms, end_ms)
+                for phys in sorted(set(result.phy_offsets)):
+                    if phys < cl_min or phys >= cl_max:
+                        continue   # expired by retention, or cut from the commit log after the index was written
+                    rec = cl.read_record(phys)
+                    if _key_matches(rec.topic, rec.properties, topic, key, uniq_key):
+                        found.append(rec)
+        return sorted(found, key=lambda r: r.physical_offset)
+
+    def _tail_start(self, indexed_end: int, cl_min: int, cl_max: int) -> int:
+        """Where the records the index does not cover begin: after the record at ``indexed_end``
+        (the last one indexed), or the start of its commit-log file when no record starts there."""
+        if indexed_end < cl_min:
+            return cl_min
+        if indexed_end >= cl_max:
+            return cl_max
+        rec = self._record_if_any(indexed_end)
+        if rec is not None:
+            return indexed_end + rec.total_size
+        mf = self.commit_log.find_file(indexed_end)
+        return cl_max if mf is None else max(mf.file_from_offset, cl_min)
+
+    def _scan_for_key(self, topic: str, key: str, uniq_key: bool, start: int, end: int, begin_ms: int,
+                      end_ms: int) -> list[MessageRecord]:
+        """Records in [start, end) of ``topic`` matching ``key`` (query_message), oldest first."""
+        cl = self.commit_log
+        needle = key.encode("utf-8")
+        offsets: list[int] = []
+        offset = start
+        while offset < end:
+            mf = cl.find_file(offset)
+            if mf is None:
+                break
+            file_end = min(mf.end_offset, end)
+            if mf.mm.find(needle, offset - mf.file_from_offset, file_end - mf.file_from_offset) >= 0:
+                scan = cl.scan(offset, check_crc=False)
+                for head in scan:
+                    if head.offset >= file_end:
+                        break
+                    if (head.topic == topic and begin_ms <= head.store_timestamp <= end_ms
+                            and head.sys_flag & codec.TRANSACTION_MASK != codec.TRANSACTION_ROLLBACK
+                            and needle in bytes(head.props)
+                            and _key_matches(head.topic, head.properties(), topic, key, uniq_key)):
+                        offsets.append(head.offset)
+                else:
+                    if scan.problem is not None and scan.end < file_end:
+                        raise CorruptStoreError(f"record does not decode while searching for key {key!r}: "
+                                                f"{scan.problem}", path=scan.problem_path, offset=scan.end)
+            offset = mf.end_offset
+        return [cl.read_record(o) for o in offsets]

@@ -1,0 +1,85 @@
+"""CommitLog -> ConsumeQueue dispatch (spec 3.9): one 20-byte unit per dispatchable record.
+
+The put path dispatches synchronously right after the commit-log bytes are in the mapping, so there
+is no reput thread; recovery replays records through ``dispatch_record`` (idempotent, spec 3.3).
+PREPARED and ROLLBACK records get no unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from rocketstream import codec
+from rocketstream.codec import CQ_DTYPE, MessageRecord
+from rocketstream.store.files.checkpoint import StoreCheckpoint
+from rocketstream.store.files.commit_log import AppendResult, RecordHead
+from rocketstream.store.files.consume_queue import ConsumeQueue
+from rocketstream.store.write.put_batch import PreparedList
+from rocketstream.store.write.put_columns import ColumnBatch
+
+
+def is_dispatchable(sys_flag: int) -> bool:
+    return sys_flag & codec.TRANSACTION_MASK in (codec.TRANSACTION_NOT_TYPE, codec.TRANSACTION_COMMIT)
+
+
+def tags_code_of(topic: str, properties: dict[str, str], store_timestamp: int,
+                delay_levels: Sequence[int] | Mapping[int, int]) -> int:
+    """The unit's tagsCode: hash of TAGS, or the delivery time for SCHEDULE_TOPIC_XXXX (spec 3.2)."""
+    if topic != codec.SCHEDULE_TOPIC:
+        return codec.tags_code(properties.get(codec.PROPERTY_TAGS))
+    return codec.cq_tags_code(topic, properties, store_timestamp, delay_levels=delay_levels)
+
+
+class Dispatcher:
+    def __init__(self, get_queue: Callable[[str, int], ConsumeQueue], checkpoint: StoreCheckpoint | None,
+                 delay_levels: Sequence[int] | Mapping[int, int]) -> None:
+        self._get_queue = get_queue
+        self._checkpoint = checkpoint
+        self._delay_levels = delay_levels
+
+    def tags_code(self, topic: str, properties: dict[str, str], store_timestamp: int) -> int:
+        return tags_code_of(topic, properties, store_timestamp, self._delay_levels)
+
+    def dispatch_append(self, batch: ColumnBatch | PreparedList, result: AppendResult) -> None:
+        """Units for one appended batch (same topic and queue), written with one CQ put."""
+        if not batch.dispatch:
+            return
+        ts = result.store_timestamp
+        cq = self._get_queue(batch.topic, batch.queue_id)
+        codes = batch.tags_codes(ts, self.tags_code)
+        if batch.count == 1:   # single put: no numpy round trip
+            cq.put_one(result.queue_offset, result.physical_offset, int(result.sizes[0]), int(codes[0]))
+        else:
+            units = np.empty(batch.count, dtype=CQ_DTYPE)
+            units["offset"] = np.add(result.starts, result.physical_offset)
+            units["size"] = result.sizes
+            units["tags_code"] = codes
+            cq.put(result.queue_offset, units)
+        if self._checkpoint is not None:
+            self._checkpoint.logics_msg_timestamp = ts
+
+    def dispatch_head(self, head: RecordHead) -> None:
+        """Recovery replay of one scanned record (``CommitLog.scan``)."""
+        if not is_dispatchable(head.sys_flag):
+            return
+        cq = self._get_queue(head.topic, head.queue_id)
+        if head.offset + head.size <= cq.max_physic_offset:
+            return                        # already dispatched (ConsumeQueue.putMessagePositionInfo)
+        code = 0
+        if len(head.props):
+            code = self.tags_code(head.topic, head.properties(), head.store_timestamp)
+        cq.put_one(head.queue_offset, head.offset, head.size, code)
+        if self._checkpoint is not None:
+            self._checkpoint.logics_msg_timestamp = head.store_timestamp
+
+    def dispatch_record(self, rec: MessageRecord) -> None:
+        """Recovery replay of one decoded record."""
+        if not is_dispatchable(rec.sys_flag):
+            return
+        self._get_queue(rec.topic, rec.queue_id).put_one(
+            rec.queue_offset, rec.physical_offset, rec.total_size,
+            self.tags_code(rec.topic, rec.properties, rec.store_timestamp))
+        if self._checkpoint is not None:
+            self._checkpoint.logics_msg_timestamp = rec.store_timestamp

@@ -1,0 +1,263 @@
+"""DESIGN.md's layer rules, read from the source: every ``import`` of every module under ``rocketstream/``.
+
+Layers (dependencies point down only)::
+
+    cli / demo  ->  spark  ->  client  ->  remoting  ->  codec
+                           ->  store   ------------->  codec
+                    broker ->  store, remoting, codec (client's pure maths at most), never spark
+
+* ``codec`` imports nothing of ours but ``rocketstream.errors``, and that only while ``errors`` itself
+  imports nothing of ours.
+* ``store`` imports only ``codec`` (+ errors); ``client`` only ``codec`` and ``remoting`` (+ errors);
+  ``remoting`` only ``codec`` (+ errors); ``broker`` never ``spark``.
+* No module imports a ``_private`` name (or a ``_private`` module) of a different package (a reach-in
+  through an attribute, ``store._queues``, is no import: this test cannot see it).
+* No import cycle between modules. Every import counts: module level, inside a function (a deferred
+  import hides a cycle, it does not remove it) and under ``TYPE_CHECKING`` (a type-level cycle is still a
+  cycle: give the lower module a Protocol).
+
+And what importing costs (in a fresh interpreter): ``import rocketstream.codec`` loads no pyarrow and no
+pyspark; ``import rocketstream.client`` loads no store module and no pyspark (each with every submodule of
+the package imported too).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "rocketstream"
+OURS = "rocketstream"
+
+# layer -> the layers it may import besides itself (None: anything; checked by other rules)
+ALLOWED: dict[str, set[str] | None] = {
+    "codec": {"errors"},
+    "store": {"codec", "errors"},
+    "remoting": {"codec", "errors"},
+    "client": {"codec", "remoting", "errors"},
+}
+NEVER: dict[str, set[str]] = {"broker": {"spark"}}
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str  # importing module
+    target: str  # imported module (ours), resolved to the deepest module that exists
+    names: tuple[str, ...]  # names taken by ``from target import ...``
+    line: int
+
+    def __str__(self) -> str:
+        what = f"from {self.target} import {', '.join(self.names)}" if self.names else f"import {self.target}"
+        return f"{self.source}:{self.line}: {what}"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+MODULES = _modules()
+
+
+def _package_of(module: str) -> str:
+    """The package a module's code lives in (a package's ``__init__`` lives in the package itself)."""
+    return module if MODULES.get(module, Path()).name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _resolve(level: int, module: str | None, importer: str) -> str:
+    if level == 0:
+        return module or ""
+    package = _package_of(importer).split(".")
+    package = package[: len(package) - (level - 1)]
+    return ".".join(package + ([module] if module else []))
+
+
+def _edges(module: str, path: Path) -> list[Edge]:
+    edges = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            edges += [Edge(module, a.name, (), node.lineno) for a in node.names if a.name.split(".")[0] == OURS]
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(node.level, node.module, module)
+            if target.split(".")[0] != OURS:
+                continue
+            plain = []
+            for alias in node.names:  # ``from pkg import submodule`` imports the submodule
+                sub = f"{target}.{alias.name}"
+                if sub in MODULES:
+                    edges.append(Edge(module, sub, (), node.lineno))
+                else:
+                    plain.append(alias.name)
+            if plain or not node.names:
+                edges.append(Edge(module, target, tuple(plain), node.lineno))
+    return edges
+
+
+EDGES = [e for m, p in MODULES.items() for e in _edges(m, p)]
+
+
+def _layer(module: str) -> str:
+    """``rocketstream.store.files.commit_log`` -> ``store``; ``rocketstream.errors`` -> ``errors``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_the_target_layers_exist() -> None:
+    """The rules below are vacuous for a layer with no modules: codec must be there (issue 8)."""
+    layers = {_layer(m) for m in MODULES}
+    assert {"codec", "store", "client", "spark"} <= layers, f"layers found: {sorted(layers)}"
+
+
+def test_errors_imports_nothing_of_ours() -> None:
+    """``codec`` may import ``rocketstream.errors`` only because errors sits below everything."""
+    bad = [str(e) for e in EDGES if _layer(e.source) == "errors"]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_layer_imports_only_the_layers_below(layer: str) -> None:
+    allowed = ALLOWED[layer] | {layer}
+    bad = [f"{e}  ({_layer(e.target) or OURS} is not below {layer})"
+           for e in EDGES if _layer(e.source) == layer and _layer(e.target) not in allowed]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("layer", sorted(NEVER))
+def test_layer_never_imports(layer: str) -> None:
+    bad = [str(e) for e in EDGES if _layer(e.source) == layer and _layer(e.target) in NEVER[layer]]
+    assert not bad, "\n".join(bad)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _private_reaches(edges: list[Edge]) -> list[str]:
+    bad = []
+    for e in edges:
+        if _package_of(e.source) == _package_of(e.target):
+            continue  # a module's private names are open to its own package
+        private_module = [p for p in e.target.split(".") if _private(p)]
+        private_names = [n for n in e.names if _private(n)]
+        if private_module or private_names:
+            bad.append(f"{e}  (private to {_package_of(e.target)})")
+    return bad
+
+
+def test_private_finder_finds_a_reach_in() -> None:
+    edges = [Edge("rocketstream.store.check", "rocketstream.store.message_store", ("_lock",), 1),  # same package
+             Edge("rocketstream.spark.batch", "rocketstream.client.offset_ranges", ("_QUEUE_ID",), 2),
+             Edge("rocketstream.spark.batch", "rocketstream.client._java", (), 3)]
+    assert [b.split(":")[1] for b in _private_reaches(edges)] == ["2", "3"]
+
+
+def test_no_private_names_across_packages() -> None:
+    bad = _private_reaches(EDGES)
+    assert not bad, "\n".join(bad)
+
+
+def _cycles(nodes: list[str], edges: list[Edge]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    graph: dict[str, set[str]] = {m: set() for m in nodes}
+    for e in edges:
+        if e.target in graph and e.target != e.source:
+            graph[e.source].add(e.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    """The finder itself: a -> b -> c -> a is one cycle, d alone is none."""
+    edges = [Edge("a", "b", (), 1), Edge("b", "c", (), 1), Edge("c", "a", (), 1), Edge("d", "a", (), 1)]
+    assert _cycles(["a", "b", "c", "d"], edges) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles() -> None:
+    """Package ``__init__`` re-exports count like any import: ``store/__init__`` importing
+    ``store.message_store`` that imports ``rocketstream.store`` (the package) is a cycle."""
+    cycles = _cycles(sorted(MODULES), EDGES)
+    detail = []
+    for component in cycles:
+        members = set(component)
+        detail.append(" <-> ".join(component) + "\n    " + "\n    ".join(
+            str(e) for e in EDGES if e.source in members and e.target in members and e.source != e.target))
+    assert not cycles, "\n".join(detail)
+
+
+def _loaded_after(statement: str) -> list[str]:
+    """Module names in sys.modules after running ``statement`` in a fresh interpreter."""
+    code = f"import json, sys\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _heavy(loaded: list[str], prefixes: tuple[str, ...]) -> list[str]:
+    return [m for m in loaded if any(m == p or m.startswith(p + ".") for p in prefixes)]
+
+
+def _import_all(package: str) -> str:
+    """A statement importing ``package`` and every module under it."""
+    return (f"import importlib, pkgutil, {package} as p\n"
+            f"for m in pkgutil.walk_packages(p.__path__, '{package}.'):\n"
+            f"    importlib.import_module(m.name)")
+
+
+def test_import_codec_loads_no_pyarrow_or_pyspark() -> None:
+    """Every codec module: the numpy-vectorized decoder may load numpy, never pyarrow."""
+    loaded = _loaded_after(_import_all("rocketstream.codec"))
+    assert not _heavy(loaded, ("pyarrow", "pyspark")), _heavy(loaded, ("pyarrow", "pyspark"))
+
+
+def test_import_client_loads_no_store_and_no_pyspark() -> None:
+    """Every client module: the client runs where there is no store and no Spark."""
+    loaded = _loaded_after(_import_all("rocketstream.client"))
+    heavy = _heavy(loaded, ("rocketstream.store", "pyspark"))
+    assert not heavy, heavy
+
+
+def test_import_checks_see_what_they_look_for() -> None:
+    """The sys.modules probe itself: importing the Spark layer does load pyspark."""
+    assert _heavy(_loaded_after("import rocketstream.spark.source"), ("pyspark",))
