@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from spark_reliutil import TOPIC, spark_body
 
 CL_FILE = 4096  # ~25 records per commit-log file

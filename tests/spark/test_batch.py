@@ -11,11 +11,10 @@ import pytest
 from chispa import assert_df_equality
 
 from rocketstream.client.offset_ranges import QueueKey
-from rocketstream.errors import DataLossError, OptionError
+from rocketstream.errors import DataLossError
 from rocketstream.spark import batch as batch_mod
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
-
 from spark_stores import TOPIC, fill, max_offsets, store_rows, trimmed_store
 
 ORDER = ["brokerName", "queueId", "queueOffset"]
@@ -236,8 +235,9 @@ def test_data_loss_in_batch_both_ways(spark, trimmed):
 def test_auto_discovery_module():
     import pkgutil
 
-    import pyspark_rocketmq
     from pyspark.sql.datasource import DataSource
+
+    import pyspark_rocketmq
 
     # Spark's lookup lists top-level modules with pkgutil.iter_modules(): a regular install puts
     # pyspark_rocketmq.py in site-packages; here the repository root plays that part.

@@ -23,7 +23,6 @@ from rocketstream.spark.broker_view import BrokerView, LocalBroker, LocalBrokerV
 from rocketstream.spark.offsets import QueueOffsets
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
-
 from spark_stores import TOPIC, fill, store_rows
 
 
