@@ -28,7 +28,7 @@ from rocketstream.errors import StoreError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from rocketstream.client.offset_store import OffsetStore
+    from rocketstream.spark.offset_store import OffsetStore
     from rocketstream.store import MessageStore
 
 
@@ -163,7 +163,7 @@ class LocalBrokerView:
 
     def _offset_store(self, *, read_only: bool) -> OffsetStore:
         # The broker's config/consumerOffset.json (ConsumerOffsetManager), one atomic rewrite per commit.
-        from rocketstream.client.offset_store import OffsetStore
+        from rocketstream.spark.offset_store import OffsetStore
 
         return OffsetStore.clustering({self._name: self.root}, read_only=read_only)
 

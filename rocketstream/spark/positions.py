@@ -38,7 +38,7 @@ from rocketstream.spark.offsets import (
 from rocketstream.spark.options import RocketMQOptions
 
 if TYPE_CHECKING:
-    from rocketstream.client.offset_store import OffsetStore
+    from rocketstream.spark.offset_store import OffsetStore
 
 log = logging.getLogger(__name__)
 Offsets = dict[QueueKey, int]
@@ -160,7 +160,7 @@ def check_starts(starts: Mapping[QueueKey, int], bounds: Mapping[QueueKey, Queue
 def _broadcast_store(options: RocketMQOptions, *, read_only: bool) -> OffsetStore:
     """BROADCASTING offsets live with the client (``<offsetsStoreDir>/<clientId>/<group>/offsets.json``,
     RocketMQ's LocalFileOffsetStore): the broker never learns them, in local and network mode alike."""
-    from rocketstream.client.offset_store import OffsetStore
+    from rocketstream.spark.offset_store import OffsetStore
 
     client_id = options.client_id or f"{_local_ip()}@DEFAULT"  # a broadcasting client's usual directory
     return OffsetStore.broadcasting(client_id, options.offsets_store_dir, read_only=read_only)
