@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from rocketstream.errors import BodyError
-from rocketstream.remoting import _json
+from rocketstream.remoting import json_body as _json
 
 __all__ = ["KVConfigManager", "NAMESPACE_ORDER_TOPIC_CONFIG"]
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from rocketstream.errors import BodyError
 from rocketstream.namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from rocketstream.namesrv.route_info import DataVersion, RouteInfoManager, TopicConfig
-from rocketstream.remoting import _json
+from rocketstream.remoting import json_body as _json
 from rocketstream.remoting.channel import Channel
 from rocketstream.remoting.codes import RequestCode, ResponseCode, Version
 from rocketstream.remoting.command import RemotingCommand

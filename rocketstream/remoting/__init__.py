@@ -1,6 +1,6 @@
 """RocketMQ's TCP remoting protocol on asyncio: frames, codes, connections and a server.
 
-Imports only ``codec`` (today: the fastjson module through :mod:`rocketstream.remoting._json`).
+Imports only ``codec`` (today: the fastjson module through :mod:`rocketstream.remoting.json_body`).
 """
 
 from rocketstream.remoting.channel import DEFAULT_TIMEOUT_S, Channel, next_opaque

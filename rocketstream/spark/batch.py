@@ -1,23 +1,31 @@
 """Batch reads: plan offset ranges into tasks on the driver, read them as Arrow batches in executors.
 
 Planning (``partitions()``) runs in Spark's planner worker; ``read()`` runs in executor workers from a
-pickled reader, so every task carries what it needs in its :class:`ReadTask` (store roots, ranges,
-columns, tag set) and opens the stores itself, read-only.
+pickled reader, so every task carries what it needs in its :class:`ReadTask` (broker locations, ranges,
+columns, tag set) and opens its broker views itself.
 
-Filter pushdown: PySpark 4.3 fails *every* query on a reader that defines ``pushFilters`` while
-``spark.sql.python.filterPushdown.enabled`` is false, and the Python planner worker cannot see the
-session conf. Spark's worker does know: it holds the flag in a local variable (or runs the dedicated
-pushdown worker) when it calls ``DataSource.reader``. :func:`pushdown_enabled` reads that, and
-``reader()`` returns :class:`RocketMQPushdownReader` only when pushdown is on.
+Filter pushdown needs ``spark.sql.python.filterPushdown.enabled=true`` (Spark's default is false). PySpark
+4.3 plans a Python source read in one of two planner processes, and neither hands the source the session
+conf (``DataSource`` gets only its options, ``reader()`` only the schema):
+
+* ``pyspark.sql.worker.data_source_pushdown_filters`` — run only while that conf is true and the query has
+  filters; it calls ``reader()``, then ``pushFilters()``, then ``partitions()``;
+* ``pyspark.sql.worker.plan_data_source_read`` — every other read; it never calls ``pushFilters()``, and while
+  the conf is false it fails the query (DATA_SOURCE_PUSHDOWN_DISABLED) if the reader overrides it.
+
+So a reader gets ``pushFilters`` exactly when it will be asked to push filters: :func:`batch_reader` returns
+:class:`RocketMQPushdownReader` in the pushdown planner and :class:`RocketMQBatchReader` everywhere else
+(:func:`filter_pushdown_planner` tells which process this is from its imported modules).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,6 +43,13 @@ from pyspark.sql.datasource import (
 
 from rocketstream.client.offset_ranges import OffsetRange, QueueKey, plan_partitions
 from rocketstream.spark import positions
+from rocketstream.spark.broker_view import (
+    BrokerLocation,
+    BrokerView,
+    QueueBounds,
+    open_views,
+    queue_bounds,
+)
 from rocketstream.spark.options import RocketMQOptions
 from rocketstream.spark.schema import Projection
 
@@ -45,7 +60,7 @@ _INT64_MAX = (1 << 63) - 1
 class ReadTask(InputPartition):
     """One Spark task: ranges ``(brokerName, topic, queueId, start, end)`` read in order."""
 
-    brokers: tuple[tuple[str, str], ...]  # brokerName -> store root
+    brokers: tuple[BrokerLocation, ...]  # where each broker of the ranges is (opened on the executor)
     ranges: tuple[tuple[str, str, int, int, int], ...]
     columns: tuple[str, ...]
     tags: frozenset[str] | None  # None: every message
@@ -56,41 +71,33 @@ class ReadTask(InputPartition):
 
 def read_task(task: ReadTask, projection: Projection) -> Iterator[pa.RecordBatch]:
     """Executor side: the task's rows as Arrow batches in Spark's schema."""
-    from rocketstream.store import MessageStore
-
-    roots = dict(task.brokers)
     columns = list(task.columns)
     need_time = task.store_time_us is not None and "storeTimestamp" not in columns
     read_columns = columns + (["storeTimestamp"] if need_time else [])
-    stores: dict[str, object] = {}
-    try:
+    needed = {broker for broker, *_ in task.ranges}
+    with open_views(b for b in task.brokers if b.name in needed) as views:
         for broker, topic, qid, start, end in task.ranges:
-            store = stores.get(broker)
-            if store is None:
-                store = stores[broker] = MessageStore.open(roots[broker], read_only=True)
-            start = _surviving_start(store, QueueKey(topic, broker, qid), start, end, task.fail_on_data_loss)
+            view = views[broker]
+            start = _surviving_start(view, QueueKey(topic, broker, qid), start, end, task.fail_on_data_loss)
             if start >= end:
                 continue
-            for batch in store.read_range(topic, qid, start, end, broker_name=broker, columns=read_columns,
-                                          tags=task.tags, check_crc=task.check_crc):
+            for batch in view.read_range(topic, qid, start, end, columns=read_columns, tags=task.tags,
+                                         check_crc=task.check_crc):
                 if task.store_time_us is not None:
                     batch = _filter_time(batch, *task.store_time_us)
                     if need_time:
                         batch = batch.select(columns)
                 if batch.num_rows:
                     yield projection.relabel(batch)
-    finally:
-        for store in stores.values():
-            store.close()  # type: ignore[attr-defined]
 
 
-def _surviving_start(store, q: QueueKey, start: int, end: int, fail_on_data_loss: bool) -> int:
+def _surviving_start(view: BrokerView, q: QueueKey, start: int, end: int, fail_on_data_loss: bool) -> int:
     """Retention may delete files between a batch's planning and its task: the planner's data-loss rule
     (DataLossError naming the range, or a logged skip to the queue's new min) applies here again."""
-    low = store.min_offset(q.topic, q.queue_id)
+    low = view.min_offset(q.topic, q.queue_id)
     if start >= low:
         return start
-    bounds = {q: positions.QueueBounds(low, max(low, end, store.max_offset(q.topic, q.queue_id)))}
+    bounds = {q: QueueBounds(low, max(low, end, view.max_offset(q.topic, q.queue_id)))}
     return min(positions.check_starts({q: start}, bounds, fail_on_data_loss)[q], end)
 
 
@@ -113,7 +120,8 @@ class PushedFilters:
 
     def accept(self, f: Filter) -> bool:
         """Record ``f`` if it can be applied exactly; False leaves it to Spark."""
-        column = f.attribute[0] if len(f.attribute) == 1 else None  # type: ignore[attr-defined]
+        attribute: tuple[str, ...] = getattr(f, "attribute", ())  # every filter but Not has one column path
+        column = attribute[0] if len(attribute) == 1 else None
         if column in ("tags", "topic", "brokerName", "queueId"):
             values = _equal_values(f, int if column == "queueId" else str)
             if values is None:
@@ -152,7 +160,7 @@ class PushedFilters:
                 and low <= q.queue_id <= high)
 
 
-def _equal_values(f: Filter, kind: type) -> frozenset | None:
+def _equal_values(f: Filter, kind: type) -> frozenset[object] | None:
     if isinstance(f, EqualTo):
         values: Sequence[object] = (f.value,)
     elif isinstance(f, In):
@@ -200,22 +208,22 @@ def _comparison_bounds(f: Filter, value: int) -> tuple[int, int] | None:
 
 def plan_tasks(
     options: RocketMQOptions,
-    brokers: tuple[tuple[str, str], ...],
-    starts: dict[QueueKey, int],
-    ends: dict[QueueKey, int],
+    brokers: tuple[BrokerLocation, ...],
+    starts: Mapping[QueueKey, int],
+    ends: Mapping[QueueKey, int],
     projection: Projection,
     tags: frozenset[str] | None,
     store_time_us: tuple[int, int] | None = None,
 ) -> list[ReadTask]:
     """Share the ranges among ``numPartitions`` tasks with ``allocateStrategy``, as a consumer group
     of that many members would share the queues, split by ``maxMessagesPerPartition``."""
-    args = dict(options.strategy_args)
+    args: dict[str, Any] = dict(options.strategy_args)  # each strategy's own keyword arguments
     strategy = options.allocate_strategy
     queues = [q for q in ends if ends[q] > starts[q]]
     if strategy == "CONFIG":
         # The configured queues are the only ones this group reads (the Java strategy returns its list to
         # every consumer), so one task plans them and maxMessagesPerPartition splits the work.
-        wanted = set(args.pop("config_queues"))  # type: ignore[arg-type]
+        wanted = set(args.pop("config_queues"))
         queues = [q for q in queues if (q.broker_name, q.queue_id) in wanted or ("", q.queue_id) in wanted]
         args["message_queue_list"] = sorted(queues)
         num_tasks = 1
@@ -275,11 +283,11 @@ class RocketMQBatchReader(DataSourceReader):
         tags = _tag_set(o, pushed)
         if tags is not None and not tags:
             return []
-        with positions.open_stores(brokers) as stores:
-            bounds = positions.queue_bounds(stores, o.topics)
-            positions.require_queues(stores, bounds, o.topics)
-            starts = positions.starting_offsets(o, stores, bounds, default="earliest")
-            ends = positions.ending_offsets(o, stores, bounds)
+        with open_views(brokers) as views:
+            bounds = queue_bounds(views, o.topics)
+            positions.require_queues(views, bounds, o.topics)
+            starts = positions.starting_offsets(o, views, bounds)
+            ends = positions.ending_offsets(o, views, bounds)
             for q in bounds:
                 if ends[q] < starts[q]:
                     ends[q] = starts[q]  # nothing to read (an end before the start, e.g. by timestamp)
@@ -287,7 +295,7 @@ class RocketMQBatchReader(DataSourceReader):
             starts = {q: max(starts[q], pushed.offset_range[0]) for q in keep}
             ends = {q: max(starts[q], min(ends[q], pushed.offset_range[1] + 1)) for q in keep}
             if pushed.time_range_us is not None:
-                _narrow_by_time(stores, pushed.time_range_us, starts, ends)
+                _narrow_by_time(views, pushed.time_range_us, starts, ends)
         return plan_tasks(o, brokers, starts, ends, self.projection, tags, pushed.time_range_us)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -296,7 +304,8 @@ class RocketMQBatchReader(DataSourceReader):
         return read_task(partition, self.projection)
 
 
-def _narrow_by_time(stores, time_range_us: tuple[int, int], starts: dict, ends: dict) -> None:
+def _narrow_by_time(views: Mapping[str, BrokerView], time_range_us: tuple[int, int], starts: dict[QueueKey, int],
+                    ends: dict[QueueKey, int]) -> None:
     """Shrink ranges to the messages stored within the bounds (store timestamps are non-decreasing within
     a queue: one writer stamps records in append order); rows are still filtered exactly in read()."""
     low_us, high_us = time_range_us
@@ -306,9 +315,9 @@ def _narrow_by_time(stores, time_range_us: tuple[int, int], starts: dict, ends: 
         if ends[q] <= starts[q]:
             continue
         if first_ms > 0:
-            starts[q] = min(ends[q], max(starts[q], positions.search_lower(stores, q, first_ms)))
+            starts[q] = min(ends[q], max(starts[q], positions.search_lower(views, q, first_ms)))
         if 0 < after_ms < _INT64_MAX // 1000:
-            ends[q] = max(starts[q], min(ends[q], positions.search_lower(stores, q, after_ms)))
+            ends[q] = max(starts[q], min(ends[q], positions.search_lower(views, q, after_ms)))
 
 
 class RocketMQPushdownReader(RocketMQBatchReader):
@@ -328,23 +337,24 @@ def _tag_set(options: RocketMQOptions, pushed: PushedFilters) -> frozenset[str] 
     return tags
 
 
-def pushdown_enabled() -> bool:
-    """Whether Spark's worker calling ``DataSource.reader`` has filter pushdown enabled (see module doc)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if module.endswith("data_source_pushdown_filters"):
-            return True
-        if module.startswith("pyspark.") and "enable_pushdown" in frame.f_locals:
-            return bool(frame.f_locals["enable_pushdown"])
-        frame = frame.f_back
-    return False
+_PUSHDOWN_PLANNER = "pyspark.sql.worker.data_source_pushdown_filters"
+
+
+def filter_pushdown_planner() -> bool:
+    """Whether this process is PySpark's filter-pushdown planner (see module doc): Spark runs it only while
+    ``spark.sql.python.filterPushdown.enabled`` is true, as a daemon-forked worker (module imported) or,
+    without the daemon, as ``python -m`` (the module is ``__main__``)."""
+    if _PUSHDOWN_PLANNER in sys.modules:
+        return True
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(main_spec, "name", None) == _PUSHDOWN_PLANNER
 
 
 def batch_reader(options: RocketMQOptions, projection: Projection) -> RocketMQBatchReader:
-    cls = RocketMQPushdownReader if pushdown_enabled() else RocketMQBatchReader
+    """The reader for ``DataSource.reader``: with ``pushFilters`` only where Spark will call it."""
+    cls = RocketMQPushdownReader if filter_pushdown_planner() else RocketMQBatchReader
     return cls(options, projection)
 
 
-__all__ = ["ReadTask", "RocketMQBatchReader", "RocketMQPushdownReader", "batch_reader", "plan_tasks", "read_task",
-           "pushdown_enabled"]
+__all__ = ["ReadTask", "RocketMQBatchReader", "RocketMQPushdownReader", "batch_reader", "filter_pushdown_planner",
+           "plan_tasks", "read_task"]

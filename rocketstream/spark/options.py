@@ -15,9 +15,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from rocketstream.client.offset_ranges import QueueKey, offsets_from_dict
 from rocketstream.client.subscription import SubscriptionData
 from rocketstream.errors import OptionError
+from rocketstream.spark.offsets import (
+    EARLIEST,
+    GROUP,
+    LATEST,
+    AtTimestamp,
+    EndPosition,
+    Position,
+    QueueOffsets,
+    SpecificOffsets,
+    StartPosition,
+)
 
 # ---- option keys (documented spelling) ---------------------------------------------------------
 PATH = "path"
@@ -65,7 +75,6 @@ _ALIASES = {MIN_PARTITIONS: NUM_PARTITIONS, MAX_OFFSETS_PER_TRIGGER: MAX_MESSAGE
             MIN_OFFSETS_PER_TRIGGER: MIN_MESSAGES_PER_TRIGGER}
 
 # ---- values -------------------------------------------------------------------------------------
-EARLIEST, LATEST, GROUP = "earliest", "latest", "group"
 CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
 CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
 CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
@@ -78,23 +87,18 @@ _NAME = re.compile(r"[%|A-Za-z0-9_-]{1,255}\Z")  # RocketMQ's topic / group char
 _DURATION = re.compile(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*\Z", re.IGNORECASE)
 _DURATION_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
-# A position is "earliest" | "latest" | "group" | {QueueKey: offset (-2/-1 allowed)} | a timestamp.
-OffsetSpec = "str | dict[QueueKey, int]"
-
 
 @dataclass(frozen=True)
 class RocketMQOptions:
-    """Every option of the source, validated. Queue positions stay symbolic until the driver resolves
-    them against the store (``spark/offsets`` logic lives in batch.py / stream.py)."""
+    """Every option of the source, validated. Positions stay symbolic until the planner resolves them
+    against the brokers (:mod:`rocketstream.spark.positions`)."""
 
     topics: tuple[str, ...]
     brokers: tuple[tuple[str, Path], ...]  # (brokerName, store root); names resolved by broker_names()
-    broker_name_given: bool
     subscription: SubscriptionData
-    starting_offsets: str | dict[QueueKey, int] | None  # None: not given (batch: earliest, stream: group)
-    ending_offsets: str | dict[QueueKey, int] | None  # None: not given (latest)
-    starting_timestamp: int | None
-    ending_timestamp: int | None
+    # startingTimestamp over startingOffsets (as Spark's Kafka source); not given: batch earliest, stream group
+    starting: StartPosition
+    ending: EndPosition  # endingTimestamp over endingOffsets; not given: latest (a stream has no end)
     consumer_group: str
     consume_from_where: str
     consume_timestamp_ms: int | None
@@ -145,15 +149,16 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
     _only_with(given, CONSUMER_IDCS, strategy == "MACHINE_ROOM", f"{ALLOCATE_STRATEGY}=MACHINE_ROOM")
     for key in (OFFSETS_STORE_DIR, CLIENT_ID):
         _only_with(given, key, message_model == BROADCASTING, f"{MESSAGE_MODEL}={BROADCASTING}")
+    topics = _topics(given)
+    brokers = _brokers(given)
+    subscription = SubscriptionData.parse_option(given.get(SUB_EXPRESSION, "*"), SUB_EXPRESSION)
+    starting, ending = _positions(given, streaming=streaming)
     return RocketMQOptions(
-        topics=_topics(given),
-        brokers=_brokers(given),
-        broker_name_given=BROKER_NAME in given,
-        subscription=SubscriptionData.parse_option(given.get(SUB_EXPRESSION, "*"), SUB_EXPRESSION),
-        starting_offsets=_position(given, STARTING_OFFSETS, (EARLIEST, LATEST, GROUP)),
-        ending_offsets=_position(given, ENDING_OFFSETS, (LATEST,)),
-        starting_timestamp=_int(given, STARTING_TIMESTAMP, minimum=0),
-        ending_timestamp=_int(given, ENDING_TIMESTAMP, minimum=0),
+        topics=topics,
+        brokers=brokers,
+        subscription=subscription,
+        starting=starting,
+        ending=ending,
         consumer_group=_name(given, CONSUMER_GROUP, DEFAULT_CONSUMER_GROUP),
         consume_from_where=consume_from_where,
         consume_timestamp_ms=_consume_timestamp(given),
@@ -180,7 +185,7 @@ def _only_with(given: Mapping[str, str], key: str, applies: bool, needs: str) ->
         raise OptionError(key, f"only applies with {needs}; set that or remove this option", given[key])
 
 
-class _Given(dict):
+class _Given(dict[str, str]):
     """Options by canonical key; ``spelled`` keeps the name the user used (an alias) for messages."""
 
     def __init__(self) -> None:
@@ -229,20 +234,41 @@ def _brokers(given: Mapping[str, str]) -> tuple[tuple[str, Path], ...]:
     return tuple(result.items())
 
 
-def _position(given: Mapping[str, str], key: str, words: tuple[str, ...]) -> str | dict[QueueKey, int] | None:
+def _positions(given: Mapping[str, str], *, streaming: bool) -> tuple[StartPosition, EndPosition]:
+    """Start and end; every position option is validated (in this order) even when another overrides it."""
+    start = _position(given, STARTING_OFFSETS, (EARLIEST, LATEST, GROUP))
+    end = _position(given, ENDING_OFFSETS, (LATEST,))
+    start_ms = _int(given, STARTING_TIMESTAMP, minimum=0)
+    end_ms = _int(given, ENDING_TIMESTAMP, minimum=0)
+    starting: StartPosition = (AtTimestamp(start_ms) if start_ms is not None
+                               else start if start is not None else GROUP if streaming else EARLIEST)
+    ending: EndPosition
+    if end_ms is not None:
+        ending = AtTimestamp(end_ms)
+    elif end is None or end is LATEST:
+        ending = LATEST
+    elif isinstance(end, SpecificOffsets):
+        ending = end
+    else:  # cannot happen: the only word an end accepts is latest
+        raise OptionError(ENDING_OFFSETS, f"{end.value} is not a valid end")
+    return starting, ending
+
+
+def _position(given: Mapping[str, str], key: str, words: tuple[Position, ...]) -> Position | SpecificOffsets | None:
     raw = given.get(key)
     if raw is None:
         return None
     text = raw.strip()
-    if text.lower() in words:
-        return text.lower()
+    for word in words:
+        if text.lower() == word.value:
+            return word
     if not text.startswith("{"):
-        raise OptionError(key, f"expected one of {', '.join(words)} or a JSON object of offsets", raw)
+        raise OptionError(key, f"expected one of {', '.join(w.value for w in words)} or a JSON object of offsets", raw)
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise OptionError(key, f"is not valid JSON: {exc}", raw) from exc
-    return offsets_from_dict(obj, option=key, allow_special=True)
+    return SpecificOffsets(QueueOffsets.from_dict(obj, option=key, allow_special=True))
 
 
 def _int(given: Mapping[str, str], key: str, *, minimum: int) -> int | None:

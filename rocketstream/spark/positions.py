@@ -1,38 +1,54 @@
-"""Driver-side store access for the Spark source: which queues exist, and where reading starts/ends.
+"""Where reading starts and ends: symbolic positions resolved into queue offsets through broker views.
 
-Turns the symbolic positions of :class:`~rocketstream.spark.options.RocketMQOptions` (``earliest``,
-``latest``, ``group``, JSON with -2/-1, timestamps) into queue offsets, and applies the data-loss
-rules. Stores are opened read-only and closed after each call, so a long-running stream sees what a
-live writer appended since (and pickled readers carry no open files).
+Turns the typed positions of :class:`~rocketstream.spark.options.RocketMQOptions` (earliest, latest,
+group, specific offsets with -2/-1, timestamps) into offsets per queue, and applies the data-loss rules.
+Everything about a broker goes through a :class:`~rocketstream.spark.broker_view.BrokerView`, opened per
+planning call and closed after it, so a long-running stream sees what a live writer appended since (and
+pickled readers carry no open files).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rocketstream.client.offset_ranges import EARLIEST, LATEST, QueueKey
-from rocketstream.errors import DataLossError, OptionError
+from rocketstream.client.offset_ranges import EARLIEST as EARLIEST_OFFSET
+from rocketstream.client.offset_ranges import QueueKey
+from rocketstream.errors import DataLossError, OptionError, RocketStreamError
 from rocketstream.spark import options as opt
+from rocketstream.spark.broker_view import (
+    BrokerView,
+    LocalBroker,
+    QueueBounds,
+    open_views,
+    queue_bounds,
+    view_of,
+)
+from rocketstream.spark.offsets import (
+    EARLIEST,
+    GROUP,
+    LATEST,
+    AtTimestamp,
+    QueueOffsets,
+    SpecificOffsets,
+)
 from rocketstream.spark.options import RocketMQOptions
+
+if TYPE_CHECKING:
+    from rocketstream.spark.offset_store import OffsetStore
 
 log = logging.getLogger(__name__)
 Offsets = dict[QueueKey, int]
+Views = Mapping[str, BrokerView]
 
 
-def resolve_broker_names(options: RocketMQOptions) -> tuple[tuple[str, str], ...]:
-    """``(brokerName, store root)`` pairs. An unnamed ``load(path)`` store is called by conf/broker.conf's
-    brokerName when it is the configured default store, else by its directory's name."""
-    result = []
-    for name, root in options.brokers:
-        if not name:
-            name = _default_broker_name(root)
-        result.append((name, str(root)))
-    return tuple(result)
+def resolve_broker_names(options: RocketMQOptions) -> tuple[LocalBroker, ...]:
+    """The brokers to read. An unnamed ``load(path)`` store is called by conf/broker.conf's brokerName when
+    it is the configured default store, else by its directory's name."""
+    return tuple(LocalBroker(name or _default_broker_name(root), str(root)) for name, root in options.brokers)
 
 
 def _default_broker_name(root: Path) -> str:
@@ -41,91 +57,47 @@ def _default_broker_name(root: Path) -> str:
     return default_broker_name(root)
 
 
-@contextmanager
-def open_stores(brokers: tuple[tuple[str, str], ...]) -> Iterator[dict[str, object]]:
-    """brokerName -> read-only MessageStore, all closed on exit."""
-    from rocketstream.store import MessageStore
-
-    with ExitStack() as stack:
-        stores = {}
-        for name, root in brokers:
-            store = MessageStore.open(root, read_only=True)
-            stack.callback(store.close)
-            stores[name] = store
-        yield stores
-
-
-@dataclass(frozen=True)
-class QueueBounds:
-    min: int
-    max: int
-
-
-def queue_bounds(stores: Mapping[str, object], topics: tuple[str, ...]) -> dict[QueueKey, QueueBounds]:
-    """Every queue of ``topics`` on every broker, with its current [min, max) offsets."""
-    bounds: dict[QueueKey, QueueBounds] = {}
-    for broker, store in stores.items():
-        for topic in topics:
-            if topic not in store.topics():  # type: ignore[attr-defined]
-                continue
-            for qid in store.queue_ids(topic):  # type: ignore[attr-defined]
-                q = QueueKey(topic, broker, qid)
-                bounds[q] = QueueBounds(store.min_offset(topic, qid), store.max_offset(topic, qid))  # type: ignore[attr-defined]
-    return dict(sorted(bounds.items()))
-
-
-def starting_offsets(
-    options: RocketMQOptions,
-    stores: Mapping[str, object],
-    bounds: Mapping[QueueKey, QueueBounds],
-    *,
-    default: str,
-) -> Offsets:
+def starting_offsets(options: RocketMQOptions, views: Views, bounds: Mapping[QueueKey, QueueBounds]) -> Offsets:
     """First offset to read per queue, already checked against the queue's [min, max]."""
-    spec = options.starting_offsets if options.starting_offsets is not None else default
-    if options.starting_timestamp is not None:
-        return {q: search_lower(stores, q, options.starting_timestamp) for q in bounds}
-    if spec == opt.EARLIEST:
+    start = options.starting
+    if isinstance(start, AtTimestamp):
+        return {q: search_lower(views, q, start.timestamp_ms) for q in bounds}
+    if start is EARLIEST:
         return {q: b.min for q, b in bounds.items()}
-    if spec == opt.LATEST:
+    if start is LATEST:
         return {q: b.max for q, b in bounds.items()}
-    if spec == opt.GROUP:
-        return group_offsets(options, stores, bounds)
-    assert isinstance(spec, dict)
-    _check_known(spec, bounds, opt.STARTING_OFFSETS)
-    wanted = {q: spec.get(q, EARLIEST) for q in bounds}
-    resolved = {q: bounds[q].min if o == EARLIEST else bounds[q].max if o == LATEST else o for q, o in wanted.items()}
+    if start is GROUP:
+        return group_offsets(options, views, bounds)
+    assert isinstance(start, SpecificOffsets)  # the last kind of StartPosition
+    _check_known(start.offsets, bounds, opt.STARTING_OFFSETS)
+    resolved = {q: start.resolve(q, b.min, b.max, default=EARLIEST_OFFSET) for q, b in bounds.items()}
     return check_starts(resolved, bounds, options.fail_on_data_loss, origin=f"option '{opt.STARTING_OFFSETS}'")
 
 
-def ending_offsets(
-    options: RocketMQOptions, stores: Mapping[str, object], bounds: Mapping[QueueKey, QueueBounds]
-) -> Offsets:
+def ending_offsets(options: RocketMQOptions, views: Views, bounds: Mapping[QueueKey, QueueBounds]) -> Offsets:
     """Exclusive end offset per queue for a batch query."""
-    if options.ending_timestamp is not None:
-        return {q: search_lower(stores, q, options.ending_timestamp) for q in bounds}
-    spec = options.ending_offsets
-    if spec is None or spec == opt.LATEST:
+    end = options.ending
+    if isinstance(end, AtTimestamp):
+        return {q: search_lower(views, q, end.timestamp_ms) for q in bounds}
+    if end is LATEST:
         return {q: b.max for q, b in bounds.items()}
-    assert isinstance(spec, dict)
-    _check_known(spec, bounds, opt.ENDING_OFFSETS)
-    if any(o == EARLIEST for o in spec.values()):
+    _check_known(end.offsets, bounds, opt.ENDING_OFFSETS)
+    if any(o == EARLIEST_OFFSET for o in end.offsets.values()):
         raise OptionError(opt.ENDING_OFFSETS, "-2 (earliest) is not a valid end; use an offset or -1 (latest)")
-    ends = {q: bounds[q].max if spec.get(q, LATEST) == LATEST else spec[q] for q in bounds}
-    for q, end in ends.items():
-        if end > bounds[q].max:
+    ends = {q: end.resolve(q, b.min, b.max, default=-1) for q, b in bounds.items()}
+    for q, stop in ends.items():
+        if stop > bounds[q].max:
             raise DataLossError(
-                f"endingOffsets {end} of {q} is beyond the queue's max offset {bounds[q].max}",
-                topic=q.topic, broker_name=q.broker_name, queue_id=q.queue_id, lost_from=bounds[q].max, lost_to=end,
+                f"endingOffsets {stop} of {q} is beyond the queue's max offset {bounds[q].max}",
+                topic=q.topic, broker_name=q.broker_name, queue_id=q.queue_id, lost_from=bounds[q].max, lost_to=stop,
             )
     return ends
 
 
-def group_offsets(
-    options: RocketMQOptions, stores: Mapping[str, object], bounds: Mapping[QueueKey, QueueBounds]
-) -> Offsets:
-    """The consumer group's committed offsets; for queues without one, consumeFromWhere (spec 8.8)."""
-    committed = read_committed(options, bounds)
+def group_offsets(options: RocketMQOptions, views: Views, bounds: Mapping[QueueKey, QueueBounds]) -> Offsets:
+    """The consumer group's committed offsets; for queues without one, consumeFromWhere as RocketMQ's
+    ``RebalancePushImpl.computePullFromWhereWithException`` decides it."""
+    committed = read_committed(options, views, bounds)
     result: Offsets = {}
     for q, b in bounds.items():
         last = committed.get(q, -1)
@@ -137,19 +109,20 @@ def group_offsets(
             ts = options.consume_timestamp_ms
             if ts is None:
                 ts = int(time.time() * 1000) - 30 * 60 * 1000  # client default: 30 minutes ago
-            result[q] = search_lower(stores, q, ts)
+            result[q] = search_lower(views, q, ts)
         else:
             # CONSUME_FROM_LAST_OFFSET: the broker answers 0 for a group with no offset on a queue that
-            # still starts at 0 (spec 7.3), so a new group reads a young queue from the start.
+            # still starts at 0 (ConsumerOffsetManager / PullMessageProcessor), so a new group reads a
+            # young queue from the start.
             result[q] = 0 if b.min <= 0 else b.max
     return check_starts(result, bounds, options.fail_on_data_loss,
                         origin=f"committed offsets of consumer group '{options.consumer_group}'")
 
 
-def require_queues(stores: Mapping[str, object], bounds: Mapping[QueueKey, QueueBounds], topics: tuple[str, ...]) -> None:
+def require_queues(views: Views, bounds: Mapping[QueueKey, QueueBounds], topics: tuple[str, ...]) -> None:
     """A read of topics no broker has is a typo far more often than a topic yet to be created."""
     if not bounds:
-        known = sorted({t for s in stores.values() for t in s.topics()})  # type: ignore[attr-defined]
+        known = sorted({t for v in views.values() for t in v.topics()})
         raise OptionError(opt.TOPIC, f"no queue of {', '.join(topics)} in any broker; topics: {', '.join(known)}")
 
 
@@ -184,26 +157,46 @@ def check_starts(starts: Mapping[QueueKey, int], bounds: Mapping[QueueKey, Queue
     return checked
 
 
-def offset_store(options: RocketMQOptions, *, read_only: bool = False):  # -> client OffsetStore
-    """The group's offset store: broker tables (CLUSTERING) or the local offsets.json (BROADCASTING,
-    where the broker never learns broadcast offsets)."""
-    from rocketstream.client.offset_store import OffsetStore
+def _broadcast_store(options: RocketMQOptions, *, read_only: bool) -> OffsetStore:
+    """BROADCASTING offsets live with the client (``<offsetsStoreDir>/<clientId>/<group>/offsets.json``,
+    RocketMQ's LocalFileOffsetStore): the broker never learns them, in local and network mode alike."""
+    from rocketstream.spark.offset_store import OffsetStore
 
+    client_id = options.client_id or f"{_local_ip()}@DEFAULT"  # a broadcasting client's usual directory
+    return OffsetStore.broadcasting(client_id, options.offsets_store_dir, read_only=read_only)
+
+
+def read_committed(options: RocketMQOptions, views: Views, queues: Iterable[QueueKey]) -> Offsets:
+    """Committed offsets of the group per queue (queue order), -1 where it has none. CLUSTERING: each
+    broker's table, asked through its view; BROADCASTING: the client-side offsets.json."""
+    queues = sorted(set(queues))
     if options.broadcasting:
-        client_id = options.client_id or f"{_local_ip()}@DEFAULT"  # a broadcasting client's usual directory
-        return OffsetStore.broadcasting(client_id, options.offsets_store_dir, read_only=read_only)
-    return OffsetStore.clustering(dict(resolve_broker_names(options)), read_only=read_only)
+        return dict(_broadcast_store(options, read_only=True).read(options.consumer_group, queues))
+    by_broker: dict[tuple[str, str], list[int]] = {}
+    for q in queues:
+        by_broker.setdefault((q.broker_name, q.topic), []).append(q.queue_id)
+    committed: dict[QueueKey, int] = {}
+    for (broker, topic), ids in by_broker.items():
+        table = view_of(views, broker).query_offsets(options.consumer_group, topic, ids)
+        committed.update({QueueKey(topic, broker, qid): table.get(qid, -1) for qid in ids})
+    return {q: committed[q] for q in queues}
 
 
-def read_committed(options: RocketMQOptions, queues) -> Offsets:
-    """Committed offsets of the group per queue, -1 where it has none."""
-    return offset_store(options, read_only=True).read(options.consumer_group, queues)
-
-
-def commit_offsets(options: RocketMQOptions, offsets: Mapping[QueueKey, int]) -> None:
-    """Write ``offsets`` for the group (one atomic rewrite per broker table)."""
-    if offsets:
-        offset_store(options).commit(options.consumer_group, offsets)
+def commit_offsets(options: RocketMQOptions, views: Views, offsets: Mapping[QueueKey, int]) -> None:
+    """Write ``offsets`` for the group: one atomic rewrite per broker table (CLUSTERING; every broker is
+    known before any is written) or of the client's offsets.json (BROADCASTING)."""
+    if not offsets:
+        return
+    bad = {str(q): o for q, o in offsets.items() if o < 0}
+    if bad:
+        raise RocketStreamError(f"cannot commit negative offsets for group {options.consumer_group!r}: {bad}")
+    if options.broadcasting:
+        _broadcast_store(options, read_only=False).commit(options.consumer_group, offsets)
+        return
+    per_broker = QueueOffsets(offsets).by_broker()
+    targets = {broker: view_of(views, broker) for broker in per_broker}
+    for broker, by_topic in per_broker.items():
+        targets[broker].commit_offsets(options.consumer_group, by_topic)
 
 
 def _local_ip() -> str:
@@ -215,12 +208,17 @@ def _local_ip() -> str:
         return "127.0.0.1"
 
 
-def search_lower(stores: Mapping[str, object], q: QueueKey, timestamp_ms: int) -> int:
-    # 5.x LOWER boundary: the first message stored at or after the timestamp (max when none is).
-    return int(stores[q.broker_name].search_offset(q.topic, q.queue_id, timestamp_ms, "lower"))  # type: ignore[attr-defined]
+def search_lower(views: Views, q: QueueKey, timestamp_ms: int) -> int:
+    """5.x ``BoundaryType.LOWER``: the first message stored at or after the timestamp (max when none is)."""
+    return view_of(views, q.broker_name).search_offset(q.topic, q.queue_id, timestamp_ms)
 
 
 def _check_known(spec: Mapping[QueueKey, int], bounds: Mapping[QueueKey, QueueBounds], option: str) -> None:
     unknown = [str(q) for q in spec if q not in bounds]
     if unknown:
         raise OptionError(option, f"names queues that do not exist: {', '.join(unknown)}")
+
+
+__all__ = ["QueueBounds", "check_starts", "commit_offsets", "ending_offsets", "group_offsets", "open_views",
+           "queue_bounds", "read_committed", "require_queues", "resolve_broker_names", "search_lower",
+           "starting_offsets"]

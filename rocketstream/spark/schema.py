@@ -23,7 +23,7 @@ from pyspark.sql.types import (
 )
 
 from rocketstream.errors import OptionError
-from rocketstream.store.schema import FIELD_NAMES, MESSAGE_SCHEMA, spark_ddl
+from rocketstream.store import FIELD_NAMES, MESSAGE_SCHEMA, spark_ddl
 
 SCHEMA_DDL: str = spark_ddl(MESSAGE_SCHEMA)
 

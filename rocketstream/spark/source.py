@@ -16,7 +16,7 @@ FORMAT_NAME = "rocketmq"
 class RocketMQDataSource(DataSource):
     """``spark.read.format("rocketmq").option("topic", "T").load("<store root>")``, and ``readStream``.
 
-    Rows carry RocketMQ ``MessageExt`` fields (see :data:`rocketstream.store.schema.MESSAGE_SCHEMA`);
+    Rows carry RocketMQ ``MessageExt`` fields (see :data:`rocketstream.store.MESSAGE_SCHEMA`);
     a narrower ``.schema(...)`` makes the executors decode only those columns.
     """
 

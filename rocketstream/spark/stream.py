@@ -2,8 +2,9 @@
 
 Lifecycle (PySpark 4.3): ``initialOffset``, ``latestOffset``, ``partitions``, ``commit`` and
 ``reportLatestOffset`` run in one long-lived Python process per query; ``read`` runs in executors from
-the pickled reader. Offsets are ``{topic: {brokerName: {queueId: next offset}}}`` with keys in a fixed
-order, because Spark compares checkpointed offsets as JSON strings.
+the pickled reader. Offsets are :class:`~rocketstream.spark.offsets.QueueOffsets` — in Spark's hands
+``{topic: {brokerName: {queueId: next offset}}}`` with keys in a fixed order, because Spark compares
+checkpointed offsets as JSON strings.
 
 Committing: ``commit(end)`` lags one batch (Spark calls it while planning the next batch, and not at
 all on ``query.stop()``). When ``latestOffset(start, ...)`` runs, every batch up to ``start`` has
@@ -29,10 +30,17 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from rocketstream.client.offset_ranges import QueueKey, rate_limit
 from rocketstream.errors import DataLossError
-from rocketstream.client.offset_ranges import QueueKey, offsets_from_dict, offsets_to_dict, rate_limit
 from rocketstream.spark import positions
 from rocketstream.spark.batch import ReadTask, plan_tasks, read_task
+from rocketstream.spark.broker_view import (
+    BrokerView,
+    QueueBounds,
+    open_views,
+    queue_bounds,
+)
+from rocketstream.spark.offsets import OffsetJson, QueueOffsets
 from rocketstream.spark.options import RocketMQOptions
 from rocketstream.spark.schema import Projection
 
@@ -45,21 +53,20 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.projection = projection
         self.brokers = positions.resolve_broker_names(options)
-        self._initial: dict | None = None
+        self._initial: QueueOffsets | None = None
         self._target: Offsets | None = None  # AvailableNow: never read past these offsets
         self._last_trigger = time.monotonic()  # for maxTriggerDelay
-        self._committed: Offsets | None = None  # last offsets written to the group's offset store
+        self._committed: QueueOffsets | None = None  # last offsets written to the group's offset store
 
     # ---- offsets ------------------------------------------------------------------------------
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> OffsetJson:
         # Spark may call this twice; "latest" must not move between the calls.
         if self._initial is None:
-            with positions.open_stores(self.brokers) as stores:
-                bounds = positions.queue_bounds(stores, self.options.topics)
-                positions.require_queues(stores, bounds, self.options.topics)
-                starts = positions.starting_offsets(self.options, stores, bounds, default="group")
-            self._initial = offsets_to_dict(starts)
-        return self._initial
+            with open_views(self.brokers) as views:
+                bounds = queue_bounds(views, self.options.topics)
+                positions.require_queues(views, bounds, self.options.topics)
+                self._initial = QueueOffsets(positions.starting_offsets(self.options, views, bounds))
+        return self._initial.to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         o = self.options
@@ -72,31 +79,31 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        with positions.open_stores(self.brokers) as stores:
-            self._target = {q: b.max for q, b in positions.queue_bounds(stores, self.options.topics).items()}
+        with open_views(self.brokers) as views:
+            self._target = {q: b.max for q, b in queue_bounds(views, self.options.topics).items()}
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        begin = _parse(start)
-        self._commit(begin)  # every batch up to start has completed
-        with positions.open_stores(self.brokers) as stores:
-            bounds = positions.queue_bounds(stores, self.options.topics)
-            begin = self._checked_starts(begin, bounds)
+    def latestOffset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
+        committed = _parse(start)
+        self._commit(committed)  # every batch up to start has completed
+        with open_views(self.brokers) as views:
+            bounds = queue_bounds(views, self.options.topics)
+            begin = self._checked_starts(committed, bounds)
             latest = {q: b.max for q, b in bounds.items()}
             if self._target is not None:
                 latest = {q: min(m, self._target.get(q, begin[q])) for q, m in latest.items()}
             latest = {q: max(m, begin[q]) for q, m in latest.items()}
-            end = self._admit(begin, latest, limit, stores)
+            end = self._admit(begin, latest, limit, views)
         if end != begin:
             self._last_trigger = time.monotonic()
-        return offsets_to_dict(end)
+        return QueueOffsets(end).to_dict()
 
-    def _checked_starts(self, begin: Offsets, bounds: Mapping[QueueKey, positions.QueueBounds]) -> Offsets:
+    def _checked_starts(self, begin: Mapping[QueueKey, int], bounds: Mapping[QueueKey, QueueBounds]) -> Offsets:
         # New queues start at their min without alarm; known ones follow the data-loss rules.
         known = {q: o for q, o in begin.items() if q in bounds}
         checked = positions.check_starts(known, bounds, self.options.fail_on_data_loss)
         return {q: checked.get(q, bounds[q].min) for q in bounds}
 
-    def _admit(self, begin: Offsets, latest: Offsets, limit: ReadLimit, stores: Mapping[str, object]) -> Offsets:
+    def _admit(self, begin: Offsets, latest: Offsets, limit: ReadLimit, views: Mapping[str, BrokerView]) -> Offsets:
         if isinstance(limit, ReadAllAvailable):
             return latest
         o = self.options
@@ -108,24 +115,23 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else o.max_bytes_per_trigger
 
         def sizes(q: QueueKey, a: int, b: int) -> np.ndarray:
-            units = stores[q.broker_name].read_cq_units(q.topic, q.queue_id, a, b)  # type: ignore[attr-defined]
-            return np.asarray(units["size"], dtype=np.int64)
+            return views[q.broker_name].message_sizes(q.topic, q.queue_id, a, b)
 
         return rate_limit(begin, latest, max_messages=max_rows, max_bytes=max_bytes,
                           bytes_fn=sizes if max_bytes is not None else None, min_messages=min_rows)
 
-    def reportLatestOffset(self) -> dict | None:
-        with positions.open_stores(self.brokers) as stores:
-            bounds = positions.queue_bounds(stores, self.options.topics)
-        return offsets_to_dict({q: b.max for q, b in bounds.items()})
+    def reportLatestOffset(self) -> OffsetJson | None:
+        with open_views(self.brokers) as views:
+            bounds = queue_bounds(views, self.options.topics)
+        return QueueOffsets({q: b.max for q, b in bounds.items()}).to_dict()
 
     # ---- batches ------------------------------------------------------------------------------
-    def partitions(self, start: dict, end: dict) -> list[ReadTask]:
+    def partitions(self, start: OffsetJson, end: OffsetJson) -> list[ReadTask]:
         begin, stop = _parse(start), _parse(end)
         if begin == stop:
             return []
-        with positions.open_stores(self.brokers) as stores:
-            bounds = positions.queue_bounds(stores, self.options.topics)
+        with open_views(self.brokers) as views:
+            bounds = queue_bounds(views, self.options.topics)
             for q in stop:
                 if q not in bounds:
                     raise DataLossError(
@@ -145,18 +151,20 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return iter(())
         return read_task(partition, self.projection)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: OffsetJson) -> None:
         self._commit(_parse(end))
 
-    def _commit(self, offsets: Offsets) -> None:
+    def _commit(self, offsets: QueueOffsets) -> None:
         # An idle stream plans a trigger every few milliseconds: rewrite the table only on change.
         if offsets != self._committed:
-            positions.commit_offsets(self.options, offsets)
-            self._committed = dict(offsets)
+            with open_views(self.brokers) as views:
+                positions.commit_offsets(self.options, views, offsets)
+            self._committed = offsets
 
     def stop(self) -> None:
         pass  # nothing held open between calls
 
 
-def _parse(offset: Mapping) -> Offsets:
-    return offsets_from_dict(dict(offset), option="offset", allow_special=False)
+def _parse(offset: Mapping[str, object]) -> QueueOffsets:
+    """An offset Spark hands back (the decoded checkpoint JSON)."""
+    return QueueOffsets.from_dict(dict(offset), option="offset", allow_special=False)

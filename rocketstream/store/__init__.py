@@ -16,6 +16,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
+    "FIELD_NAMES": "rocketstream.store.read.schema",
+    "MESSAGE_SCHEMA": "rocketstream.store.read.schema",
+    "project_schema": "rocketstream.store.read.schema",
+    "spark_ddl": "rocketstream.store.read.schema",
     "GetMessageResult": "rocketstream.store.write.messages",
     "GetMessageStatus": "rocketstream.store.write.messages",
     "HostAddress": "rocketstream.codec",
@@ -29,12 +33,13 @@ _EXPORTS = {
     "default_broker_name": "rocketstream.store.meta.config",
 }
 
-__all__ = ["GetMessageResult", "GetMessageStatus", "HostAddress", "Message", "MessageRecord", "MessageStore",
+__all__ = ["FIELD_NAMES", "MESSAGE_SCHEMA", "project_schema", "spark_ddl", "GetMessageResult", "GetMessageStatus", "HostAddress", "Message", "MessageRecord", "MessageStore",
            "PutMessageResult", "PutMessageStatus", "StoreConfig", "default_broker_conf", "default_broker_name"]
 
 if TYPE_CHECKING:
     from rocketstream.codec import HostAddress, MessageRecord
     from rocketstream.store.message_store import MessageStore
+    from rocketstream.store.read.schema import FIELD_NAMES, MESSAGE_SCHEMA, project_schema, spark_ddl
     from rocketstream.store.meta.config import (
         StoreConfig,
         default_broker_conf,

@@ -8,7 +8,7 @@ import os
 import subprocess
 
 from rocketstream.remoting import RequestCode, ResponseCode
-from rocketstream.remoting._json import loads
+from rocketstream.remoting.json_body import loads
 from tests.namesrv.conftest import invoke, start_broker, start_ours, stop_ours, wait_until
 from tests.realbroker import peers
 

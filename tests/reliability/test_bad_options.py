@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from spark_reliutil import TOPIC, fill_simple
-from spark_session import spark  # noqa: F401  (the session fixture)
 
 Q = '{"%s":{"broker-a":{"0":%s}}}'
 

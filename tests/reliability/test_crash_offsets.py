@@ -20,7 +20,7 @@ import pytest
 
 from reliutil import Figures, spawn
 from rocketstream.errors import OffsetFileError
-from rocketstream.store.offsets import ConsumerOffsetManager, load_consumer_offsets
+from rocketstream.store.meta.offsets import ConsumerOffsetManager, load_consumer_offsets
 
 
 def _last_ack(ack_file: Path) -> int:
@@ -110,7 +110,7 @@ def test_crash_during_offset_persist_campaign(tmp_path: Path) -> None:
 def test_backup_is_never_written_in_place(tmp_path: Path, monkeypatch) -> None:
     """Regression (campaign found 12 of 80 kills leaving an empty or torn .bak): a crash while the
     backup is being written must leave the previous .bak whole."""
-    import rocketstream.store.offsets as offsets
+    import rocketstream.store.meta.offsets as offsets
 
     m = ConsumerOffsetManager(tmp_path)
     for i in (1, 2):

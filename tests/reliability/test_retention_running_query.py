@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from spark_reliutil import TOPIC, spark_body
-from spark_session import spark  # noqa: F401  (the session fixture)
 
 CL_FILE = 4096  # ~25 records per commit-log file
 QUEUES = 2
@@ -137,8 +136,9 @@ def test_fail_on_data_loss_true_names_the_lost_range(spark, tmp_path: Path) -> N
     assert found, error[:2000]
     lost_from, lost_to, topic, broker, qid = found.groups()
     assert (topic, broker) == (TOPIC, "broker-a")
-    assert int(lost_to) == mins[int(qid)]
-    assert int(lost_from) == _positions(seen).get(int(qid), 0) < int(lost_to)
+    # Retention deletes commit-log files one by one, oldest first; a planner that lists the store while
+    # it runs sees an intermediate (but real) minimum, so the range may end at or before the final one.
+    assert int(lost_from) == _positions(seen).get(int(qid), 0) < int(lost_to) <= mins[int(qid)]
     assert "failOnDataLoss" in error
 
 

@@ -22,7 +22,6 @@ from spark_reliutil import (
     store_max_offsets,
     verify_rows,
 )
-from spark_session import spark  # noqa: F401  (the session fixture)
 
 SCHEMA = "queueId int, queueOffset long, body binary"
 

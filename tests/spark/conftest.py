@@ -1,14 +1,10 @@
-"""One local[2] Spark session for all Spark tests, plus small stores to read."""
+"""Every test here is a Spark test (marker ``spark``); the session fixture is tests/conftest.py's."""
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def pytest_collection_modifyitems(items):
@@ -16,33 +12,3 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if here in Path(item.fspath).parents:
             item.add_marker(pytest.mark.spark)
-
-
-@pytest.fixture(scope="session")
-def spark():
-    pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
-    # Workers must run this interpreter (it has pyarrow and rocketstream installed).
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    log_conf = REPO / "conf" / "log4j2.properties"
-    java_opts = f"-Dlog4j2.configurationFile=file:{log_conf}" if log_conf.exists() else ""
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("rocketstream-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", java_opts)
-        .config("spark.sql.streaming.pollingDelay", "10ms")
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    from rocketstream.spark import register
-
-    register(session)
-    yield session
-    session.stop()

@@ -11,11 +11,10 @@ import pytest
 from chispa import assert_df_equality
 
 from rocketstream.client.offset_ranges import QueueKey
-from rocketstream.errors import DataLossError, OptionError
+from rocketstream.errors import DataLossError
 from rocketstream.spark import batch as batch_mod
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
-
 from spark_stores import TOPIC, fill, max_offsets, store_rows, trimmed_store
 
 ORDER = ["brokerName", "queueId", "queueOffset"]
@@ -132,6 +131,21 @@ def test_filters_exact_with_and_without_pushdown(spark, stores, pushdown):
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
 
 
+@pytest.mark.parametrize("pushdown", ["false", "true"])
+def test_filters_reach_the_reader_only_with_pushdown_enabled(spark, stores, pushdown):
+    """The conf decides: pushed queue filters shrink the plan (one task for queue 1 instead of four);
+    without pushdown every query still runs (no DATA_SOURCE_PUSHDOWN_DISABLED) and Spark filters."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", pushdown)
+    try:
+        df = load(spark, stores["a"], numPartitions="4").filter("queueId = 1")
+        assert df.rdd.getNumPartitions() == (1 if pushdown == "true" else 4)
+        assert {r.queueId for r in df.select("queueId").collect()} == {1}
+        # a negated filter is left to Spark (the pushdown reader used to fail on Not's missing attribute)
+        assert load(spark, stores["a"]).filter("tags != 'TagA'").count() == len([i for i in range(80) if i % 3 == 1])
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+
+
 def test_pushdown_reader_applies_filters_itself(stores):
     from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
 
@@ -221,8 +235,9 @@ def test_data_loss_in_batch_both_ways(spark, trimmed):
 def test_auto_discovery_module():
     import pkgutil
 
-    import pyspark_rocketmq
     from pyspark.sql.datasource import DataSource
+
+    import pyspark_rocketmq
 
     # Spark's lookup lists top-level modules with pkgutil.iter_modules(): a regular install puts
     # pyspark_rocketmq.py in site-packages; here the repository root plays that part.
@@ -241,7 +256,7 @@ def test_check_crc_turns_a_damaged_body_into_an_error_naming_file_and_offset(spa
         rec = s.get_message("g", TOPIC, 0, 3, 1).messages[0]
     assert rec.body and not rec.born_host.is_v6 and not rec.store_host.is_v6
     commitlog = sorted((root / "commitlog").iterdir())[0]
-    body_at = rec.physical_offset + 88  # V1 record, IPv4 hosts: BODY starts at byte 88 (spec 1.2)
+    body_at = rec.physical_offset + 88  # V1 record, IPv4 hosts: BODY starts at byte 88 (docs/store-format.md)
     data = bytearray(commitlog.read_bytes())
     data[body_at] ^= 0x01
     commitlog.write_bytes(bytes(data))

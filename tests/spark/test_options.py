@@ -9,6 +9,14 @@ import pytest
 from rocketstream.client.offset_ranges import QueueKey
 from rocketstream.errors import OptionError
 from rocketstream.spark import options as o
+from rocketstream.spark.offsets import (
+    EARLIEST,
+    GROUP,
+    LATEST,
+    AtTimestamp,
+    QueueOffsets,
+    SpecificOffsets,
+)
 from rocketstream.spark.options import parse_options
 
 BASE = {"path": "/tmp/store", "topic": "TopicTest"}
@@ -23,7 +31,8 @@ def test_defaults():
     assert opts.topics == ("TopicTest",)
     assert opts.brokers == (("", Path("/tmp/store")),)
     assert opts.subscription.sub_all
-    assert opts.starting_offsets is None and opts.ending_offsets is None
+    assert opts.starting is EARLIEST and opts.ending is LATEST
+    assert parse(streaming=True).starting is GROUP  # a stream resumes its consumer group
     assert opts.consumer_group == o.DEFAULT_CONSUMER_GROUP
     assert opts.consume_from_where == o.CONSUME_FROM_LAST_OFFSET
     assert opts.message_model == o.CLUSTERING and not opts.broadcasting
@@ -62,11 +71,27 @@ def test_topics_comma_separated_deduplicated():
 
 
 def test_positions():
-    assert parse(startingOffsets="EARLIEST").starting_offsets == "earliest"
-    assert parse(startingOffsets="group").starting_offsets == "group"
-    assert parse(endingOffsets="latest").ending_offsets == "latest"
-    spec = parse(startingOffsets='{"T":{"broker-a":{"0":5,"1":-2,"2":-1}}}').starting_offsets
-    assert spec == {QueueKey("T", "broker-a", 0): 5, QueueKey("T", "broker-a", 1): -2, QueueKey("T", "broker-a", 2): -1}
+    assert parse(startingOffsets="EARLIEST").starting is EARLIEST
+    assert parse(startingOffsets="group").starting is GROUP
+    assert parse(startingOffsets=" latest ").starting is LATEST
+    assert parse(endingOffsets="latest").ending is LATEST
+    spec = parse(startingOffsets='{"T":{"broker-a":{"0":5,"1":-2,"2":-1}}}').starting
+    assert isinstance(spec, SpecificOffsets)
+    assert spec.offsets == {QueueKey("T", "broker-a", 0): 5, QueueKey("T", "broker-a", 1): -2,
+                            QueueKey("T", "broker-a", 2): -1}
+    assert spec == SpecificOffsets(QueueOffsets(spec.offsets))
+    end = parse(endingOffsets='{"T":{"broker-a":{"0":7}}}').ending
+    assert end == SpecificOffsets(QueueOffsets({QueueKey("T", "broker-a", 0): 7}))
+
+
+def test_timestamps_take_precedence_over_offsets_and_both_are_validated():
+    # as Spark's Kafka source: startingTimestamp over startingOffsets (and endingTimestamp over endingOffsets)
+    assert parse(startingTimestamp="1700000000000").starting == AtTimestamp(1_700_000_000_000)
+    assert parse(startingTimestamp="5", startingOffsets="latest").starting == AtTimestamp(5)
+    assert parse(endingTimestamp="9", endingOffsets="latest").ending == AtTimestamp(9)
+    with pytest.raises(OptionError) as err:
+        parse(startingTimestamp="5", startingOffsets="yesterday")
+    assert err.value.option == "startingOffsets"
 
 
 def test_streaming_rejects_batch_only_options():

@@ -8,7 +8,7 @@ from pyspark.sql.types import StructType
 
 from rocketstream.errors import OptionError
 from rocketstream.spark.schema import SCHEMA_DDL, projection_for
-from rocketstream.store.schema import FIELD_NAMES, MESSAGE_SCHEMA
+from rocketstream.store import FIELD_NAMES, MESSAGE_SCHEMA
 
 
 def test_full_schema(spark):

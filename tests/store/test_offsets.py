@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketstream.errors import OffsetFileError, OptionError, ReadOnlyStoreError
-from rocketstream.store.offsets import (
+from rocketstream.store.meta.offsets import (
     ConsumerOffsetManager,
     FrozenObject,
     LocalOffsetStore,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rocketstream.client.offset_ranges import QueueKey
-from rocketstream.client.offset_store import OffsetStore
+from rocketstream.spark.offset_store import OffsetStore
 from rocketstream.errors import (
     OptionError,
     ReadOnlyStoreError,

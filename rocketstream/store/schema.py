@@ -1,8 +1,0 @@
-"""Old home of :mod:`rocketstream.store.read.schema`, kept (as that very module) while ``rocketstream/spark/`` and
-tests that predate the store's folders import it from here. New code imports the new path."""
-
-import sys
-
-from rocketstream.store.read import schema as _module
-
-sys.modules[__name__] = _module
