@@ -8,11 +8,15 @@ Codes stay plain ``int``s on the wire: a peer may send a code we have no name fo
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 __all__ = ["RequestCode", "ResponseCode", "LanguageCode", "Version", "code_name"]
 
 
 class _Codes:
     """Integer constants plus a reverse lookup (``name(105) == "GET_ROUTEINFO_BY_TOPIC"``)."""
+
+    _names: ClassVar[dict[int, str]]   # built by names() on first use, per subclass
 
     @classmethod
     def names(cls) -> dict[int, str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass
+from typing import Literal, overload
 
 from rocketstream.errors import FrameError, HeaderFieldError
 from rocketstream.remoting.codes import LanguageCode, Version
@@ -76,6 +77,11 @@ class RemotingCommand:
         return bool(self.flag & ONEWAY_FLAG)
 
     # --- custom header access (RemotingCommand.decodeCommandCustomHeader)
+    @overload
+    def field(self, name: str, *, required: Literal[True] = ...) -> str: ...
+    @overload
+    def field(self, name: str, *, required: bool) -> str | None: ...
+
     def field(self, name: str, *, required: bool = True) -> str | None:
         """The extFields value ``name``; a missing required field raises HeaderFieldError naming it
         (the Java side's ``RemotingCommandException("the custom field <name> is null")``)."""
@@ -83,6 +89,13 @@ class RemotingCommand:
         if value is None and required:
             raise HeaderFieldError(name, "is null")
         return value
+
+    @overload
+    def int_field(self, name: str, *, required: Literal[True] = ..., default: int | None = ...) -> int: ...
+    @overload
+    def int_field(self, name: str, *, required: bool, default: int) -> int: ...
+    @overload
+    def int_field(self, name: str, *, required: bool, default: None = ...) -> int | None: ...
 
     def int_field(self, name: str, *, required: bool = True, default: int | None = None) -> int | None:
         raw = self.field(name, required=required)
@@ -92,6 +105,11 @@ class RemotingCommand:
             return int(raw.strip())
         except ValueError:
             raise HeaderFieldError(name, f"is not a number: {raw[:64]!r}") from None
+
+    @overload
+    def bool_field(self, name: str, *, default: bool = ...) -> bool: ...
+    @overload
+    def bool_field(self, name: str, *, default: None) -> bool | None: ...
 
     def bool_field(self, name: str, *, default: bool | None = False) -> bool | None:
         """``Boolean.parseBoolean``: "true" in any case is true, anything else false; absent -> default."""

@@ -68,7 +68,7 @@ class RemotingServer:
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         if self.idle_timeout_s:
-            self._idle_task = asyncio.get_running_loop().create_task(self._close_idle())
+            self._idle_task = asyncio.get_running_loop().create_task(self._close_idle(self.idle_timeout_s))
         return self
 
     def _dispatch(self, channel: Channel, request: RemotingCommand):
@@ -88,15 +88,15 @@ class RemotingServer:
         for listener in self.close_listeners:
             listener(channel)
 
-    async def _close_idle(self) -> None:
-        period = max(0.05, min(self.idle_timeout_s / 4, 10.0))
+    async def _close_idle(self, idle_timeout_s: float) -> None:
+        period = max(0.05, min(idle_timeout_s / 4, 10.0))
         while True:
             await asyncio.sleep(period)
             now = time.monotonic()
             for channel in list(self.channels):
-                if now - channel.last_activity > self.idle_timeout_s:
+                if now - channel.last_activity > idle_timeout_s:
                     log.info("%s: closing idle connection %s", self.name, channel.addr)
-                    channel.close(f"idle for more than {self.idle_timeout_s:g} s")
+                    channel.close(f"idle for more than {idle_timeout_s:g} s")
 
     async def stop(self) -> None:
         if self._idle_task is not None:

@@ -211,7 +211,8 @@ def _last_nonzero(path: Path, arr: np.ndarray, size: int) -> int:
     return -1
 
 
-def resolve_geometry(path: Path, buf: mmap.mmap, size: int, header: IndexHeader, *, max_hash_slot_num: int | None = None,
+def resolve_geometry(path: Path, buf: mmap.mmap, size: int, header: IndexHeader, *,
+                     max_hash_slot_num: int | None = None,
                      max_index_num: int | None = None) -> IndexGeometry | None:
     """This file's maxHashSlotNum / maxIndexNum (module docstring: how); None for a file without
     entries whose geometry neither the caller nor the ratio gives (nothing can be found in it)."""
