@@ -33,18 +33,33 @@ _EXPORTS = {
     "default_broker_name": "rocketstream.store.meta.config",
 }
 
-__all__ = ["FIELD_NAMES", "MESSAGE_SCHEMA", "project_schema", "spark_ddl", "GetMessageResult", "GetMessageStatus", "HostAddress", "Message", "MessageRecord", "MessageStore",
-           "PutMessageResult", "PutMessageStatus", "StoreConfig", "default_broker_conf", "default_broker_name"]
+__all__ = [
+    "FIELD_NAMES",
+    "MESSAGE_SCHEMA",
+    "project_schema",
+    "spark_ddl",
+    "GetMessageResult",
+    "GetMessageStatus",
+    "HostAddress",
+    "Message",
+    "MessageRecord",
+    "MessageStore",
+    "PutMessageResult",
+    "PutMessageStatus",
+    "StoreConfig",
+    "default_broker_conf",
+    "default_broker_name",
+]
 
 if TYPE_CHECKING:
     from rocketstream.codec import HostAddress, MessageRecord
     from rocketstream.store.message_store import MessageStore
-    from rocketstream.store.read.schema import FIELD_NAMES, MESSAGE_SCHEMA, project_schema, spark_ddl
     from rocketstream.store.meta.config import (
         StoreConfig,
         default_broker_conf,
         default_broker_name,
     )
+    from rocketstream.store.read.schema import FIELD_NAMES, MESSAGE_SCHEMA, project_schema, spark_ddl
     from rocketstream.store.write.messages import (
         GetMessageResult,
         GetMessageStatus,

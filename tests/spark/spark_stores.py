@@ -28,8 +28,7 @@ def fill(root: Path, n: int, *, topic: str = TOPIC, queues: int = 4, start: int 
 
 def store_rows(root: Path, broker: str, topic: str = TOPIC, columns=None, tags=None) -> pa.Table:
     """Every message of ``topic`` as the store itself reads it."""
-    from rocketstream.store import MessageStore
-    from rocketstream.store import project_schema
+    from rocketstream.store import MessageStore, project_schema
 
     batches = []
     with MessageStore.open(root, read_only=True) as store:

@@ -65,7 +65,8 @@ def test_narrow_schema(spark, stores):
     df = load(spark, stores["a"], schema="queueOffset BIGINT, queueId INT, tags STRING")
     assert df.columns == ["queueOffset", "queueId", "tags"]
     want = store_rows(stores["a"], "broker-a", columns=["queueOffset", "queueId", "tags"])
-    assert sorted(map(tuple, df.collect())) == sorted((r["queueOffset"], r["queueId"], r["tags"]) for r in want.to_pylist())
+    assert sorted(map(tuple, df.collect())) == sorted((r["queueOffset"], r["queueId"], r["tags"])
+                                                      for r in want.to_pylist())
 
 
 def test_narrow_schema_is_what_executors_read(stores):
@@ -123,7 +124,7 @@ def test_filters_exact_with_and_without_pushdown(spark, stores, pushdown):
         ]
         for condition, want in cases:
             got = df.filter(condition).select("queueId", "queueOffset").collect()
-            assert sorted(map(tuple, got)) == sorted(zip(want.queueId, want.queueOffset)), condition
+            assert sorted(map(tuple, got)) == sorted(zip(want.queueId, want.queueOffset, strict=True)), condition
         ts = full.storeTimestamp.sort_values().iloc[40]
         got = df.filter(df.storeTimestamp >= ts.to_pydatetime()).count()
         assert got == int((full.storeTimestamp >= ts).sum())

@@ -27,13 +27,15 @@ SCRIPT = textwrap.dedent(
 
 def test_format_rocketmq_is_auto_discovered_in_a_fresh_session(tmp_path):
     root = tmp_path / "store"
-    with MessageStore.open(root, config=StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=1 << 20)) as s:
+    config = StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=1 << 20)
+    with MessageStore.open(root, config=config) as s:
         for i in range(30):
-            s.put_message(Message(topic="Discovered", body=b"x%d" % i, tags="TagA" if i % 3 else "TagB"), queue_id=i % 2)
+            tag = "TagA" if i % 3 else "TagB"
+            s.put_message(Message(topic="Discovered", body=b"x%d" % i, tags=tag), queue_id=i % 2)
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                SPARK_LOCAL_IP="127.0.0.1")
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(root)], capture_output=True, text=True, env=env,
                           timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     assert json.loads(line[len("RESULT "):]) == {"TagA": 20, "TagB": 10}

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from rocketstream.client.offset_ranges import QueueKey
-from rocketstream.spark.offset_store import OffsetStore
 from rocketstream.errors import (
     OptionError,
     ReadOnlyStoreError,
     RocketStreamError,
     StoreError,
 )
+from rocketstream.spark.offset_store import OffsetStore
 from rocketstream.store.meta.offsets import ConsumerOffsetManager, LocalOffsetStore
 
 
