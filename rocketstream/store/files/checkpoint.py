@@ -1,4 +1,4 @@
-"""The 4 KiB ``checkpoint`` file (spec 4.1): three big-endian int64 timestamps at 0, 8 and 16.
+"""The 4 KiB ``checkpoint`` file (``StoreCheckpoint``): three big-endian int64 timestamps at 0, 8 and 16.
 
 * physicMsgTimestamp: store time of the last commit-log message known flushed;
 * logicsMsgTimestamp: store time of the last message written to a consume queue;
@@ -117,7 +117,7 @@ class StoreCheckpoint:
         self._set(INDEX, value)
 
     def min_timestamp(self) -> int:
-        """min(physic, logics) - 3000, at least 0 (spec 4.1 derived values)."""
+        """min(physic, logics) - 3000, at least 0 (``StoreCheckpoint.getMinTimestamp``)."""
         return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000)
 
     def flush(self) -> None:

@@ -1,5 +1,5 @@
 """One consume queue: dense 20-byte units (commitLogOffset, size, tagsCode) in
-``consumequeue/<topic>/<queueId>/`` (spec 3).
+``consumequeue/<topic>/<queueId>/`` (RocketMQ's ``ConsumeQueue``; docs/store-format.md).
 
 Writes put every unit of a batch in place except the size field of the batch's first unit, then
 that size field (4 aligned bytes). Readers take "size > 0" as "unit present", so a reader that sees
@@ -21,7 +21,7 @@ from rocketstream.codec import CQ_DTYPE, CQ_UNIT_SIZE
 from rocketstream.errors import CorruptStoreError, StoreError
 from rocketstream.store.files.mapped_file import MappedFile, MappedFileQueue
 
-PREFILL_SIZE = 0x7FFFFFFF   # size of a pre-fill ("blank") unit, spec 3.1
+PREFILL_SIZE = 0x7FFFFFFF   # size of a pre-fill ("blank") unit (ConsumeQueue.fillPreBlank)
 # Batch units reach the file with pwrite: first-touch page faults through the mapping cost several
 # times more than the kernel filling the page cache (the mapping sees the same pages).
 _PWRITE_MIN = 4096
@@ -260,7 +260,7 @@ class ConsumeQueue:
 
     # --- writing ------------------------------------------------------------------------------
     def put(self, cq_offset: int, units: np.ndarray) -> None:
-        """Write ``units`` (CQ_DTYPE) at logical offset ``cq_offset`` (spec 3.3, idempotent)."""
+        """Write ``units`` (CQ_DTYPE) at logical offset ``cq_offset`` (``ConsumeQueue.putMessagePositionInfo``, idempotent)."""
         ends = units["offset"].astype(np.int64) + units["size"]
         skip = int(np.searchsorted(ends, self.max_physic_offset, side="right"))
         if skip >= len(units):

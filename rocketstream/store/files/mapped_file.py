@@ -1,7 +1,7 @@
 """Fixed-size memory-mapped files named by their 20-digit start offset, and the queue of them.
 
 A ``MappedFileQueue`` is one directory (``commitlog/`` or ``consumequeue/<topic>/<queueId>/``) of
-equally sized files ``00000000000000000000``, ``<fileSize>``, ... (spec 2.2). Writers append at
+equally sized files ``00000000000000000000``, ``<fileSize>``, ... (``UtilAll.offset2FileName``). Writers append at
 ``wrote_position`` of the last file; readers only ever see whole files because a new file is created
 as ``<name>.tmp``, sized with ftruncate, and renamed into place.
 
@@ -54,7 +54,7 @@ class MappedFile:
         except OSError as exc:
             raise StoreError(f"cannot map file: {exc}", path=path) from exc
         self.array: np.ndarray = np.frombuffer(self.mm, dtype=np.uint8)
-        self.wrote_position = file_size  # "as if full" until recovery says otherwise (spec 2.4)
+        self.wrote_position = file_size  # "as if full" until recovery says otherwise (MappedFileQueue.load)
         self.flushed_position = file_size
 
     @property
@@ -174,7 +174,7 @@ class MappedFileQueue:
             raise StoreError(f"cannot delete file: {exc}", path=path) from exc
 
     def load(self) -> None:
-        """Map every file (spec 2.4); a gap between files is corruption.
+        """Map every file (``MappedFileQueue.load``); a gap between files is corruption.
 
         A reader racing retention can see a listed file vanish before it is mapped. Retention deletes
         oldest first, so every file mapped before that one is gone as well: start over after it.
@@ -240,7 +240,7 @@ class MappedFileQueue:
         return last.file_from_offset + last.wrote_position if last else 0
 
     def find(self, offset: int) -> MappedFile | None:
-        """The file covering ``offset`` (spec 2.7), or None."""
+        """The file covering ``offset`` (``MappedFileQueue.findMappedFileByOffset``), or None."""
         files = self.files
         if not files or offset < files[0].file_from_offset or offset >= files[-1].end_offset:
             return None
@@ -275,7 +275,7 @@ class MappedFileQueue:
         return mf
 
     def last_file_for(self, offset: int) -> MappedFile:
-        """The file to append at virtual ``offset``: the last file, or a new one (spec 2.5)."""
+        """The file to append at virtual ``offset``: the last file, or a new one (``getLastMappedFile``)."""
         last = self.last
         if last is None:
             return self.create_file(offset - offset % self.file_size)

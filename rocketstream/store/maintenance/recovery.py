@@ -1,4 +1,4 @@
-"""Writer start-up and shutdown discipline (spec 4): the ``lock`` file, the ``abort`` marker, and
+"""Writer start-up and shutdown discipline (``DefaultMessageStore.load``/``recover``): the ``lock`` file, the ``abort`` marker, and
 commit-log recovery (normal from the third-to-last file; abnormal from the file the checkpoint
 points at, re-dispatching every record), then consume-queue truncation to the recovered end.
 """

@@ -8,7 +8,7 @@ Size resolution at open (``resolve_sizes``), per dimension (commit log, consume 
 * persisted and detected disagree -> the files were damaged or swapped: ``CorruptStoreError``;
 * the caller passed an explicit config whose size differs from the store's -> ``StoreConfigError``.
 
-Retention settings (``fileReservedTime``, ``deleteWhen``) are *not* in a store (spec 2.9): they live in
+Retention settings (``fileReservedTime``, ``deleteWhen``) are *not* in a store (docs/store-format.md): they live in
 the broker.conf of the broker that owns it. ``file_reserved_time_hours`` is therefore None unless a
 caller or a broker.conf sets it; our own stores then use RocketMQ's default of 72 h, a store written by
 a real broker (no ``config/rocketstream.json``) gets no automatic retention at all (see message_store).
@@ -70,7 +70,7 @@ class StoreConfig:
     max_message_size: int = 4194304
     store_host: HostAddress = HostAddress("127.0.0.1", 10911)
     message_delay_level: str = DEFAULT_DELAY_LEVELS
-    # getMessage limits (spec 6.3/6.4); we always apply the "in memory" limits.
+    # getMessage limits (DefaultMessageStore.getMessage / isTheBatchFull); we always apply the "in memory" limits.
     max_transfer_bytes_on_message_in_memory: int = 262144
     max_transfer_count_on_message_in_memory: int = 32
     max_filter_message_bytes: int = 16000

@@ -1,5 +1,5 @@
 """What a producer hands the store (``Message``), what put/get return, and the broker-side rewrite
-of a message before it is appended (spec 1.6, 1.10, 1.11): UNIQ_KEY, WAIT, TAGS/KEYS properties,
+of a message before it is appended (``DefaultMQProducerImpl.sendKernelImpl``, ``CommitLog.putMessage``): UNIQ_KEY, WAIT, TAGS/KEYS properties,
 body compression, delay-level topic rewrite, transaction type.
 """
 
