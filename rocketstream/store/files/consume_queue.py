@@ -260,7 +260,8 @@ class ConsumeQueue:
 
     # --- writing ------------------------------------------------------------------------------
     def put(self, cq_offset: int, units: np.ndarray) -> None:
-        """Write ``units`` (CQ_DTYPE) at logical offset ``cq_offset`` (``ConsumeQueue.putMessagePositionInfo``, idempotent)."""
+        """Write ``units`` (CQ_DTYPE) at logical offset ``cq_offset``
+        (``ConsumeQueue.putMessagePositionInfo``, idempotent)."""
         ends = units["offset"].astype(np.int64) + units["size"]
         skip = int(np.searchsorted(ends, self.max_physic_offset, side="right"))
         if skip >= len(units):

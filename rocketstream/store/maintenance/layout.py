@@ -1,8 +1,8 @@
 """What a store root holds besides ``commitlog/`` + ``consumequeue/``, and what we do with each layout.
 
-A real broker's store may hold layouts we neither read nor write (docs/store-format.md, "Layouts we refuse"). Mistaking one
-for damage or emptiness destroys data, so ``check`` refuses them before anything is opened, with an
-``UnsupportedLayoutError`` naming the path and the broker setting that produced it:
+A real broker's store may hold layouts we neither read nor write (docs/store-format.md, "Layouts we
+refuse"). Mistaking one for damage or emptiness destroys data, so ``check`` refuses them before
+anything is opened, with an ``UnsupportedLayoutError`` naming the path and the broker setting that produced it:
 
 =============================  ==================================  =======  =======
 layout (on disk)               broker setting                      read     write

@@ -1,6 +1,6 @@
-"""Writer start-up and shutdown discipline (``DefaultMessageStore.load``/``recover``): the ``lock`` file, the ``abort`` marker, and
-commit-log recovery (normal from the third-to-last file; abnormal from the file the checkpoint
-points at, re-dispatching every record), then consume-queue truncation to the recovered end.
+"""Writer start-up discipline (``DefaultMessageStore.load``/``recover``): commit-log recovery
+(normal from the third-to-last file; abnormal from the file the checkpoint points at), consume-queue
+repair forward from the commit log, and the reput catch-up. The ``lock`` file is ``files/lock.py``.
 """
 
 from __future__ import annotations

@@ -127,7 +127,8 @@ class StoreQueries:
         return self.commit_log.store_timestamp_at(phys)
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """4.x "nearest" semantics (``ConsumeQueue.getOffsetInQueueByTime``): an exact match, else the closer neighbour (ties to the
+        """4.x "nearest" semantics (``ConsumeQueue.getOffsetInQueueByTime``): an exact match, else the
+        closer neighbour (ties to the
         earlier one; only one side present -> that side). We binary-search the whole queue instead
         of one CQ file chosen by file mtime; since store times never decrease this is the same as
         choosing the file by its units' timestamps."""
@@ -224,7 +225,7 @@ class StoreQueries:
                 return rec
         return None
 
-    # --- query by key (DefaultMessageStore.queryMessage) ----------------------------------------------------------------
+    # --- query by key (DefaultMessageStore.queryMessage) ---------------------------------------
     def query_message(self, topic: str, key: str, *, max_num: int = index_file.MAX_MSGS_NUM_BATCH,
                       begin_ms: int = 0, end_ms: int = index_file.MAX_TIMESTAMP,
                       uniq_key: bool = False) -> list[MessageRecord]:

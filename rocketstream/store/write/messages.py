@@ -1,6 +1,6 @@
 """What a producer hands the store (``Message``), what put/get return, and the broker-side rewrite
-of a message before it is appended (``DefaultMQProducerImpl.sendKernelImpl``, ``CommitLog.putMessage``): UNIQ_KEY, WAIT, TAGS/KEYS properties,
-body compression, delay-level topic rewrite, transaction type.
+of a message before it is appended (``DefaultMQProducerImpl.sendKernelImpl``, ``CommitLog.putMessage``):
+UNIQ_KEY, WAIT, TAGS/KEYS properties, body compression, delay-level topic rewrite, transaction type.
 """
 
 from __future__ import annotations
