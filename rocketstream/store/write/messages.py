@@ -107,7 +107,8 @@ class PutMessageResult:
     __hash__ = None  # mutable, like the dataclass it replaces
 
     def __repr__(self) -> str:
-        return "PutMessageResult(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._FIELDS, self._values())) + ")"
+        fields = zip(self._FIELDS, self._values(), strict=True)
+        return "PutMessageResult(" + ", ".join(f"{k}={v!r}" for k, v in fields) + ")"
 
 
 class GetMessageStatus(enum.Enum):
