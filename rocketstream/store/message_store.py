@@ -549,9 +549,8 @@ class MessageStore:
             reread = cq.raw_units
         return bulk_read.read_range_batches(self.commit_log, units, start, topic=topic, queue_id=queue_id,
                                             broker_name=broker_name or self.broker_name,
-                                            store_host_default=self.config.store_host, columns=columns,
-                                            tags=tags, batch_bytes=batch_bytes, check_crc=check_crc,
-                                            reread=reread)
+                                            columns=columns, tags=tags, batch_bytes=batch_bytes,
+                                            check_crc=check_crc, reread=reread)
 
     def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> MessageRecord:
         return self.commit_log.read_record(commit_log_offset, size)
