@@ -14,8 +14,9 @@ import json
 import os
 import random
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from rocketstream.errors import OptionError, RocketStreamError
 
@@ -137,7 +138,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 results = [store.put_message(Message(topic=args.topic, body=b, tags=t, keys=k), queue_id=q)
                            for b, t, k in batch]
             else:
-                bodies, batch_tags, keys = (list(c) for c in zip(*batch))
+                bodies, batch_tags, keys = (list(c) for c in zip(*batch, strict=True))
                 results = [store.put_batch(args.topic, q, bodies, tags=batch_tags, keys=keys)]
             for result in results:
                 if result.status.name != "PUT_OK":
@@ -363,7 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example:\n  " + EXAMPLES["topic-status"],
     )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", type=Path, default=None, help="store root (default: storePathRootDir of the broker.conf)")
+    common.add_argument("--store", type=Path, default=None,
+                        help="store root (default: storePathRootDir of the broker.conf)")
     common.add_argument("--conf", type=Path, default=None,
                         help="broker.conf to use (default: $ROCKETSTREAM_CONF, else ./conf/broker.conf, "
                              "else the built-in defaults)")
@@ -391,9 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
 
     add("topic-list", cmd_topic_list, "List the topics in the store.")
-    p = add("topic-status", cmd_topic_status, "Per queue: brokerName, queueId, minOffset, maxOffset, lastUpdateTimestamp.")
+    p = add("topic-status", cmd_topic_status,
+            "Per queue: brokerName, queueId, minOffset, maxOffset, lastUpdateTimestamp.")
     p.add_argument("--topic", required=True)
-    p = add("consumer-progress", cmd_consumer_progress, "Per queue of a consumer group: broker offset, consumer offset, diff.")
+    p = add("consumer-progress", cmd_consumer_progress,
+            "Per queue of a consumer group: broker offset, consumer offset, diff.")
     p.add_argument("--group", required=True)
     p.add_argument("--topic", default=None)
     p = add("query-msg", cmd_query_msg, "Show one message by queue offset or by message id, or the messages of a "

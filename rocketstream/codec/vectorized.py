@@ -52,6 +52,9 @@ _V6_HOST_EXTRA = 12
 # Two ASCII hex digits per byte value, packed so that viewing uint16 as bytes gives "HL" in order.
 _HEX_PAIRS = HEX_PAIRS.view(np.uint16).reshape(256)
 _INT32_MAX = 2**31 - 1
+# Arrow types used as argument defaults (built once, not per call)
+_BINARY = pa.binary()
+_INT64 = pa.int64()
 
 
 def as_uint8(buf: object) -> np.ndarray:
@@ -93,7 +96,8 @@ def _gather_rows(buf: np.ndarray, positions: np.ndarray, width: int, ok: np.ndar
     return cells[safe].view(np.uint8).reshape(len(positions), width)
 
 
-def decode_headers(buf: object, rel_positions: np.ndarray, *, topic_len_hint: int | None = None) -> dict[str, np.ndarray]:
+def decode_headers(buf: object, rel_positions: np.ndarray, *,
+                   topic_len_hint: int | None = None) -> dict[str, np.ndarray]:
     """Header fields of the records starting at ``rel_positions`` in ``buf`` (one mapped file).
 
     Returns native-endian arrays: ``total_size, magic, body_crc, queue_id, flag, queue_offset,
@@ -223,7 +227,7 @@ def validate_headers(h: dict[str, np.ndarray], rel_positions: np.ndarray, expect
 
 # --- variable-length pieces as Arrow arrays ----------------------------------------------------
 def gather_segments(buf: object, starts: np.ndarray, lengths: np.ndarray,
-                    type_: pa.DataType = pa.binary()) -> pa.Array:
+                    type_: pa.DataType = _BINARY) -> pa.Array:
     """``[buf[s:s+l] for s, l in ...]`` as one Arrow binary/string array with contiguous data.
 
     Ascending, non-overlapping segments (records of one queue in commit-log order) are copied by
@@ -275,7 +279,7 @@ def _gather_by_index(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, 
     return binary_from_parts(values, offsets, type_)
 
 
-def binary_from_parts(values: np.ndarray | bytes, offsets: np.ndarray, type_: pa.DataType = pa.binary()) -> pa.Array:
+def binary_from_parts(values: np.ndarray | bytes, offsets: np.ndarray, type_: pa.DataType = _BINARY) -> pa.Array:
     """Arrow binary/string array from a data buffer and ``n + 1`` offsets (int32 range)."""
     n = len(offsets) - 1
     return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(np.asarray(offsets, dtype=np.int32)),
@@ -285,7 +289,7 @@ def binary_from_parts(values: np.ndarray | bytes, offsets: np.ndarray, type_: pa
 _NUMPY_OF = {pa.int32(): np.dtype(np.int32), pa.int64(): np.dtype(np.int64)}
 
 
-def numeric_array(values: np.ndarray, type_: pa.DataType = pa.int64()) -> pa.Array:
+def numeric_array(values: np.ndarray, type_: pa.DataType = _INT64) -> pa.Array:
     """Non-null int32/int64 Arrow array over ``values`` (converted to the native dtype if needed).
 
     ``pa.array(ndarray)`` costs about 16 µs a call (pandas-aware type inference, and its first call

@@ -7,7 +7,13 @@ from rocketstream.remoting.channel import DEFAULT_TIMEOUT_S, Channel, next_opaqu
 from rocketstream.remoting.client import connect
 from rocketstream.remoting.codes import LanguageCode, RequestCode, ResponseCode, Version, code_name
 from rocketstream.remoting.command import (
-    MAX_FRAME_LENGTH, ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand, SerializeType, decode_frame, encode_frame,
+    MAX_FRAME_LENGTH,
+    ONEWAY_FLAG,
+    RESPONSE_FLAG,
+    RemotingCommand,
+    SerializeType,
+    decode_frame,
+    encode_frame,
 )
 from rocketstream.remoting.server import RemotingServer
 

@@ -21,12 +21,16 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Union
 
 from rocketstream.errors import FrameError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rocketstream.remoting.codes import ResponseCode, code_name
 from rocketstream.remoting.command import (
-    MAX_FRAME_LENGTH, ONEWAY_FLAG, RemotingCommand, decode_frame, encode_frame, frame_body_length,
+    MAX_FRAME_LENGTH,
+    ONEWAY_FLAG,
+    RemotingCommand,
+    decode_frame,
+    encode_frame,
+    frame_body_length,
 )
 
 __all__ = ["Channel", "RequestHandler", "next_opaque", "DEFAULT_TIMEOUT_S"]
@@ -35,7 +39,7 @@ log = logging.getLogger("rocketstream.remoting")
 
 DEFAULT_TIMEOUT_S = 3.0   # ClientConfig.mqClientApiTimeout (3000 ms)
 
-HandlerResult = Union[RemotingCommand, None, Awaitable[Union[RemotingCommand, None]]]
+HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 RequestHandler = Callable[["Channel", RemotingCommand], HandlerResult]
 
 # RemotingCommand.requestId: one process-wide counter shared by all connections, wrapping in int32

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 
-
 from rocketstream.remoting import RequestCode, ResponseCode
 from rocketstream.remoting._json import loads
 from tests.namesrv.conftest import invoke, start_broker, start_ours, stop_ours, wait_until

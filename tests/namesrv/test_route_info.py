@@ -118,7 +118,8 @@ def _register_body(topics, counter=1):
     return json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": {
         "dataVersion": {"counter": counter, "timestamp": 1700000000000},
         "topicConfigTable": {t: {"order": False, "perm": p, "readQueueNums": q, "topicFilterType": "SINGLE_TAG",
-                                 "topicName": t, "topicSysFlag": 0, "writeQueueNums": q} for t, q, p in topics}}}).encode()
+                                 "topicName": t, "topicSysFlag": 0, "writeQueueNums": q}
+                             for t, q, p in topics}}}).encode()
 
 
 def _register(p, body, **extra):

@@ -18,7 +18,6 @@ import zlib
 from pathlib import Path
 
 from reliutil import TOPIC, body
-
 from rocketstream.store import GetMessageStatus, MessageStore
 
 

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 from reliutil import TOPIC, message, open_store
-
 from rocketstream.store import PutMessageStatus
 
 

@@ -15,9 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from spark_reliutil import TOPIC, spark_body
-
 from rocketstream.store import Message, MessageStore, StoreConfig
+from spark_reliutil import TOPIC, spark_body
 
 
 def main() -> None:

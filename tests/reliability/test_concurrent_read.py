@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from reliutil import Figures, concurrent_sizes, open_store, spawn
 
 QUEUES = 4

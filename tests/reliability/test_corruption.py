@@ -32,8 +32,8 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reliutil import TOPIC, Figures, body, message, open_store
 
+from reliutil import TOPIC, Figures, body, message, open_store
 from rocketstream import codec
 from rocketstream.errors import CorruptStoreError, OffsetFileError, RocketStreamError
 from rocketstream.store import GetMessageStatus, MessageStore

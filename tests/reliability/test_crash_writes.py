@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from reliutil import TOPIC, Figures, body, message, open_store, spawn
 
 QUEUES = 3

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from spark_reliutil import TOPIC, spark_body
 from spark_session import spark  # noqa: F401  (the session fixture)
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from spark_reliutil import (
     TOPIC,
     checkpoint_committed_offsets,

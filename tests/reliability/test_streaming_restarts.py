@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from spark_reliutil import (
     TOPIC,
     checkpoint_committed_offsets,

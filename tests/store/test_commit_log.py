@@ -4,10 +4,10 @@ import struct
 import zlib
 
 import pytest
-from storeutil import CL_SIZE, open_small, sized
 
 from rocketstream import codec
 from rocketstream.store import Message, PutMessageStatus
+from storeutil import CL_SIZE, open_small, sized
 
 
 def blank_at(store, offset):

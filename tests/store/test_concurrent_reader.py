@@ -6,10 +6,9 @@ import sys
 import time
 import zlib
 
-from storeutil import open_small
-
 from rocketstream.store import GetMessageStatus as S
 from rocketstream.store import MessageStore
+from storeutil import open_small
 
 N_PER_QUEUE = 300
 QUEUES = 3

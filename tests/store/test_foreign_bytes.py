@@ -102,7 +102,8 @@ def test_java_utf8_matches_the_jdk_on_random_malformed_bytes(tmp_path):
     expected = _java_oracle(tmp_path, inputs)
     if expected is None:
         pytest.skip("no JDK (javac/java) on PATH")
-    mismatches = [(raw, want) for raw, want in zip(inputs, expected, strict=True) if codec.decode_java_utf8(raw) != want]
+    mismatches = [(raw, want) for raw, want in zip(inputs, expected, strict=True)
+                  if codec.decode_java_utf8(raw) != want]
     assert not mismatches, mismatches[:5]
 
 

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-from storeutil import CL_SIZE, CQ_SIZE, open_small
 
 from rocketstream.errors import (
     NotAStoreError,
@@ -26,6 +25,7 @@ from rocketstream.errors import (
 )
 from rocketstream.store import Message, MessageStore, StoreConfig
 from rocketstream.store.meta.config import parse_properties
+from storeutil import CL_SIZE, CQ_SIZE, open_small
 
 HOUR = 3600
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from storeutil import small_config
 
 from rocketstream import codec
 from rocketstream.errors import CorruptStoreError, OptionError, StoreConfigError
@@ -26,6 +25,7 @@ from rocketstream.store.files.index_file import (
     build_key,
     index_key_hash,
 )
+from storeutil import small_config
 
 T0 = 1_700_000_000_000
 

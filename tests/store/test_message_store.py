@@ -4,7 +4,6 @@ import os
 import struct
 
 import pytest
-from storeutil import CL_SIZE, CQ_SIZE, open_small, small_config
 
 from rocketstream.errors import (
     CorruptStoreError,
@@ -15,6 +14,7 @@ from rocketstream.errors import (
 from rocketstream.store import GetMessageStatus as S
 from rocketstream.store import Message, MessageStore, StoreConfig
 from rocketstream.store.files.mapped_file import file_name
+from storeutil import CL_SIZE, CQ_SIZE, open_small, small_config
 
 
 def fill(root, n=40, topic="T", queue=0, clock=None, **kw):

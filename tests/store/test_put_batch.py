@@ -8,7 +8,6 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from storeutil import count_uniq_keys_from_zero, store_bytes
 
 from rocketstream import codec
 from rocketstream.store import (
@@ -20,6 +19,7 @@ from rocketstream.store import (
     message_store,
 )
 from rocketstream.store.write import put_batch
+from storeutil import count_uniq_keys_from_zero, store_bytes
 
 NOW = 1_700_000_000_000
 

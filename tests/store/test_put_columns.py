@@ -38,7 +38,6 @@ import time  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from storeutil import count_uniq_keys_from_zero, store_bytes  # noqa: E402
 
 from rocketstream.store import (  # noqa: E402
     HostAddress,
@@ -48,6 +47,7 @@ from rocketstream.store import (  # noqa: E402
     StoreConfig,
     message_store,  # noqa: E402
 )
+from storeutil import count_uniq_keys_from_zero, store_bytes  # noqa: E402
 
 NOW = 1_700_000_000_000
 

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from storeutil import CL_SIZE, CQ_SIZE, open_small
 
 from rocketstream import codec
 from rocketstream.errors import CorruptStoreError, StoreLockedError
 from rocketstream.store import Message, MessageStore
 from rocketstream.store.files.mapped_file import file_name
+from storeutil import CL_SIZE, CQ_SIZE, open_small
 
 TOPICS = [("A", 0), ("A", 1), ("B", 0)]
 

@@ -4,11 +4,11 @@ import os
 import time
 
 import pytest
-from storeutil import CL_SIZE, open_small
 
 from rocketstream.errors import StoreError
 from rocketstream.store import GetMessageStatus as S
 from rocketstream.store import Message, MessageStore
+from storeutil import CL_SIZE, open_small
 
 HOUR_MS = 3_600_000
 

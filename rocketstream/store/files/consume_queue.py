@@ -382,7 +382,7 @@ class ConsumeQueue:
         end = min(end, self.max_offset())
         if end <= start:
             return np.empty(0, dtype=CQ_DTYPE)
-        for attempt in (0, 1):
+        for _attempt in (0, 1):
             units = self.raw_units(start, end)
             bad = self._check_units(units)
             if bad < 0:

@@ -88,7 +88,7 @@ def _multi_dispatch(rec: codec.MessageRecord) -> list[tuple[str, int]] | str | N
         return (f"{PROPERTY_INNER_MULTI_DISPATCH} names {len(names)} queues but "
                 f"{PROPERTY_INNER_MULTI_QUEUE_OFFSET} {len(values)} offsets")
     try:
-        return [(name, int(value)) for name, value in zip(names, values)]
+        return [(name, int(value)) for name, value in zip(names, values, strict=True)]
     except ValueError:
         return f"{PROPERTY_INNER_MULTI_QUEUE_OFFSET} {offsets!r} is not a list of numbers"
 

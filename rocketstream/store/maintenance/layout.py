@@ -27,8 +27,8 @@ other commit-log directories   ``readOnlyCommitLogStorePaths``
   the queues is safe, but our dispatch neither writes ext units nor truncates the ext files in step
   with the queues (``ConsumeQueue.truncateDirtyLogicFiles``), so a writer would leave them disagreeing.
 * LMQ: Java dispatches a record carrying ``INNER_MULTI_DISPATCH`` into every ``%LMQ%`` queue it names
-  (4.9.8 ``DefaultMessageStore.checkMultiDispatchQueue`` -> ``ConsumeQueue.multiDispatchLmqQueue``); our dispatch writes only the record's own queue, so
-  re-dispatch after a crash would leave the LMQ queues behind.
+  (4.9.8 ``DefaultMessageStore.checkMultiDispatchQueue`` -> ``ConsumeQueue.multiDispatchLmqQueue``); our
+  dispatch writes only the record's own queue, so re-dispatch after a crash would leave the LMQ queues behind.
 * Detection works from the files alone; a broker.conf (``StoreConfig.layout_settings``) adds the
   settings, so ``enableDLegerCommitLog=true`` is refused even before the broker wrote anything.
 
@@ -147,7 +147,7 @@ def _commit_log_gap(directory: Path) -> tuple[Path, int] | None:
         return None
     if size <= 0:
         return None
-    for before, after in zip(files, files[1:]):
+    for before, after in zip(files, files[1:], strict=False):   # consecutive pairs
         if int(after.name) != int(before.name) + size:
             return after, int(before.name) + size
     return None

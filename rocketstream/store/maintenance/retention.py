@@ -1,5 +1,6 @@
-"""Expired-file deletion (``DefaultMessageStore.CleanCommitLogService`` / ``CleanConsumeQueueService``): commit-log files by age, then consume-queue files whose last
-unit points below the new commit-log minimum, then correctMinOffset on every queue.
+"""Expired-file deletion (``DefaultMessageStore.CleanCommitLogService`` / ``CleanConsumeQueueService``):
+commit-log files by age, then consume-queue files whose last unit points below the new commit-log minimum,
+then correctMinOffset on every queue.
 
 Differences from RocketMQ: runs when called (no ``deleteWhen`` hour, no disk-ratio trigger) and
 deletes every expired file in one call (no 10-file batch limit). Queue minimums are not persisted:

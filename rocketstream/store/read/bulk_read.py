@@ -178,7 +178,7 @@ class _BatchReader:
         file_index = offsets // file_size
         cuts = np.flatnonzero(file_index[1:] != file_index[:-1]) + 1
         parts = []
-        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(offsets)]):
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(offsets)], strict=True):
             parts.append(self._read_file_run(offsets[lo:hi], sizes[lo:hi], queue_offsets[lo:hi]))
         parts = [p for p in parts if p.num_rows]
         if len(parts) <= 1:
@@ -240,7 +240,7 @@ class _BatchReader:
     def _check_crc(self, buf: np.ndarray, h: dict[str, np.ndarray], offsets: np.ndarray, file_from: int) -> None:
         mv = memoryview(buf)
         for i, (start, length, stored) in enumerate(zip(h["body_pos"].tolist(), h["body_len"].tolist(),
-                                                        h["body_crc"].tolist())):
+                                                        h["body_crc"].tolist(), strict=True)):
             if length > 0 and crc32(mv[start:start + length]) & 0x7FFFFFFF != stored:
                 raise CorruptStoreError(f"BODYCRC mismatch: stored {stored}", path=self._path(file_from),
                                         offset=int(offsets[i]))
