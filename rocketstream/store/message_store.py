@@ -34,7 +34,7 @@ from dataclasses import replace
 from functools import partial
 from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -50,7 +50,7 @@ from rocketstream.errors import (
 )
 from rocketstream.store.files import index_file
 from rocketstream.store.files.checkpoint import StoreCheckpoint
-from rocketstream.store.files.commit_log import CommitLog
+from rocketstream.store.files.commit_log import CommitLog, EncodedBatch
 from rocketstream.store.files.consume_queue import ConsumeQueue
 from rocketstream.store.files.lock import StoreLock, warn_if_locked
 from rocketstream.store.maintenance import layout as layouts
@@ -79,7 +79,7 @@ from rocketstream.store.write.messages import (
     prepare,
 )
 from rocketstream.store.write.put_batch import PreparedList, prepare_batch
-from rocketstream.store.write.put_columns import ColumnBatch, build_columns
+from rocketstream.store.write.put_columns import Bodies, build_columns
 
 if TYPE_CHECKING:   # imported when first used (MessageStore.offsets)
     from rocketstream.store.meta.offsets import ConsumerOffsetManager
@@ -91,17 +91,16 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _messages_of(topic: str, bodies: Sequence[bytes] | pa.Array | pa.ChunkedArray,
-                 tags: str | Sequence[str | None] | None, keys: str | Sequence[str | None] | None,
-                 flag: int | Sequence[int], born_timestamp: int | Sequence[int] | None,
-                 born_host: HostAddress | None) -> list[Message]:
+def _messages_of(topic: str, bodies: Bodies, tags: str | Sequence[str | None] | None,
+                 keys: str | Sequence[str | Sequence[str] | None] | None, flag: int | Sequence[int],
+                 born_timestamp: int | Sequence[int | None] | None, born_host: HostAddress | None) -> list[Message]:
     """put_batch's columns as Message objects, for the general rules."""
     if isinstance(bodies, (pa.Array, pa.ChunkedArray)):
         bodies = bodies.to_pylist()
     n = len(bodies)
 
-    def column(value: str | int | Iterable[Any] | None) -> list[Any]:
-        return [value] * n if value is None or isinstance(value, (str, int)) else list(value)
+    def column(value: object) -> list[Any]:
+        return [value] * n if value is None or isinstance(value, (str, int)) else list(cast(Iterable[Any], value))
 
     return [Message(topic, b, tags=t, keys=k, flag=f, born_timestamp=ts, born_host=born_host)
             for b, t, k, f, ts in zip(bodies, column(tags), column(keys), column(flag), column(born_timestamp),
@@ -391,22 +390,28 @@ class MessageStore:
         if list(map(_TOPIC, msgs)).count(topic) != len(msgs):
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason="a batch must have one topic")
         cfg = self.config
-        batch: ColumnBatch | PreparedList | None = prepare_batch(msgs, queue_id, store_host=cfg.store_host,
+        batch: EncodedBatch | None = prepare_batch(msgs, queue_id, store_host=cfg.store_host,
                                                                  max_message_size=cfg.max_message_size)
         if batch is None:   # user properties, sysflags, delays, mixed born hosts ...: the general rules
-            try:
-                batch = PreparedList([prepare(m, queue_id, store_host=cfg.store_host, compress_over=None,
-                                              max_message_size=cfg.max_message_size,
-                                              delay_levels=cfg.delay_levels_ms, batch=True) for m in msgs],
-                                     cfg.store_host)
-            except IllegalMessage as exc:
-                return PutMessageResult(exc.status, reason=exc.reason)
+            return self._put_prepared(msgs, queue_id)
         with self._lock:
             return self._put(batch, topic, queue_id)
 
+    def _put_prepared(self, msgs: Sequence[Message], queue_id: int) -> PutMessageResult:
+        """A batch under the general rules (``messages.prepare`` per message), which also say what is wrong."""
+        cfg = self.config
+        try:
+            batch = PreparedList([prepare(m, queue_id, store_host=cfg.store_host, compress_over=None,
+                                          max_message_size=cfg.max_message_size, delay_levels=cfg.delay_levels_ms,
+                                          batch=True) for m in msgs], cfg.store_host)
+        except IllegalMessage as exc:
+            return PutMessageResult(exc.status, reason=exc.reason)
+        with self._lock:
+            return self._put(batch, msgs[0].topic, queue_id)
+
     def put_batch(self, topic: str, queue_id: int, bodies: Sequence[bytes] | pa.BinaryArray, *,
                   tags: str | Sequence[str | None] | None = None, keys: str | Sequence[str | None] | None = None,
-                  flag: int | Sequence[int] = 0, born_timestamp: int | Sequence[int] | None = None,
+                  flag: int | Sequence[int] = 0, born_timestamp: int | Sequence[int | None] | None = None,
                   born_host: HostAddress | None = None) -> PutMessageResult:
         """Store a batch given as columns: one message per body, all to ``topic`` / ``queue_id``.
 
@@ -428,14 +433,15 @@ class MessageStore:
                                   max_message_size=cfg.max_message_size)
         except OptionError as exc:   # a column's length differs from the number of bodies
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=str(exc))
-        if batch is None:   # separators in tags, out-of-range fields ...: put_messages says what is wrong
-            return self.put_messages(_messages_of(topic, bodies, tags, keys, flag, born_timestamp, born_host),
-                                     queue_id)
+        if batch is None:
+            # separators in tags, out-of-range fields ...: the general rules say what is wrong. build_columns
+            # refuses what prepare_batch would, so put_messages' columnar attempt is skipped, not repeated.
+            return self._put_prepared(_messages_of(topic, bodies, tags, keys, flag, born_timestamp, born_host),
+                                      queue_id)
         with self._lock:
             return self._put(batch, topic, queue_id)
 
-    def _put(self, batch: ColumnBatch | PreparedList, topic: str, queue_id: int
-             ) -> PutMessageResult:
+    def _put(self, batch: EncodedBatch, topic: str, queue_id: int) -> PutMessageResult:
         """Append and dispatch; ``topic``/``queue_id`` as the producer named them (before a delay rewrite)."""
         total = batch.total
         if total + codec.END_FILE_MIN_BLANK_LENGTH > self.commit_log.file_size:
@@ -463,12 +469,16 @@ class MessageStore:
             # files older than fileReservedTime go (never the last one), queue minimums follow.
             self.delete_expired_files()
         host = self.config.store_host
+        msg_ids: list[str] | Callable[[], list[str]]
         offset_ids: list[str] | Callable[[], list[str]]
         if batch.count == 1:
-            offset_ids = [codec.offset_msg_id(host, result.physical_offset)]
+            msg_ids, offset_ids = batch.uniq_keys(), [codec.offset_msg_id(host, result.physical_offset)]
         else:   # built when first read
-            offset_ids = partial(codec.offset_msg_ids, host, np.add(result.starts, result.physical_offset))
-        return PutMessageResult(PutMessageStatus.PUT_OK, msg_ids=batch.uniq_keys, offset_msg_ids=offset_ids,
+            msg_ids = batch.uniq_keys
+            # an int64 array: offset_msg_ids reads it with np.asarray
+            offsets = cast(Sequence[int], np.add(result.starts, result.physical_offset))
+            offset_ids = partial(codec.offset_msg_ids, host, offsets)
+        return PutMessageResult(PutMessageStatus.PUT_OK, msg_ids=msg_ids, offset_msg_ids=offset_ids,
                                 queue_offset=result.queue_offset, physical_offset=result.physical_offset,
                                 wrote_bytes=result.wrote_bytes, store_timestamp=result.store_timestamp,
                                 count=batch.count)
@@ -549,9 +559,8 @@ class MessageStore:
             reread = cq.raw_units
         return bulk_read.read_range_batches(self.commit_log, units, start, topic=topic, queue_id=queue_id,
                                             broker_name=broker_name or self.broker_name,
-                                            store_host_default=self.config.store_host, columns=columns,
-                                            tags=tags, batch_bytes=batch_bytes, check_crc=check_crc,
-                                            reread=reread)
+                                            columns=columns, tags=tags, batch_bytes=batch_bytes,
+                                            check_crc=check_crc, reread=reread)
 
     def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> MessageRecord:
         return self.commit_log.read_record(commit_log_offset, size)

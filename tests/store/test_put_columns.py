@@ -129,6 +129,9 @@ COLUMN_CASES = {
          dict(tags=[f"T{j % 3}" for j in range(100)], keys=[f"key-{i}-{j}" for j in range(100)]))
         for i in range(10)],
     "bytearray and memoryview bodies": lambda: [("T", 0, [bytearray(b"ab"), memoryview(b"cde"), b"f"], dict(tags="x"))],
+    "list keys and missing born timestamps": lambda: [
+        ("T", 0, _bodies(6), dict(keys=[["a", "b"], "c", ("d",), None, ["e"], "f"],
+                                  born_timestamp=[NOW, None, NOW - 1, None, NOW - 2, NOW - 3]))],
 }
 
 
@@ -170,6 +173,25 @@ def test_what_the_columns_cannot_encode_goes_through_put_messages(tmp_path, monk
     """Refusals (and list keys) come out exactly as put_messages reports/writes them."""
     (cr, cb), (mr, mb) = _both(tmp_path, monkeypatch, [("T", 0, [b"fine", b"also"], kw)], expect_columns=False)
     assert cr == mr and cb == mb
+
+
+def test_a_refused_batch_is_built_once(tmp_path, monkeypatch):
+    """A batch the columns cannot encode goes to the general rules at once: no second columnar attempt
+    through put_messages (build_columns refuses exactly what prepare_batch would)."""
+    built = []
+    real = message_store.build_columns
+    monkeypatch.setattr(message_store, "build_columns", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
+
+    def no_second_attempt(*a, **k):
+        raise AssertionError("prepare_batch called for a batch build_columns refused")
+
+    monkeypatch.setattr(message_store, "prepare_batch", no_second_attempt)
+    with MessageStore.open(tmp_path / "s") as store:
+        refused = store.put_batch("T", 0, [b"a", b"b"], tags=["a\x01b", "c"])
+        out_of_range = store.put_batch("T", 0, [b"a", b"b"], tags=["a", "c"], flag=[0, 2**31])
+    assert refused.status is PutMessageStatus.MESSAGE_ILLEGAL and "\\x01" in refused.reason
+    assert out_of_range.status is PutMessageStatus.MESSAGE_ILLEGAL and "flag" in out_of_range.reason
+    assert built == [None, None]
 
 
 def test_refusals(tmp_path):

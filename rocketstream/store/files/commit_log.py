@@ -19,20 +19,18 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from rocketstream import codec
 from rocketstream.codec import HostAddress, MessageRecord, vectorized
 from rocketstream.errors import CorruptStoreError, StoreError
 from rocketstream.store.files.mapped_file import MappedFile, MappedFileQueue
-from rocketstream.store.write.messages import PreparedMessage
-from rocketstream.store.write.put_batch import PreparedList
-from rocketstream.store.write.put_columns import ColumnBatch
 
 _II = struct.Struct(">ii")
 _Q = struct.Struct(">q")
@@ -44,11 +42,63 @@ _BULK_MIN = 8            # shorter runs of known record starts are walked one by
 _BULK_MAX = 1 << 16      # records checked per bulk step (bounds the temporary arrays)
 
 
+IntColumn: TypeAlias = Sequence[int] | npt.NDArray[np.int64]   # one int per record: a list or an int64 array
+TagsCodeOf: TypeAlias = Callable[[str, dict[str, str], int], int]   # (topic, properties, store timestamp) -> tagsCode
+
+
+class EncodedBatch(Protocol):
+    """The records of one put (one topic, one queue), sized and ready to be encoded at a commit-log
+    position: what ``CommitLog.append`` writes and ``Dispatcher.dispatch_append`` turns into
+    consume-queue units (RocketMQ: the ``MessageExtBatch`` whose ``encodedBuff`` its
+    ``MessageExtBatchEncoder`` fills before ``CommitLog.putMessages`` appends it). Built by
+    ``put_columns.build_columns`` (numpy, the producer batch) or ``put_batch.PreparedList`` (the
+    general rules, record by record); both write the same bytes for the same messages."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def queue_id(self) -> int: ...
+
+    @property
+    def count(self) -> int:
+        """Number of records."""
+
+    @property
+    def total(self) -> int:
+        """Bytes of all records: ``sum(sizes)``; ``encode`` returns exactly this many."""
+
+    @property
+    def sizes(self) -> IntColumn:
+        """TOTALSIZE of each record."""
+
+    @property
+    def starts(self) -> IntColumn:
+        """Offset of each record from the first one."""
+
+    @property
+    def dispatch(self) -> bool:
+        """False for PREPARED / ROLLBACK records: stored with queue offset 0, no consume-queue unit."""
+
+    def uniq_keys(self) -> list[str]:
+        """The records' UNIQ_KEYs (msg ids), in order; may be called after the put, or never."""
+
+    def encode(self, physical_offset: int, queue_offset: int, store_timestamp: int) -> bytes:
+        """The records as stored: the first at ``physical_offset`` with ``queue_offset``, the following
+        ones after it (queue offsets counting up when ``dispatch``)."""
+
+    def tags_codes(self, store_timestamp: int, tags_code_of: TagsCodeOf) -> IntColumn:
+        """The consume-queue tagsCode of each record stored at ``store_timestamp``. ``tags_code_of`` is
+        the dispatcher's rule (the TAGS hash; for SCHEDULE_TOPIC_XXXX the delivery time, which needs
+        the store timestamp and the delay table); a builder that knows its records never need more
+        than the TAGS hash may return codes it computed while building."""
+
+
 @dataclass
 class AppendResult:
     physical_offset: int          # of the first record
-    sizes: Sequence[int] | np.ndarray    # TOTALSIZE of each record (list or int64 array)
-    starts: Sequence[int] | np.ndarray   # offset of each record relative to the first
+    sizes: IntColumn              # TOTALSIZE of each record
+    starts: IntColumn             # offset of each record relative to the first
     queue_offset: int             # of the first record (0 for PREPARED / ROLLBACK)
     store_timestamp: int
     wrote_bytes: int
@@ -102,10 +152,8 @@ class CommitLog:
         return mf.file_from_offset, mf.array
 
     # --- writing ------------------------------------------------------------------------------
-    def append(self, batch: ColumnBatch | PreparedList | list[PreparedMessage], now_ms: int) -> AppendResult:
+    def append(self, batch: EncodedBatch, now_ms: int) -> AppendResult:
         """Append one batch (all records contiguous in one file). Caller checked the size fits."""
-        if isinstance(batch, list):
-            batch = PreparedList(batch, self.store_host)
         total = batch.total
         with self.lock:
             mf = self.queue.last_file_for(self.queue.max_offset())
@@ -493,13 +541,6 @@ def _pwrite_all(fd: int, data: memoryview, pos: int, mf: MappedFile) -> None:
     except OSError as exc:
         raise StoreError(f"cannot write the commit log: {exc}", path=mf.path, offset=mf.file_from_offset + pos) \
             from exc
-
-
-def _props_length(rec: MessageRecord) -> int:
-    fixed = codec.record_size(len(rec.body), len(rec.topic.encode("utf-8")), 0,
-                            born_v6=bool(rec.sys_flag & codec.FLAG_BORNHOST_V6),
-                            store_v6=bool(rec.sys_flag & codec.FLAG_STOREHOST_V6), v2=rec.magic == codec.MAGIC_V2)
-    return rec.total_size - fixed
 
 
 def _gather(arr: np.ndarray, positions: np.ndarray, width: int, dtype: str) -> np.ndarray:

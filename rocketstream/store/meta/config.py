@@ -170,6 +170,7 @@ class StoreConfig:
         port = number("listenPort") if "listenPort" in props else 10911
         kw["store_host"] = HostAddress(host, port)
         try:
+            # kw maps field names to values of several types, each checked above: mypy cannot pair them
             return cls(**kw)  # type: ignore[arg-type]
         except StoreConfigError as exc:
             raise StoreConfigError(str(exc), path=path) from exc

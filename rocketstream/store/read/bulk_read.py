@@ -65,7 +65,6 @@ def read_range_batches(
     topic: str,
     queue_id: int,
     broker_name: str,
-    store_host_default: object = None,
     columns: Sequence[str] | None = None,
     tags: Collection[str] | None = None,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
@@ -82,11 +81,10 @@ def read_range_batches(
     filtered by tagsCode so the other records are never touched (units holding a ConsumeQueueExt
     address are kept for the TAGS check). ``None`` or empty means no filter
     (RocketMQ's "*" subscription has an empty tag set). ``check_crc`` verifies BODYCRC of every row.
-    ``store_host_default`` is accepted for API compatibility and unused: ids and hosts always come
-    from the record itself. ``reread(start, end)``: fresh units for queue offsets [start, end), asked
-    once for a batch whose records do not match their units before that is an error.
+    Ids and hosts always come from the record itself. ``reread(start, end)``: fresh units for queue
+    offsets [start, end), asked once for a batch whose records do not match their units before that
+    is an error.
     """
-    del store_host_default
     schema = project_schema(columns)
     if batch_bytes <= 0:
         raise OptionError("batch_bytes", "must be positive", batch_bytes)

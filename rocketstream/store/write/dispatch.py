@@ -14,10 +14,8 @@ import numpy as np
 from rocketstream import codec
 from rocketstream.codec import CQ_DTYPE, MessageRecord
 from rocketstream.store.files.checkpoint import StoreCheckpoint
-from rocketstream.store.files.commit_log import AppendResult, RecordHead
+from rocketstream.store.files.commit_log import AppendResult, EncodedBatch, RecordHead
 from rocketstream.store.files.consume_queue import ConsumeQueue
-from rocketstream.store.write.put_batch import PreparedList
-from rocketstream.store.write.put_columns import ColumnBatch
 
 
 def is_dispatchable(sys_flag: int) -> bool:
@@ -42,7 +40,7 @@ class Dispatcher:
     def tags_code(self, topic: str, properties: dict[str, str], store_timestamp: int) -> int:
         return tags_code_of(topic, properties, store_timestamp, self._delay_levels)
 
-    def dispatch_append(self, batch: ColumnBatch | PreparedList, result: AppendResult) -> None:
+    def dispatch_append(self, batch: EncodedBatch, result: AppendResult) -> None:
         """Units for one appended batch (same topic and queue), written with one CQ put."""
         if not batch.dispatch:
             return

@@ -1,11 +1,14 @@
-"""A producer batch given as columns, encoded with numpy (spec 1.2, 1.6, 1.8, 1.9.2).
+"""A producer batch given as columns, encoded with numpy (the record layout of
+``MessageExtBatchEncoder``; properties as ``MessageDecoder.messageProperties2String`` writes them).
 
 ``build_columns`` takes one topic and queue, the bodies (a list of bytes-like objects or a pyarrow
 binary array) and the per-message columns: tags and keys (None, one str, or one str/None per
-message), flag and born timestamp (one int or one per message), one born host.
-It returns a ``ColumnBatch`` (what the commit log and dispatcher take: sizes, starts, total,
-tags codes, ``encode`` at a commit-log position), or None when the batch needs the general rules
-(``messages.prepare``), which then also produce the refusal.
+message; a key may also be a list of str, joined with spaces as ``Message.setKeys`` does), flag
+and born timestamp (one int or one per message; a missing born timestamp is now), one born host.
+It returns a ``ColumnBatch`` (an ``EncodedBatch``, commit_log.py: what the commit log and
+dispatcher take), or None when the batch needs the general rules (``messages.prepare``), which
+then also produce the refusal. ``build_columns`` refuses exactly the batches ``put_batch.prepare_batch``
+would refuse for the same messages, so a refused batch goes straight to the general rules.
 
 The records are written as put_messages would write them, properties in prepare()'s order
 (TAGS, KEYS, WAIT, UNIQ_KEY). Between two bodies the stream holds::
@@ -30,10 +33,10 @@ records into the file (tests/benchmarks/bench_store.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from operator import itemgetter
-from typing import Any, TypeGuard
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -42,7 +45,13 @@ import pyarrow as pa
 from rocketstream import codec
 from rocketstream.codec import HostAddress
 from rocketstream.errors import OptionError
+from rocketstream.store.files.commit_log import TagsCodeOf
 from rocketstream.store.write.messages import DEFAULT_BORN_HOST, valid_topic
+
+Int64Array: TypeAlias = npt.NDArray[np.int64]
+UInt8Array: TypeAlias = npt.NDArray[np.uint8]
+Bodies: TypeAlias = "Sequence[bytes | bytearray | memoryview] | pa.Array | pa.ChunkedArray"
+_NONE = type(None)
 
 _WAIT_UNIQ = b"WAIT\x01true\x02UNIQ_KEY\x01"
 _UNIQ_ENTRY = len(_WAIT_UNIQ) + 32 + 1          # ... UNIQ_KEY \x01 <32 hex> \x02
@@ -52,7 +61,7 @@ _INT64 = (-(2**63), 2**63)
 
 
 @lru_cache(maxsize=64)
-def _head_dtype(born_v6: bool, store_v6: bool, at: int, width: int) -> np.dtype:
+def _head_dtype(born_v6: bool, store_v6: bool, at: int, width: int) -> np.dtype[np.void]:
     """Header fields that differ between records, for a header starting at byte ``at`` of a row
     (BODYCRC unsigned: CRCs are assigned unmasked, then the high bit is cleared in place)."""
     h = codec.record.FIXED_HEADER[born_v6, store_v6].size
@@ -67,31 +76,30 @@ def _head_dtype(born_v6: bool, store_v6: bool, at: int, width: int) -> np.dtype:
 
 
 @lru_cache(maxsize=64)
-def _int16_at(width: int, at: int) -> np.dtype:
+def _int16_at(width: int, at: int) -> np.dtype[np.void]:
     return np.dtype({"names": ["v"], "formats": [">i2"], "offsets": [at], "itemsize": width})
 
 
 @lru_cache(maxsize=256)
-def _powers_of_31(length: int) -> np.ndarray:
+def _powers_of_31(length: int) -> npt.NDArray[np.uint32]:
     """31^(length-1) .. 31^0 modulo 2^32: Java's String.hashCode as a dot product."""
     return np.array([pow(31, length - 1 - j, 2**32) for j in range(length)], dtype=np.uint32)
 
 
-def _java_hash_rows(block: np.ndarray) -> np.ndarray:
+def _java_hash_rows(block: UInt8Array) -> Int64Array:
     """codec.java_hash of each row of ASCII bytes (one UTF-16 unit per byte), wrapping like Java."""
-    h = block.dot(_powers_of_31(block.shape[1]))   # uint32 arithmetic wraps like Java int
-    codes: npt.NDArray[np.int64] = h.view(np.int32).astype(np.int64)
-    return codes
+    h: npt.NDArray[np.uint32] = block.dot(_powers_of_31(block.shape[1]))   # uint32 arithmetic wraps like Java int
+    return h.view(np.int32).astype(np.int64)
 
 
 class ColumnBatch:
-    """The records of one columnar put, ready to encode at a commit-log position."""
+    """The records of one columnar put, ready to encode at a commit-log position (an ``EncodedBatch``)."""
 
     dispatch = True   # no transaction bits in a batch
 
-    def __init__(self, *, topic: str, queue_id: int, bodies: list[bytes], rows: np.ndarray, tail: int,
-                 heads: np.ndarray, middle: list[list[bytes]] | None, sizes: np.ndarray, tags_codes: np.ndarray,
-                 uniq: np.ndarray) -> None:
+    def __init__(self, *, topic: str, queue_id: int, bodies: list[bytes], rows: UInt8Array, tail: int,
+                 heads: npt.NDArray[np.void], middle: list[list[bytes]] | None, sizes: Int64Array,
+                 tags_codes: Int64Array, uniq: UInt8Array) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.count = len(bodies)
@@ -113,9 +121,9 @@ class ColumnBatch:
         text = self._uniq.tobytes().decode("ascii")
         return [text[i:i + 32] for i in range(0, len(text), 32)]
 
-    def tags_codes(self, store_timestamp: int,
-                   tags_code_of: Callable[[str, dict[str, str], int], int]) -> np.ndarray:
-        """CQ tags codes (TAGS hashes: a batch never goes to SCHEDULE_TOPIC_XXXX)."""
+    def tags_codes(self, store_timestamp: int, tags_code_of: TagsCodeOf) -> Int64Array:
+        """The TAGS hashes computed while building: what ``tags_code_of`` gives for every topic but
+        SCHEDULE_TOPIC_XXXX, whose batches build_columns refuses (they need the store timestamp)."""
         return self._tags_codes
 
     def encode(self, physical_offset: int, queue_offset: int, store_timestamp: int) -> bytes:
@@ -124,10 +132,10 @@ class ColumnBatch:
         heads["queue_offset"] = np.arange(queue_offset, queue_offset + n, dtype=np.int64)
         heads["physical_offset"] = self.starts + physical_offset
         heads["store_ts"] = store_timestamp
-        rows = self._rows.view(f"V{self._rows.shape[1]}").ravel().tolist()
+        rows: list[bytes] = self._rows.view(f"V{self._rows.shape[1]}").ravel().tolist()
         middle = self._middle
         step = 2 + (len(middle) if middle else 0)
-        parts: list[bytes] = [b""] * (step * n + 1)   # every slot is assigned below
+        parts: list[bytes] = [b""] * (step * n + 1)
         parts[0] = rows[0][self._tail:]
         parts[1::step] = self._bodies
         if middle:
@@ -138,17 +146,17 @@ class ColumnBatch:
         return b"".join(parts)
 
 
-def _column(value: str | int | Iterable[Any] | None, n: int, name: str) -> list[Any] | None:
+def _column(value: object, n: int, name: str) -> list[Any] | None:
     """A per-message column as a list (None: one value for all)."""
     if value is None or isinstance(value, (str, int)):
         return None
-    column = value if type(value) is list else list(value)
+    column = value if type(value) is list else list(cast(Iterable[Any], value))
     if len(column) != n:
         raise OptionError(name, f"has {len(column)} values for {n} bodies")
     return column
 
 
-def _bodies_of(bodies: Iterable[Any] | pa.Array | pa.ChunkedArray) -> list[bytes] | None:
+def _bodies_of(bodies: Bodies) -> list[bytes] | None:
     """The bodies as a list of bytes (what prepare() stores: ``bytes(body)`` for other types)."""
     if isinstance(bodies, pa.ChunkedArray):
         bodies = bodies.combine_chunks()
@@ -158,10 +166,10 @@ def _bodies_of(bodies: Iterable[Any] | pa.Array | pa.ChunkedArray) -> list[bytes
         n = len(bodies)
         wide = isinstance(bodies, pa.LargeBinaryArray)
         offsets = np.frombuffer(bodies.buffers()[1], dtype=np.int64 if wide else np.int32)
-        offsets = offsets[bodies.offset:bodies.offset + n + 1].tolist()
+        bounds: list[int] = offsets[bodies.offset:bodies.offset + n + 1].tolist()
         data = bodies.buffers()[2]
-        blob = data.to_pybytes() if data is not None else b""
-        return list(map(blob.__getitem__, map(slice, offsets[:-1], offsets[1:])))
+        blob: bytes = data.to_pybytes() if data is not None else b""
+        return list(map(blob.__getitem__, map(slice, bounds[:-1], bounds[1:])))
     body_list = bodies if type(bodies) is list else list(bodies)
     if set(map(type, body_list)) != {bytes}:
         try:
@@ -171,7 +179,7 @@ def _bodies_of(bodies: Iterable[Any] | pa.Array | pa.ChunkedArray) -> list[bytes
     return body_list
 
 
-def _ints(value: object, column: list[Any] | None, n: int, lo_hi: tuple[int, int]) -> np.ndarray | int | None:
+def _ints(value: object, column: list[Any] | None, n: int, lo_hi: tuple[int, int]) -> Int64Array | int | None:
     """A validated int column (array) or scalar; None when out of range or not ints."""
     if column is None:
         if type(value) is not int or not lo_hi[0] <= value < lo_hi[1]:
@@ -184,9 +192,22 @@ def _ints(value: object, column: list[Any] | None, n: int, lo_hi: tuple[int, int
     return np.array(column, dtype=np.int64)
 
 
-def build_columns(topic: str, queue_id: int, bodies: Sequence[Any] | pa.Array | pa.ChunkedArray, *,
-                  tags: str | Sequence[str | None] | None = None, keys: str | Sequence[str | None] | None = None,
-                  flag: int | Sequence[int] = 0, born_timestamp: int | Sequence[int] | None = None,
+def _keys_text(keys: list[Any]) -> list[Any] | None:
+    """KEYS as prepare() writes them (a list or tuple of str joined with spaces); None for other keys."""
+    types = set(map(type, keys))
+    if types <= {str, _NONE}:
+        return keys
+    if not types <= {str, _NONE, list, tuple} or not all(type(x) is str for k in keys if type(k) is not str and k
+                                                        for x in k):
+        return None
+    joined = [k if type(k) is str or not k else " ".join(k) for k in keys]
+    # prepare() writes an empty KEYS entry for a non-empty list that joins to ""; leave that to it
+    return None if any(k and not j for k, j in zip(keys, joined, strict=True)) else joined
+
+
+def build_columns(topic: str, queue_id: int, bodies: Bodies, *, tags: str | Sequence[str | None] | None = None,
+                  keys: str | Sequence[str | Sequence[str] | None] | None = None, flag: int | Sequence[int] = 0,
+                  born_timestamp: int | Sequence[int | None] | None = None,
                   born_host: HostAddress | tuple[str, int] | None = None, store_host: HostAddress,
                   max_message_size: int) -> ColumnBatch | None:
     """The records of a columnar batch, or None when the general rules are needed.
@@ -204,12 +225,18 @@ def build_columns(topic: str, queue_id: int, bodies: Sequence[Any] | pa.Array | 
     if body_list is None:
         return None
     body_lens = np.fromiter(map(len, body_list), dtype=np.int64, count=n)
-    crcs = list(map(codec.crc32, body_list))
     if int(body_lens.max()) > max_message_size:
         return None
+    if key_col is not None:
+        key_col = _keys_text(key_col)
+        if key_col is None:
+            return None
     flags = _ints(flag, flag_col, n, _INT32)
+    now = time.time_ns() // 1_000_000
     if born_timestamp is None:
-        born_timestamp = time.time_ns() // 1_000_000
+        born_timestamp = now
+    elif ts_col is not None and None in ts_col:
+        ts_col = [now if t is None else t for t in ts_col]
     born_ts = _ints(born_timestamp, ts_col, n, _INT64)
     if flags is None or born_ts is None:
         return None
@@ -224,6 +251,7 @@ def build_columns(topic: str, queue_id: int, bodies: Sequence[Any] | pa.Array | 
     key_part = _keys(key_col, n)
     if tag_part is None or key_part is None:
         return None
+    crcs = list(map(codec.crc32, body_list))
     return _assemble(topic, queue_id, body_list, body_lens, crcs, flags, born_ts, born_host, born_ip, store_host,
                      store_ip, tag_part, key_part)
 
@@ -234,9 +262,9 @@ class _Tags:
     and of one length), or the distinct ``entries`` with each message's ``index`` (None: one tag
     for the whole batch)."""
 
-    def __init__(self, lens: int | np.ndarray, codes: int | np.ndarray, entries: list[bytes], *,
-                 block: np.ndarray | None = None, index: np.ndarray | None = None, column: list[str] | None = None,
-                 distinct: list[str] | None = None) -> None:
+    def __init__(self, lens: int | Int64Array, codes: int | Int64Array, entries: list[bytes], *,
+                 block: UInt8Array | None = None, index: npt.NDArray[np.intp] | None = None,
+                 column: list[str] | None = None, distinct: list[str] | None = None) -> None:
         self.lens = lens
         self.codes = codes
         self.entries = entries
@@ -249,13 +277,12 @@ class _Tags:
         """Each message's TAGS entry (shared bytes objects)."""
         if self.index is None and self.block is None:
             return self.entries * n
-        if self.index is None:
-            # a block of tags: _tags gives the column and its distinct values with it
+        if self.index is not None:
+            index: list[int] = self.index.tolist()
+        else:   # a block: built with its column and distinct tags
             assert self._distinct is not None and self._column is not None
             position = {t: i for i, t in enumerate(self._distinct)}
-            index: list[int] = list(map(position.__getitem__, self._column))
-        else:
-            index = self.index.tolist()
+            index = list(map(position.__getitem__, self._column))
         return list(itemgetter(*index)(self.entries))   # two or more distinct tags: a tuple
 
 
@@ -270,10 +297,6 @@ def _tag_entry(tag: object) -> bytes | None:
         return None
 
 
-def _all_entries(entries: list[bytes | None]) -> TypeGuard[list[bytes]]:
-    return None not in entries
-
-
 def _tags(tags: object, column: list[Any] | None, n: int) -> _Tags | None:
     if column is not None:
         try:
@@ -286,11 +309,11 @@ def _tags(tags: object, column: list[Any] | None, n: int) -> _Tags | None:
         entry = _tag_entry(tags)
         if entry is None:
             return None
-        # a non-empty entry is made of a str tag only
-        return _Tags(len(entry), codec.java_hash(tags) if entry and isinstance(tags, str) else 0, [entry])
-    entries = list(map(_tag_entry, distinct))
-    if not _all_entries(entries):
+        return _Tags(len(entry), codec.java_hash(cast(str, tags)) if entry else 0, [entry])
+    maybe_entries = list(map(_tag_entry, distinct))
+    if None in maybe_entries:
         return None
+    entries = cast(list[bytes], maybe_entries)
     widths = set(map(len, entries))
     if len(widths) == 1 and b"" not in entries and all(map(str.isascii, distinct)):
         block = np.frombuffer("".join(column).encode("ascii"), dtype=np.uint8).reshape(n, -1)
@@ -306,7 +329,7 @@ class _Keys:
     """KEYS entries: ``block`` (n, width) rows of key + \\x02 when all keys have one byte length;
     else ``items`` per message with ``wrapped`` saying whether they carry "KEYS\\x01" and \\x02."""
 
-    def __init__(self, lens: int | np.ndarray, block: np.ndarray | None = None, items: list[bytes] | None = None,
+    def __init__(self, lens: int | Int64Array, block: UInt8Array | None = None, items: list[bytes] | None = None,
                  wrapped: bool = False, blob: bytes = b"") -> None:
         self.lens = lens            # bytes of the KEYS entry in the properties: scalar or per message
         self.block = block
@@ -324,7 +347,6 @@ class _Keys:
 def _keys(column: list[Any] | None, n: int) -> _Keys | None:
     if column is None:
         return _Keys(0)
-    joined: str | None
     try:
         joined = "".join(column)
     except TypeError:
@@ -356,10 +378,9 @@ def _keys(column: list[Any] | None, n: int) -> _Keys | None:
     return _Keys(np.fromiter(map(len, items), dtype=np.int64, count=n), items=items, wrapped=True)
 
 
-def _assemble(topic: str, queue_id: int, bodies: list[bytes], body_lens: np.ndarray, crcs: list[int],
-              flags: np.ndarray | int, born_ts: np.ndarray | int,
-              born_host: HostAddress, born_ip: bytes, store_host: HostAddress, store_ip: bytes, tags: _Tags,
-              keys: _Keys) -> ColumnBatch | None:
+def _assemble(topic: str, queue_id: int, bodies: list[bytes], body_lens: Int64Array, crcs: list[int],
+              flags: Int64Array | int, born_ts: Int64Array | int, born_host: HostAddress, born_ip: bytes,
+              store_host: HostAddress, store_ip: bytes, tags: _Tags, keys: _Keys) -> ColumnBatch | None:
     n = len(bodies)
     born_v6, store_v6 = len(born_ip) == 16, len(store_ip) == 16
     fixed = codec.record.FIXED_HEADER[born_v6, store_v6]
@@ -368,8 +389,7 @@ def _assemble(topic: str, queue_id: int, bodies: list[bytes], body_lens: np.ndar
                       born_ts if type(born_ts) is int else 0, born_ip, born_host[1], 0, store_ip, store_host[1],
                       0, 0, 0)
     topic_part = codec.record.encode_topic(topic, False)
-    if topic_part is None:   # longer than a V1 TOPIC length field holds: the general rules refuse it
-        return None
+    assert topic_part is not None   # valid_topic: at most 127 ASCII characters
     props_lens = tags.lens + keys.lens + _UNIQ_ENTRY
     if np.max(props_lens) > codec.MAX_PROPERTIES_LENGTH:
         return None
@@ -418,6 +438,6 @@ def _assemble(topic: str, queue_id: int, bodies: list[bytes], body_lens: np.ndar
         heads["flag"] = flags
     if type(born_ts) is not int:
         heads["born_ts"] = born_ts
-    codes = tags.codes if isinstance(tags.codes, np.ndarray) else np.full(n, tags.codes, dtype=np.int64)
+    codes = np.full(n, tags.codes, dtype=np.int64) if isinstance(tags.codes, int) else tags.codes
     return ColumnBatch(topic=topic, queue_id=queue_id, bodies=bodies, rows=rows, tail=tail, heads=heads,
                        middle=middle, sizes=sizes, tags_codes=codes, uniq=uniq)
