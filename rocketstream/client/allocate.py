@@ -232,10 +232,11 @@ def _machine_room_nearby(
 
     # (1) queues of my room shared among the consumers of my room
     my_room = machine_room_of_cid(current_cid)
-    result = []
-    mine = queues_by_room.pop(my_room, None)  # type: ignore[arg-type]
-    if mine:
-        result += run(mine, cids_by_room.get(my_room, []))  # type: ignore[arg-type]
+    result: list[MessageQueue] = []
+    if my_room is not None:   # no room is no key of either table: nothing of its own
+        mine = queues_by_room.pop(my_room, None)
+        if mine:
+            result += run(mine, cids_by_room.get(my_room, []))
     # (2) rooms without any consumer: their queues shared among everybody, rooms in Java TreeMap order
     for room in sorted(queues_by_room, key=utf16_key):
         if room not in cids_by_room:

@@ -167,8 +167,8 @@ def rate_limit(
     if max_messages is not None and total > max_messages:
         shares = _proportional(max_messages, backlog)
         ends.update({q: start[q] + shares[q] for q in backlog})
-    if max_bytes is not None:
-        ends.update(_limit_bytes(start, ends, backlog, max_bytes, bytes_fn))  # type: ignore[arg-type]
+    if max_bytes is not None and bytes_fn is not None:   # bytes_fn is set with max_bytes (checked above)
+        ends.update(_limit_bytes(start, ends, backlog, max_bytes, bytes_fn))
     return ends
 
 

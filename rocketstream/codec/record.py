@@ -252,6 +252,8 @@ def encode_blank(max_blank: int) -> bytes:
 
 
 def _as_bytes_view(buf: object) -> memoryview:
+    # buf: bytes, mmap, memoryview or uint8 ndarray; ``object`` because numpy's stubs give ndarray the
+    # buffer protocol only for Python >= 3.12 (we check as 3.10)
     mv = buf if isinstance(buf, memoryview) else memoryview(buf)  # type: ignore[arg-type]
     return mv if mv.format in ("B", "b", "c") and mv.ndim == 1 else mv.cast("B")
 
