@@ -267,7 +267,7 @@ def any_problem(problems: dict[str, np.ndarray]) -> np.ndarray:
 def body_crc_mismatches(buf: object, h: dict[str, np.ndarray], which: np.ndarray | None = None) -> np.ndarray:
     """True where the record's body fails ``record.body_crc_problem``'s rule (a non-empty body whose
     crc32 & 0x7FFFFFFF differs from BODYCRC); only the records in ``which`` are computed."""
-    mv = memoryview(as_uint8(buf))
+    mv = as_uint8(buf).data
     body_len = h["body_len"]
     bad = np.zeros(len(body_len), dtype=bool)
     todo = body_len > 0 if which is None else which & (body_len > 0)
