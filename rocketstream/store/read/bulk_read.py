@@ -10,9 +10,10 @@ Every row is checked against the unit that points to it (``vectorized.record_pro
 of ``codec.check_record`` with ports, and TOTALSIZE equal to the unit's size) — this is the only
 check of the units on the read path, done on the headers the batch decodes anyway. A mismatch is a
 :class:`CorruptStoreError` naming the commit-log file and offset; with ``reread`` the batch's units
-are first read again once (a unit torn while a live writer wrote it reads whole the second time). Under a tag filter only the units whose tagsCode matches (or
-is a ConsumeQueueExt address, which hides the tags code) are ever looked at, like a RocketMQ
-broker's filter, and the record's TAGS string then decides.
+are first read again once (a unit torn while a live writer wrote it reads whole the second time).
+Under a tag filter only the units whose tagsCode matches (or is a ConsumeQueueExt address, which
+hides the tags code) are ever looked at, like a RocketMQ broker's filter, and the record's TAGS
+string then decides.
 """
 
 from __future__ import annotations
