@@ -1,11 +1,12 @@
 """The lowest layer: RocketMQ's bytes, pure and shared by store, broker and client.
 
-``record`` (commit-log records, blank records, CQ units, client batch bodies), ``constants``,
-``properties``, ``ids`` (hosts, offset message ids, UNIQ_KEY), ``compression``, ``tags`` (Java string
-hash, tags codes, delay levels), ``header`` (the one record-header validator, scalar and numpy),
-``fastjson`` (the offset files' JSON dialect) and ``vectorized`` (many records at once, with numpy and
-Arrow — imported on its own, so ``import rocketstream.codec`` loads no pyarrow). Nothing here does I/O
-or imports another part of rocketstream (only ``rocketstream.errors``, which imports nothing of ours).
+``record`` (commit-log records with the one record validator ``check_record``, blank records, CQ
+units, client batch bodies), ``constants``, ``properties``, ``ids`` (hosts, offset message ids,
+UNIQ_KEY), ``compression``, ``tags`` (Java string hash, tags codes, delay levels), ``fastjson`` (the
+offset files' JSON dialect) and ``vectorized`` (many records at once, with numpy and Arrow, and
+``record_problems``, the validator's numpy twin — imported on its own, so ``import rocketstream.codec``
+loads no pyarrow). Nothing here does I/O or imports another part of rocketstream (only
+``rocketstream.errors``, which imports nothing of ours).
 """
 
 from rocketstream.codec.compression import compress_body, decompress_body
@@ -26,8 +27,13 @@ from rocketstream.codec.properties import (
                                     java_utf8_bytes,
 )
 from rocketstream.codec.record import (
+                                    RECORD_CHECKS,
                                     BatchEntry,
                                     MessageRecord,
+                                    RecordLayout,
+                                    RecordProblem,
+                                    body_crc_problem,
+                                    check_record,
                                     crc32,
                                     decode_batch_body,
                                     decode_record,
@@ -46,7 +52,8 @@ from rocketstream.codec.tags import (
                                     tags_code,
 )
 
-__all__ = [*_constant_names, "BatchEntry", "HostAddress", "MessageRecord", "compress_body", "cq_tags_code", "crc32",
+__all__ = [*_constant_names, "RECORD_CHECKS", "BatchEntry", "HostAddress", "MessageRecord", "RecordLayout",
+           "RecordProblem", "body_crc_problem", "check_record", "compress_body", "cq_tags_code", "crc32",
            "decode_batch_body", "decode_java_utf8", "decode_offset_msg_id", "decode_properties", "decode_record",
            "decompress_body", "encode_batch_body", "encode_blank", "encode_cq_unit", "encode_properties",
            "encode_record", "is_ext_address", "java_hash", "java_utf8_bytes", "masked_crc32", "new_uniq_key",

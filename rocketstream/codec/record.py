@@ -258,72 +258,171 @@ def _as_bytes_view(buf: object) -> memoryview:
     return mv if mv.format in ("B", "b", "c") and mv.ndim == 1 else mv.cast("B")
 
 
-def decode_record(buf: object, pos: int = 0, *, check_crc: bool = True, path: object = None,
-                  base_offset: int = 0) -> MessageRecord | None:
-    """Decode the record starting at ``buf[pos]``; None for a BLANK (end-of-file) record.
+# --- the one record validator ---------------------------------------------------------------------
+# The checks ``CommitLog.checkMessageAndReturnSize`` makes on a record, and nothing stricter
+# (docs/store-format.md, "Where recovery may cut the commit log"), in the order they are made.
+# ``vectorized.record_problems`` is the numpy twin: one mask per check, same names, same rules.
+# Properties are no check: Java decodes their bytes with replacement characters and never fails
+# on them (a trailing 0x02 or not, valid UTF-8 or not).
+RECORD_CHECKS: dict[str, str] = {
+    "header": "no room for TOTALSIZE and MAGICCODE",
+    "magic": "bad MAGICCODE",
+    "size": "TOTALSIZE smaller than the smallest possible record",
+    "truncated": "record extends past the end of the file",
+    "hosts": "TOTALSIZE too small for the hosts of SYSFLAG",
+    "ports": "port out of range",                 # optional: Java does not check it (readers do)
+    "body": "BODY length does not fit in TOTALSIZE",
+    "crc": "BODYCRC mismatch",                    # optional: checkCRCOnRecover / check_crc
+    "topic": "TOPIC length does not fit in TOTALSIZE",
+    "properties": "negative PROPERTIES length",
+    "formula": "length formula differs from TOTALSIZE",
+    "position": "PHYSICALOFFSET field differs from the record's position",   # optional
+}
+_MIN_SIZE = {MAGIC_V1: record_size(0, 0, 0), MAGIC_V2: record_size(0, 0, 0, v2=True)}
 
-    ``buf`` is anything with the buffer protocol (bytes, mmap, memoryview, uint8 ndarray). Every
-    inconsistency raises CorruptStoreError(path=path, offset=base_offset + pos) saying what is wrong.
+
+class RecordProblem(NamedTuple):
+    """Why a record failed ``check_record``: ``check`` is a key of RECORD_CHECKS, ``message`` says
+    it with the values read."""
+
+    check: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class RecordLayout(NamedTuple):
+    """The header fields of a record that passed ``check_record``, and where its variable parts are
+    (positions in the buffer it was checked in)."""
+
+    total_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_ip: bytes
+    born_port: int
+    store_timestamp: int
+    store_ip: bytes
+    store_port: int
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body_pos: int
+    body_len: int
+    topic_pos: int
+    topic_len: int
+    props_pos: int
+    props_len: int
+
+
+def body_crc_problem(body: bytes | bytearray | memoryview, stored: int) -> str | None:
+    """The BODYCRC rule (``CommitLog.checkMessageAndReturnSize`` under checkCRCOnRecover): an empty
+    body is not checked, any other must have crc32 & 0x7FFFFFFF equal to the stored value."""
+    if not len(body):
+        return None
+    crc = crc32(body) & _CRC_MASK
+    return None if crc == stored else f"BODYCRC mismatch: stored {stored}, computed {crc}"
+
+
+def check_record(buf: object, pos: int = 0, *, file_size: int | None = None, base_offset: int = 0,
+                 check_crc: bool, check_ports: bool = False,
+                 check_position: bool = True) -> tuple[RecordProblem | None, RecordLayout | None]:
+    """Validate the message record at ``buf[pos]``: (None, layout) when it passes, (problem, None)
+    at the first check it fails (RECORD_CHECKS order). A BLANK record is the caller's business: here
+    it is a bad MAGICCODE.
+
+    ``file_size``: records end at or before it (default: the buffer's length). ``check_crc``: BODYCRC.
+    ``check_ports``: born/store ports in [0, 65535] (readers; recovery does not, like Java).
+    ``check_position``: PHYSICALOFFSET equals ``base_offset + pos`` (a real broker always writes it so).
     """
     mv = _as_bytes_view(buf)
-    where = base_offset + pos
-
-    def corrupt(message: str) -> CorruptStoreError:
-        return CorruptStoreError(message, path=path, offset=where)
-
-    avail = mv.nbytes - pos
+    limit = mv.nbytes if file_size is None else min(file_size, mv.nbytes)
+    avail = limit - pos
     if pos < 0 or avail < 8:
-        raise corrupt(f"truncated record: {max(avail, 0)} bytes left, TOTALSIZE and MAGICCODE need 8")
+        return RecordProblem("header", f"truncated record: {max(avail, 0)} bytes left, TOTALSIZE and MAGICCODE "
+                                       "need 8"), None
     total_size, magic = INT32_PAIR.unpack_from(mv, pos)
-    if magic == BLANK_MAGIC:
-        return None
-    if magic not in (MAGIC_V1, MAGIC_V2):
-        raise corrupt(f"bad MAGICCODE 0x{magic & 0xFFFFFFFF:08X} (not a message or blank record)")
-    v2 = magic == MAGIC_V2
-    if total_size < record_size(0, 0, 0, v2=v2):
-        raise corrupt(f"TOTALSIZE {total_size} is smaller than the smallest possible record")
+    minimum = _MIN_SIZE.get(magic)
+    if minimum is None:
+        return RecordProblem("magic", f"bad MAGICCODE 0x{magic & 0xFFFFFFFF:08X} (not a message or blank record)"), None
+    if total_size < minimum:
+        return RecordProblem("size", f"TOTALSIZE {total_size} is smaller than the smallest possible record"), None
     if total_size > avail:
-        raise corrupt(f"truncated record: TOTALSIZE {total_size} but only {avail} bytes remain")
+        return RecordProblem("truncated", f"truncated record: TOTALSIZE {total_size} but only {avail} bytes "
+                                          "remain in the file"), None
     end = pos + total_size
     (_, _, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
      born_timestamp) = RECORD_HEAD.unpack_from(mv, pos)
     mid = _MID[bool(sys_flag & FLAG_BORNHOST_V6), bool(sys_flag & FLAG_STOREHOST_V6)]
-    p = pos + RECORD_HEAD.size + mid.size
-    if p + (2 if v2 else 1) + 2 > end:
-        raise corrupt(f"TOTALSIZE {total_size} is too small for the hosts of SYSFLAG 0x{sys_flag:X}")
+    body_pos = pos + RECORD_HEAD.size + mid.size
+    tl_width = 2 if magic == MAGIC_V2 else 1
+    if body_pos + tl_width + 2 > end:
+        return RecordProblem("hosts", f"TOTALSIZE {total_size} is too small for the hosts of SYSFLAG "
+                                      f"0x{sys_flag:X}"), None
     (born_ip, born_port, store_timestamp, store_ip, store_port, reconsume_times, prepared_transaction_offset,
      body_len) = mid.unpack_from(mv, pos + RECORD_HEAD.size)
-    if not (0 <= born_port <= 0xFFFF and 0 <= store_port <= 0xFFFF):
-        raise corrupt(f"port out of range (born {born_port}, store {store_port})")
-    if body_len < 0 or p + body_len + (2 if v2 else 1) + 2 > end:
-        raise corrupt(f"BODY length {body_len} does not fit in a record of TOTALSIZE {total_size}")
-    body = mv[p:p + body_len].tobytes()
-    p += body_len
-    if check_crc and body_len > 0:
-        crc = crc32(body) & _CRC_MASK
-        if crc != body_crc:
-            raise corrupt(f"BODYCRC mismatch: stored {body_crc}, computed {crc}")
-    if v2:
+    if check_ports and not (0 <= born_port <= 0xFFFF and 0 <= store_port <= 0xFFFF):
+        return RecordProblem("ports", f"port out of range (born {born_port}, store {store_port})"), None
+    if body_len < 0 or body_pos + body_len + tl_width + 2 > end:
+        return RecordProblem("body", f"BODY length {body_len} does not fit in a record of TOTALSIZE "
+                                     f"{total_size}"), None
+    if check_crc:
+        problem = body_crc_problem(mv[body_pos:body_pos + body_len], body_crc)
+        if problem is not None:
+            return RecordProblem("crc", problem), None
+    p = body_pos + body_len
+    if tl_width == 2:
         (topic_len,) = INT16.unpack_from(mv, p)
-        p += 2
     else:
-        (topic_len,) = INT8.unpack_from(mv, p)
-        p += 1
-    if topic_len < 0 or p + topic_len + 2 > end:
-        raise corrupt(f"TOPIC length {topic_len} does not fit in a record of TOTALSIZE {total_size}")
-    topic = decode_java_utf8(mv[p:p + topic_len])   # MessageDecoder.decode: new String(topic, UTF_8)
-    p += topic_len
-    (props_len,) = INT16.unpack_from(mv, p)
-    p += 2
+        (topic_len,) = INT8.unpack_from(mv, p)     # Java reads a signed byte
+    topic_pos = p + tl_width
+    if topic_len < 0 or topic_pos + topic_len + 2 > end:
+        return RecordProblem("topic", f"TOPIC length {topic_len} does not fit in a record of TOTALSIZE "
+                                      f"{total_size}"), None
+    (props_len,) = INT16.unpack_from(mv, topic_pos + topic_len)
+    props_pos = topic_pos + topic_len + 2
     if props_len < 0:
-        raise corrupt(f"negative PROPERTIES length {props_len}")
-    if p + props_len != end:
-        raise corrupt(f"length formula gives {p + props_len - pos} but TOTALSIZE is {total_size}")
-    properties = decode_properties(mv[p:end]) if props_len else {}
+        return RecordProblem("properties", f"negative PROPERTIES length {props_len}"), None
+    if props_pos + props_len != end:
+        return RecordProblem("formula", f"length formula gives {props_pos + props_len - pos} but TOTALSIZE is "
+                                        f"{total_size}"), None
+    if check_position and physical_offset != base_offset + pos:
+        return RecordProblem("position", f"PHYSICALOFFSET field {physical_offset} does not match the record's "
+                                         f"position {base_offset + pos}"), None
+    return None, RecordLayout(total_size, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
+                              born_timestamp, born_ip, born_port, store_timestamp, store_ip, store_port,
+                              reconsume_times, prepared_transaction_offset, body_pos, body_len, topic_pos,
+                              topic_len, props_pos, props_len)
+
+
+def decode_record(buf: object, pos: int = 0, *, check_crc: bool = True, path: object = None,
+                  base_offset: int = 0, check_position: bool = False) -> MessageRecord | None:
+    """Decode the record starting at ``buf[pos]``; None for a BLANK (end-of-file) record.
+
+    ``buf`` is anything with the buffer protocol (bytes, mmap, memoryview, uint8 ndarray). A record
+    that fails ``check_record`` (with the port check; PHYSICALOFFSET only when ``check_position``)
+    raises CorruptStoreError(path=path, offset=base_offset + pos) saying what is wrong.
+    """
+    mv = _as_bytes_view(buf)
+    if 0 <= pos <= mv.nbytes - 8 and INT32_PAIR.unpack_from(mv, pos)[1] == BLANK_MAGIC:
+        return None
+    problem, r = check_record(mv, pos, base_offset=base_offset, check_crc=check_crc, check_ports=True,
+                              check_position=check_position)
+    if r is None:
+        raise CorruptStoreError(str(problem), path=path, offset=base_offset + pos)
+    # MessageDecoder.decode: new String(topic, UTF_8)
+    topic = decode_java_utf8(mv[r.topic_pos:r.topic_pos + r.topic_len])
+    properties = decode_properties(mv[r.props_pos:r.props_pos + r.props_len]) if r.props_len else {}
     return MessageRecord(
-        total_size, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
-        unpack_host(born_ip, born_port), store_timestamp, unpack_host(store_ip, store_port), reconsume_times,
-        prepared_transaction_offset, body, topic, properties)
+        r.total_size, r.magic, r.body_crc, r.queue_id, r.flag, r.queue_offset, r.physical_offset, r.sys_flag,
+        r.born_timestamp, unpack_host(r.born_ip, r.born_port), r.store_timestamp, unpack_host(r.store_ip, r.store_port),
+        r.reconsume_times, r.prepared_transaction_offset, mv[r.body_pos:r.body_pos + r.body_len].tobytes(), topic,
+        properties)
 
 
 # --- consume-queue units ----------------------------------------------------------------------

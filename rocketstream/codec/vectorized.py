@@ -35,6 +35,7 @@ from rocketstream.codec.constants import (
 )
 from rocketstream.codec.ids import HEX_PAIRS, HostAddress
 from rocketstream.codec.properties import java_utf8_bytes
+from rocketstream.codec.record import RECORD_CHECKS, crc32, record_size
 
 # Header of a V1/V2 record with two IPv4 hosts, up to and including the BODY length field.
 HEADER_V4_DTYPE = np.dtype([
@@ -119,8 +120,9 @@ def decode_headers(buf: BufferLike, rel_positions: np.ndarray, *,
     (and ``born_key, store_key``, the 8 ip+port bytes as one uint64, when no host is IPv6);
     ``body_pos, body_len, topic_pos, topic_len, props_pos, props_len`` (positions relative to
     ``buf``); ``v2`` (magic V2); ``in_bounds`` (every field read lies inside ``buf``). Nothing is
-    validated beyond bounds (see :func:`validate_headers`): positions that are not records give
-    garbage values, never errors.
+    validated beyond bounds (see :func:`record_problems`): positions that are not records give
+    garbage values, never errors; but every value a record that passes ``record_problems``' earlier
+    checks needs is the one stored (as ``record.check_record`` reads it).
 
     ``topic_len_hint``: the UTF-8 length of the topic the records are expected to have. When every
     record matches it, TOPIC and PROPERTIES lengths come from one gather instead of two dependent ones.
@@ -141,6 +143,14 @@ def decode_headers(buf: BufferLike, rel_positions: np.ndarray, *,
         out[name] = head[name].astype(np.int32)
     for name in ("queue_offset", "physical_offset", "born_timestamp"):
         out[name] = head[name].astype(np.int64)
+    if not ok.all():
+        # near the end of the buffer the 88-byte gather read position 0: TOTALSIZE and MAGICCODE
+        # are still the stored ones wherever their 8 bytes fit (the first checks look at them)
+        near_end = np.flatnonzero(~ok & (pos >= 0) & (pos <= len(data) - 8))
+        if len(near_end):
+            pair = _gather_rows(data, pos[near_end], 8, np.ones(len(near_end), dtype=bool)).view(">i4")
+            out["total_size"][near_end] = pair[:, 0]
+            out["magic"][near_end] = pair[:, 1]
     if not (born_v6.any() or store_v6.any()):
         for name in ("reconsume_times", "body_len", "born_port", "store_port"):
             out[name] = head[name].astype(np.int32)
@@ -202,39 +212,86 @@ def _topic_and_props_lengths_v1(data: np.ndarray, tl_pos: np.ndarray, hint: int,
     fits = ok.copy()
     window = _gather_rows(data, tl_pos, 1 + hint + 2, fits)
     topic_len = window[:, 0].view(np.int8).astype(np.int64)
-    if not np.all(topic_len[fits] == hint):
-        return None
+    if not np.array_equal(fits, ok) or not np.all(topic_len[fits] == hint):
+        return None   # a window left the buffer (maybe a shorter topic at its end) or a topic differs
     ok &= fits
     props_len = np.ascontiguousarray(window[:, 1 + hint:]).view(">i2")[:, 0].astype(np.int64)
     return topic_len, props_len
 
 
-def header_problems(h: dict[str, np.ndarray], rel_positions: np.ndarray, expected_offsets: np.ndarray,
-                    expected_sizes: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-check failure masks (True = this record fails that check), for error messages."""
+# --- the record validator's numpy twin ----------------------------------------------------------
+UNIT_SIZE_CHECK = "unit_size"
+PROBLEM_DESCRIPTIONS: dict[str, str] = {**RECORD_CHECKS,
+                                        UNIT_SIZE_CHECK: "TOTALSIZE differs from the consume-queue unit size"}
+_MIN_V1 = record_size(0, 0, 0)
+_MIN_V2 = record_size(0, 0, 0, v2=True)
+
+
+def record_problems(buf: BufferLike, h: dict[str, np.ndarray], rel_positions: np.ndarray, *, base_offset: int = 0,
+                    check_crc: bool = False, check_ports: bool = False, check_position: bool = True,
+                    expected_sizes: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """``record.check_record`` for every record of ``h`` (``decode_headers(buf, rel_positions)``) at
+    once: one mask per check (True = the record fails it), keyed like ``record.RECORD_CHECKS`` and in
+    its order. A record passes when no mask is set; the first mask set for a record is the check
+    ``check_record`` reports for it (a later mask may be set from garbage values when an earlier one
+    is). Same flags as ``check_record``; ``expected_sizes`` (consume-queue unit sizes) adds
+    ``UNIT_SIZE_CHECK``, TOTALSIZE equal to it (``ConsumeQueue`` units point at whole records).
+    BODYCRC is computed only for records that pass every check before it."""
+    data = as_uint8(buf)
     pos = np.asarray(rel_positions, dtype=np.int64)
-    magic_ok = (h["magic"] == MAGIC_V1) | (h["magic"] == MAGIC_V2)
-    computed = (h["props_pos"] + h["props_len"]) - pos
-    return {
-        "bad MAGICCODE": ~magic_ok,
-        "record extends past the end of the file": magic_ok & ~h["in_bounds"],
-        "PHYSICALOFFSET field differs from the consume-queue offset": h["physical_offset"] != expected_offsets,
-        "TOTALSIZE differs from the consume-queue unit size": h["total_size"] != expected_sizes,
-        "port out of range": (h["born_port"] < 0) | (h["born_port"] > 0xFFFF) | (h["store_port"] < 0)
-        | (h["store_port"] > 0xFFFF),
-        "negative BODY/TOPIC/PROPERTIES length": (h["body_len"] < 0) | (h["topic_len"] < 0) | (h["props_len"] < 0),
-        "length formula differs from TOTALSIZE": computed != h["total_size"],
+    total = h["total_size"].astype(np.int64)
+    magic = h["magic"]
+    v2 = magic == MAGIC_V2
+    end = pos + total
+    tl_width = np.where(v2, 2, 1)
+    body_pos, body_len, topic_len, props_len = h["body_pos"], h["body_len"], h["topic_len"], h["props_len"]
+    out: dict[str, np.ndarray] = {
+        "header": (pos < 0) | (pos > len(data) - 8),
+        "magic": ~v2 & (magic != MAGIC_V1),
+        "size": total < np.where(v2, _MIN_V2, _MIN_V1),
+        "truncated": end > len(data),
+        "hosts": body_pos + tl_width + 2 > end,
     }
+    if check_ports:
+        out["ports"] = (h["born_port"] < 0) | (h["born_port"] > 0xFFFF) | (h["store_port"] < 0) \
+            | (h["store_port"] > 0xFFFF)
+    out["body"] = (body_len < 0) | (body_pos + body_len + tl_width + 2 > end)
+    if check_crc:
+        earlier = np.zeros(len(pos), dtype=bool)
+        for mask in out.values():
+            earlier |= mask
+        out["crc"] = body_crc_mismatches(data, h, ~earlier)
+    out["topic"] = (topic_len < 0) | (h["topic_pos"] + topic_len + 2 > end)
+    out["properties"] = props_len < 0
+    out["formula"] = h["props_pos"] + props_len != end
+    if check_position:
+        out["position"] = h["physical_offset"] != base_offset + pos
+    if expected_sizes is not None:
+        out[UNIT_SIZE_CHECK] = total != np.asarray(expected_sizes, dtype=np.int64)
+    return out
 
 
-def validate_headers(h: dict[str, np.ndarray], rel_positions: np.ndarray, expected_offsets: np.ndarray,
-                     expected_sizes: np.ndarray) -> np.ndarray:
-    """True where the record is a V1/V2 message at the expected offset with the expected size, and its
-    decoded lengths add up to TOTALSIZE (``CommitLog.checkMessageAndReturnSize`` without the CRC)."""
-    bad = np.zeros(len(h["magic"]), dtype=bool)
-    for mask in header_problems(h, rel_positions, expected_offsets, expected_sizes).values():
+def any_problem(problems: dict[str, np.ndarray]) -> np.ndarray:
+    """True where a record fails any check of ``record_problems``."""
+    bad = np.zeros(len(next(iter(problems.values()))), dtype=bool)
+    for mask in problems.values():
         bad |= mask
-    return ~bad
+    return bad
+
+
+def body_crc_mismatches(buf: BufferLike, h: dict[str, np.ndarray], which: np.ndarray | None = None) -> np.ndarray:
+    """True where the record's body fails ``record.body_crc_problem``'s rule (a non-empty body whose
+    crc32 & 0x7FFFFFFF differs from BODYCRC); only the records in ``which`` are computed."""
+    mv = as_uint8(buf).data
+    body_len = h["body_len"]
+    bad = np.zeros(len(body_len), dtype=bool)
+    todo = body_len > 0 if which is None else which & (body_len > 0)
+    idx = np.flatnonzero(todo)
+    starts, lengths, stored = h["body_pos"][idx].tolist(), body_len[idx].tolist(), h["body_crc"][idx].tolist()
+    for k, start, length, crc in zip(idx.tolist(), starts, lengths, stored, strict=True):
+        if crc32(mv[start:start + length]) & 0x7FFFFFFF != crc:
+            bad[k] = True
+    return bad
 
 
 # --- variable-length pieces as Arrow arrays ----------------------------------------------------

@@ -34,9 +34,6 @@ from rocketstream.store.files.mapped_file import MappedFile, MappedFileQueue
 
 _II = struct.Struct(">ii")
 _Q = struct.Struct(">q")
-_I = struct.Struct(">i")
-_H = struct.Struct(">h")
-MIN_RECORD_SIZE = codec.record_size(0, 0, 0)
 _PWRITE_MIN = 16 << 10   # appends at least this big go through pwrite rather than the mapping
 _BULK_MIN = 8            # shorter runs of known record starts are walked one by one
 _BULK_MAX = 1 << 16      # records checked per bulk step (bounds the temporary arrays)
@@ -264,7 +261,8 @@ class CommitLog:
             total, magic = _II.unpack_from(mf.mm, pos)
             if total == 0 and magic == 0:
                 return
-            rec = codec.decode_record(mf.mm, pos, check_crc=check_crc, path=mf.path, base_offset=mf.file_from_offset)
+            rec = codec.decode_record(mf.mm, pos, check_crc=check_crc, path=mf.path, base_offset=mf.file_from_offset,
+                                      check_position=True)
             if rec is None:
                 if total != mf.file_size - pos:
                     raise CorruptStoreError(f"blank record TOTALSIZE {total} does not reach the end of the file "
@@ -272,9 +270,6 @@ class CommitLog:
                 yield offset, None
                 offset = mf.end_offset
                 continue
-            if rec.physical_offset != offset:
-                raise CorruptStoreError(f"PHYSICALOFFSET field {rec.physical_offset} does not match the record's "
-                                        "position", path=mf.path, offset=offset)
             yield offset, rec
             offset += rec.total_size
 
@@ -288,7 +283,9 @@ class CommitLog:
         return RecordScan(self, start, check_crc, known_starts)
 
     def _peek_size(self, mf: MappedFile, pos: int) -> int:
-        """Reader end scan: size of the complete record at ``pos``, -1 for a blank, 0 for 'no record'."""
+        """Reader end scan: size of the complete record at ``pos``, -1 for a blank, 0 for 'no record'.
+        A record counts when it passes ``codec.check_record`` (without BODYCRC) and leaves room for
+        the blank record every file ends with (``CommitLog.doAppend`` keeps END_FILE_MIN_BLANK_LENGTH)."""
         if pos + 8 > mf.file_size:
             return 0
         total: int
@@ -296,12 +293,11 @@ class CommitLog:
         total, magic = _II.unpack_from(mf.mm, pos)
         if magic == codec.BLANK_MAGIC:
             return -1 if total == mf.file_size - pos else 0
-        if magic not in (codec.MAGIC_V1, codec.MAGIC_V2) or total < MIN_RECORD_SIZE \
-                or pos + total + codec.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+        if pos + total + codec.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
             return 0
-        if _Q.unpack_from(mf.mm, pos + codec.POS_PHYSICAL_OFFSET)[0] != mf.file_from_offset + pos:
-            return 0
-        return total
+        problem, _ = codec.check_record(mf.mm, pos, file_size=mf.file_size, base_offset=mf.file_from_offset,
+                                        check_crc=False)
+        return 0 if problem is not None else total
 
     def _scan_reader_end(self) -> int:
         self.queue.refresh()
@@ -321,8 +317,9 @@ class CommitLog:
 
     # --- validation of consume-queue units ----------------------------------------------------
     def check_units(self, units: np.ndarray) -> int:
-        """Index of the first unit whose record header disagrees (magic, TOTALSIZE, PHYSICALOFFSET),
-        or -1 when all agree. Vectorized per commit-log file."""
+        """Index of the first unit whose record fails ``vectorized.record_problems`` (the checks of
+        ``codec.check_record`` without BODYCRC) or whose TOTALSIZE differs from the unit's size, or -1
+        when all agree. PHYSICALOFFSET equal to the record's position is the unit's offset."""
         if len(units) == 0:
             return -1
         offsets = units["offset"].astype(np.int64)
@@ -336,15 +333,9 @@ class CommitLog:
                 bad[lo:hi] = True
                 continue
             rel = offsets[lo:hi] - mf.file_from_offset
-            in_file = (rel >= 0) & (rel + np.maximum(sizes[lo:hi], 0) <= mf.file_size) & (sizes[lo:hi] >= 36)
-            safe = np.where(in_file, rel, 0)
-            arr = mf.array
-            total = _gather(arr, safe, 4, ">i4")
-            magic = _gather(arr, safe + 4, 4, ">i4")
-            phys = _gather(arr, safe + codec.POS_PHYSICAL_OFFSET, 8, ">i8")
-            ok = in_file & (total == sizes[lo:hi]) & (phys == offsets[lo:hi]) \
-                & ((magic == codec.MAGIC_V1) | (magic == codec.MAGIC_V2))
-            bad[lo:hi] = ~ok
+            h = vectorized.decode_headers(mf.array, rel)
+            bad[lo:hi] = vectorized.any_problem(vectorized.record_problems(
+                mf.array, h, rel, base_offset=mf.file_from_offset, expected_sizes=sizes[lo:hi]))
         hits = np.flatnonzero(bad)
         return int(hits[0]) if len(hits) else -1
 
@@ -365,15 +356,13 @@ class RecordHead(NamedTuple):
         return codec.decode_properties(self.props) if len(self.props) else {}
 
 
-_HEAD = struct.Struct(">iiiiiqqiq")   # TOTALSIZE .. BORNTIMESTAMP
 _TOPIC_CACHE: dict[bytes, str] = {}
 
 
 class RecordScan:
     """Recovery's walk over records, with the checks ``CommitLog.checkMessageAndReturnSize`` makes
-    and nothing stricter: magic (V1/V2; BLANK ends the file), every field inside the file, BODYCRC
-    when ``check_crc``, the length formula equal to TOTALSIZE — plus PHYSICALOFFSET equal to the
-    record's position (a real broker always writes it so). The first record that fails ends the
+    and nothing stricter: ``codec.check_record`` one by one, ``vectorized.record_problems`` for runs
+    of known record starts (docs/store-format.md). The first record that fails ends the
     scan; ``end`` is where it starts and ``problem`` says what failed. Blank records and the zero
     bytes of an unwritten tail are not problems. Properties are not parsed here (Java decodes them
     leniently, so their bytes never fail a record)."""
@@ -414,22 +403,13 @@ class RecordScan:
         rel = known[i:j] - base
         h = vectorized.decode_headers(mf.array, rel)
         total = h["total_size"].astype(np.int64)
-        v2 = h["v2"]
-        ok = (h["in_bounds"] & ((h["magic"] == codec.MAGIC_V1) | v2) & (total >= MIN_RECORD_SIZE)
-              & (rel + total <= mf.file_size) & (h["body_len"] >= 0) & (h["topic_len"] >= 0)
-              & (h["props_len"] >= 0) & (h["props_pos"] + h["props_len"] == rel + total)
-              & (h["physical_offset"] == known[i:j]))
+        ok = ~vectorized.any_problem(vectorized.record_problems(mf.array, h, rel, base_offset=base))
         ok[:-1] &= rel[:-1] + total[:-1] == rel[1:]    # chained: nothing unknown in between
         n = len(rel) if ok.all() else int(np.argmin(ok))
-        if self._check_crc and n:
-            view = memoryview(mf.mm)
-            crc = codec.crc32
-            body_pos, body_len, body_crc = h["body_pos"][:n].tolist(), h["body_len"][:n].tolist(), \
-                h["body_crc"][:n].tolist()
-            for k in range(n):
-                if body_len[k] and crc(view[body_pos[k]:body_pos[k] + body_len[k]]) & 0x7FFFFFFF != body_crc[k]:
-                    n = k
-                    break
+        if self._check_crc and n:   # BODYCRC of the records kept only (record_problems' check_crc does all)
+            crc_bad = vectorized.body_crc_mismatches(mf.array, h, np.arange(len(rel)) < n)
+            if crc_bad.any():
+                n = int(np.argmax(crc_bad))
         if n == 0:
             return pos
         # the last record of a run was not chained to a known start; the walk checks what follows
@@ -461,12 +441,11 @@ class RecordScan:
                 total, magic = _II.unpack_from(mm, pos)
                 if magic == codec.BLANK_MAGIC:     # end of this file: go on with the next one
                     break
-                if magic != codec.MAGIC_V1 and magic != codec.MAGIC_V2:
-                    self._stop(mf, base + pos, None if total == 0 and magic == 0 else
-                               f"bad MAGICCODE 0x{magic & 0xFFFFFFFF:08X}")
+                if total == 0 and magic == 0:     # the unwritten tail: a clean end
+                    self._stop(mf, base + pos, None)
                     return
-                problem, head = _check_record(view, pos, total, magic, base, size_of_file, check_crc)
-                if head is None:   # exactly when there is a problem
+                problem, head = _check_record(view, pos, base, size_of_file, check_crc)
+                if head is None:
                     self._stop(mf, base + pos, problem)
                     return
                 if head.store_timestamp > self.max_store_timestamp:
@@ -483,53 +462,21 @@ class RecordScan:
             mf = nxt
 
 
-def _check_record(view: memoryview, pos: int, total: int, magic: int, base: int, file_size: int,
-                  check_crc: bool) -> tuple[str, None] | tuple[None, RecordHead]:
-    """(problem, head) for the record at ``pos`` whose TOTALSIZE and magic were read already."""
-    end = pos + total
-    if total < MIN_RECORD_SIZE or end > file_size:
-        return f"TOTALSIZE {total} does not fit in the file", None
-    (_, _, body_crc, queue_id, _, queue_offset, physical_offset, sys_flag, _) = _HEAD.unpack_from(view, pos)
-    p = pos + codec.POS_BORN_HOST + (20 if sys_flag & codec.FLAG_BORNHOST_V6 else 8)
-    (store_timestamp,) = _Q.unpack_from(view, p)
-    p += 8 + (20 if sys_flag & codec.FLAG_STOREHOST_V6 else 8) + 12
-    if p + 4 > end:
-        return f"TOTALSIZE {total} is too small for the hosts of SYSFLAG 0x{sys_flag:X}", None
-    (body_len,) = _I.unpack_from(view, p)
-    p += 4
-    if body_len < 0 or p + body_len > end:
-        return f"BODY length {body_len} does not fit in TOTALSIZE {total}", None
-    if check_crc and body_len > 0:
-        crc = codec.crc32(view[p:p + body_len]) & 0x7FFFFFFF
-        if crc != body_crc:
-            return f"BODYCRC mismatch: stored {body_crc}, computed {crc}", None
-    p += body_len
-    v2 = magic == codec.MAGIC_V2
-    if p + (2 if v2 else 1) > end:
-        return f"TOPIC length does not fit in TOTALSIZE {total}", None
-    if v2:
-        (topic_len,) = _H.unpack_from(view, p)
-        p += 2
-    else:
-        topic_len = view[p] - 256 if view[p] > 127 else view[p]   # Java reads a signed byte
-        p += 1
-    if topic_len < 0 or p + topic_len + 2 > end:
-        return f"TOPIC length {topic_len} does not fit in TOTALSIZE {total}", None
-    raw_topic = bytes(view[p:p + topic_len])
-    p += topic_len
-    (props_len,) = _H.unpack_from(view, p)
-    p += 2
-    if props_len < 0 or p + props_len != end:
-        return f"length formula gives {p + max(props_len, 0) - pos} but TOTALSIZE is {total}", None
-    if physical_offset != base + pos:
-        return f"PHYSICALOFFSET field {physical_offset} does not match the record's position", None
+def _check_record(view: memoryview, pos: int, base: int, file_size: int,
+                  check_crc: bool) -> tuple[str | None, RecordHead | None]:
+    """(problem, head) for the record at ``pos``: ``codec.check_record``'s verdict, and what recovery
+    and dispatch need of a record that passes."""
+    problem, r = codec.check_record(view, pos, file_size=file_size, base_offset=base, check_crc=check_crc)
+    if r is None:
+        return str(problem), None
+    raw_topic = bytes(view[r.topic_pos:r.topic_pos + r.topic_len])
     topic = _TOPIC_CACHE.get(raw_topic)
     if topic is None:
         topic = raw_topic.decode("utf-8", "replace")    # Java: new String(bytes, UTF_8)
         if len(_TOPIC_CACHE) < 65536:
             _TOPIC_CACHE[raw_topic] = topic
-    return None, RecordHead(physical_offset, total, sys_flag, queue_id, queue_offset, store_timestamp, topic,
-                            view[p:end])
+    return None, RecordHead(r.physical_offset, r.total_size, r.sys_flag, r.queue_id, r.queue_offset,
+                            r.store_timestamp, topic, view[r.props_pos:r.props_pos + r.props_len])
 
 
 def _pwrite_all(fd: int, data: memoryview, pos: int, mf: MappedFile) -> None:
@@ -543,6 +490,8 @@ def _pwrite_all(fd: int, data: memoryview, pos: int, mf: MappedFile) -> None:
             from exc
 
 
-def _gather(arr: np.ndarray, positions: np.ndarray, width: int, dtype: str) -> np.ndarray:
-    idx = positions[:, None] + np.arange(width)
-    return np.ascontiguousarray(arr[idx]).view(dtype).reshape(-1).astype(np.int64)
+def _props_length(rec: MessageRecord) -> int:
+    fixed = codec.record_size(len(rec.body), len(rec.topic.encode("utf-8")), 0,
+                            born_v6=bool(rec.sys_flag & codec.FLAG_BORNHOST_V6),
+                            store_v6=bool(rec.sys_flag & codec.FLAG_STOREHOST_V6), v2=rec.magic == codec.MAGIC_V2)
+    return rec.total_size - fixed

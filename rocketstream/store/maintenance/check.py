@@ -95,9 +95,11 @@ def _multi_dispatch(rec: codec.MessageRecord) -> list[tuple[str, int]] | str | N
 
 
 def _crc_problem(mm: mmap.mmap, pos: int, rec: codec.MessageRecord) -> str | None:
-    """BODYCRC (when the body is not empty), then ``__CRC32#`` when the record carries one."""
-    if rec.body and codec.masked_crc32(rec.body) != rec.body_crc:
-        return f"BODYCRC mismatch: stored {rec.body_crc}, computed {codec.masked_crc32(rec.body)}"
+    """BODYCRC (``codec.body_crc_problem``, the rule recovery uses), then ``__CRC32#`` when the record
+    carries one."""
+    problem = codec.body_crc_problem(rec.body, rec.body_crc)
+    if problem is not None:
+        return problem
     text = rec.properties.get(PROPERTY_CRC32)
     if text is None:
         return None

@@ -6,13 +6,14 @@ batch, per commit-log file touched, and per *compressed* body only. Columns that
 are not decoded: without ``body`` the bodies are never copied, without ``properties``/``msgId``/
 ``tags``/``keys`` the properties are never parsed.
 
-Every row is checked against the unit that points to it (magic, PHYSICALOFFSET, TOTALSIZE, length
-formula, ports) — this is the only check of the units on the read path, done on the headers the
-batch decodes anyway. A mismatch is a :class:`CorruptStoreError` naming the commit-log file and
-offset; with ``reread`` the batch's units are first read again once (a unit torn while a live writer
-wrote it reads whole the second time). Under a tag filter only the units whose tagsCode matches (or
-is a ConsumeQueueExt address, which hides the tags code) are ever looked at, like a RocketMQ
-broker's filter, and the record's TAGS string then decides.
+Every row is checked against the unit that points to it (``vectorized.record_problems``: the checks
+of ``codec.check_record`` with ports, and TOTALSIZE equal to the unit's size) — this is the only
+check of the units on the read path, done on the headers the batch decodes anyway. A mismatch is a
+:class:`CorruptStoreError` naming the commit-log file and offset; with ``reread`` the batch's units
+are first read again once (a unit torn while a live writer wrote it reads whole the second time).
+Under a tag filter only the units whose tagsCode matches (or is a ConsumeQueueExt address, which
+hides the tags code) are ever looked at, like a RocketMQ broker's filter, and the record's TAGS
+string then decides.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from rocketstream.codec import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    crc32,
     decompress_body,
     java_hash,
 )
@@ -190,7 +190,7 @@ class _BatchReader:
         buf = vz.as_uint8(buf)
         rel = offsets - file_from
         h = vz.decode_headers(buf, rel, topic_len_hint=self.topic_len)
-        self._check_headers(h, rel, offsets, sizes, queue_offsets, file_from)
+        self._check_headers(buf, h, rel, offsets, sizes, queue_offsets, file_from)
         props = tag_col = keys_col = uniq_col = None
         if self.parse_props:
             raw = vz.gather_segments(buf, h["props_pos"], h["props_len"], pa.binary())
@@ -218,16 +218,16 @@ class _BatchReader:
         directory = getattr(self.commit_log, "directory", None)
         return str(Path(directory or "commitlog") / f"{file_from:020d}")
 
-    def _check_headers(self, h: dict[str, np.ndarray], rel: np.ndarray, offsets: np.ndarray, sizes: np.ndarray,
-                       queue_offsets: np.ndarray, file_from: int) -> None:
-        problems = vz.header_problems(h, rel, offsets, sizes)
-        bad = np.zeros(len(rel), dtype=bool)
-        for mask in problems.values():
-            bad |= mask
+    def _check_headers(self, buf: np.ndarray, h: dict[str, np.ndarray], rel: np.ndarray, offsets: np.ndarray,
+                       sizes: np.ndarray, queue_offsets: np.ndarray, file_from: int) -> None:
+        # codec.check_record's checks (readers check ports too) and TOTALSIZE equal to the unit's size;
+        # PHYSICALOFFSET equal to the record's position is the unit's offset
+        problems = vz.record_problems(buf, h, rel, base_offset=file_from, check_ports=True, expected_sizes=sizes)
+        bad = vz.any_problem(problems)
         if not bad.any():
             return
         i = int(np.argmax(bad))
-        reasons = [name for name, mask in problems.items() if mask[i]]
+        reasons = [vz.PROBLEM_DESCRIPTIONS[name] for name, mask in problems.items() if mask[i]]
         raise _UnitMismatch(
             f"record does not match consume-queue unit {int(queue_offsets[i])} of {self.topic}/{self.queue_id} "
             f"(size {int(sizes[i])}): {'; '.join(reasons)}", path=self._path(file_from), offset=int(offsets[i]))
@@ -238,12 +238,11 @@ class _BatchReader:
         return props, wanted.get(PROPERTY_TAGS), wanted.get(PROPERTY_KEYS), wanted.get(PROPERTY_UNIQ_KEY)
 
     def _check_crc(self, buf: np.ndarray, h: dict[str, np.ndarray], offsets: np.ndarray, file_from: int) -> None:
-        mv = buf.data   # the array's memoryview (numpy's stubs give ndarray no buffer protocol before 3.12)
-        for i, (start, length, stored) in enumerate(zip(h["body_pos"].tolist(), h["body_len"].tolist(),
-                                                        h["body_crc"].tolist(), strict=True)):
-            if length > 0 and crc32(mv[start:start + length]) & 0x7FFFFFFF != stored:
-                raise CorruptStoreError(f"BODYCRC mismatch: stored {stored}", path=self._path(file_from),
-                                        offset=int(offsets[i]))
+        bad = vz.body_crc_mismatches(buf, h)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise CorruptStoreError(f"BODYCRC mismatch: stored {int(h['body_crc'][i])}", path=self._path(file_from),
+                                    offset=int(offsets[i]))
 
     def _bodies(self, buf: np.ndarray, h: dict[str, np.ndarray], offsets: np.ndarray, file_from: int) -> pa.Array:
         stored = vz.gather_segments(buf, h["body_pos"], h["body_len"], pa.binary())
