@@ -4,10 +4,10 @@ KV config. Bodies are written as the Java name server writes them (fastjson, spe
 from __future__ import annotations
 
 import logging
-import struct
 import zlib
 from collections.abc import Mapping
 
+from rocketstream.codec import INT32
 from rocketstream.errors import BodyError
 from rocketstream.namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from rocketstream.namesrv.route_info import DataVersion, RouteInfoManager, TopicConfig
@@ -110,7 +110,7 @@ def decode_register_broker_body(body: bytes, compressed: bool, *, with_filter_se
         nonlocal pos
         if len(raw) - pos < 4:
             raise BodyError(f"compressed {what} truncated at byte {pos}")
-        (n,) = struct.unpack_from(">i", raw, pos)
+        (n,) = INT32.unpack_from(raw, pos)
         pos += 4
         if n < 0 or n > len(raw) - pos:
             raise BodyError(f"compressed {what}: length {n} at byte {pos - 4} exceeds the body")
@@ -121,7 +121,7 @@ def decode_register_broker_body(body: bytes, compressed: bool, *, with_filter_se
     dv = _data_version(_json.loads(part(), what=f"{what} dataVersion"), what)
     if len(raw) - pos < 4:
         raise BodyError(f"compressed {what} truncated at byte {pos}")
-    (count,) = struct.unpack_from(">i", raw, pos)
+    (count,) = INT32.unpack_from(raw, pos)
     pos += 4
     if count < 0:
         raise BodyError(f"compressed {what}: negative topic count {count}")

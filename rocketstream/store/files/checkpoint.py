@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from pathlib import Path
 
+from rocketstream.codec import INT64
 from rocketstream.errors import StoreError
 
 CHECKPOINT_SIZE = 4096
-_Q = struct.Struct(">q")
 PHYSIC, LOGICS, INDEX = 0, 8, 16
 
 
@@ -52,7 +51,7 @@ class StoreCheckpoint:
         except FileNotFoundError:
             return
         data = data[:INDEX + 8].ljust(INDEX + 8, b"\0")
-        self._values = [_Q.unpack_from(data, pos)[0] for pos in (PHYSIC, LOGICS, INDEX)]
+        self._values = [INT64.unpack_from(data, pos)[0] for pos in (PHYSIC, LOGICS, INDEX)]
 
     def _open_writable(self) -> None:
         if not self.path.exists():
@@ -69,7 +68,7 @@ class StoreCheckpoint:
 
     def _get(self, pos: int) -> int:
         if self._mm is not None:
-            value: int = _Q.unpack_from(self._mm, pos)[0]
+            value: int = INT64.unpack_from(self._mm, pos)[0]
             return value
         return self._values[pos // 8]
 
@@ -78,7 +77,7 @@ class StoreCheckpoint:
             raise StoreError("checkpoint is read-only", path=self.path)
         if self._frozen and pos != INDEX:
             return
-        _Q.pack_into(self._mm, pos, value)
+        INT64.pack_into(self._mm, pos, value)
 
     def freeze_recovery_point(self, below: int | None = None) -> None:
         """Keep physicMsgTimestamp / logicsMsgTimestamp: later assignments are ignored until the writer
@@ -89,7 +88,7 @@ class StoreCheckpoint:
         if below is not None:
             for pos in (PHYSIC, LOGICS):
                 if self._get(pos) >= below:
-                    _Q.pack_into(self._mm, pos, below - 1)
+                    INT64.pack_into(self._mm, pos, below - 1)
             self.flush()
 
     @property

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rocketstream.codec import java_hash
+from rocketstream.codec import INT32, java_hash
 from rocketstream.errors import CorruptStoreError, StoreConfigError, StoreError
 
 INDEX_HEADER_SIZE = 40      # IndexHeader.INDEX_HEADER_SIZE
@@ -65,7 +65,6 @@ MAX_TIMESTAMP = (1 << 63) - 1            # Long.MAX_VALUE, the "no upper bound" 
 _DEFAULT_RATIO = DEFAULT_MAX_INDEX_NUM // DEFAULT_MAX_HASH_SLOT_NUM
 
 _HEADER = struct.Struct(">qqqqii")
-_SLOT = struct.Struct(">i")
 _ENTRY = struct.Struct(">iqii")
 ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
 _SCAN_CHUNK = 4 << 20
@@ -340,7 +339,7 @@ class IndexFile:
         mm = self.mm
         if mm is None:   # closed since ``header`` was read
             raise StoreError("index file is closed", path=self.path)
-        (number,) = _SLOT.unpack_from(mm, INDEX_HEADER_SIZE + (key_hash % slots) * HASH_SLOT_SIZE)
+        (number,) = INT32.unpack_from(mm, INDEX_HEADER_SIZE + (key_hash % slots) * HASH_SLOT_SIZE)
         if number <= INVALID_INDEX or number > count:
             return
         base, limit = self.geometry.entry_base, self.geometry.max_index_num
