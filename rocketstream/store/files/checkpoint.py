@@ -23,6 +23,8 @@ from pathlib import Path
 
 from rocketstream.codec import INT64
 from rocketstream.errors import StoreError
+from rocketstream.fsutil import write_atomic
+from rocketstream.store.files.durable import os_errors
 
 CHECKPOINT_SIZE = 4096
 PHYSIC, LOGICS, INDEX = 0, 8, 16
@@ -37,13 +39,11 @@ class StoreCheckpoint:
         self._mm: mmap.mmap | None = None
         self._values = [0, 0, 0]
         self._frozen = False
-        try:
+        with os_errors("cannot open checkpoint", path):
             if read_only:
                 self._load_snapshot()
             else:
                 self._open_writable()
-        except OSError as exc:
-            raise StoreError(f"cannot open checkpoint: {exc}", path=path) from exc
 
     def _load_snapshot(self) -> None:
         try:
@@ -55,12 +55,7 @@ class StoreCheckpoint:
 
     def _open_writable(self) -> None:
         if not self.path.exists():
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            with open(tmp, "wb") as f:
-                f.write(bytes(CHECKPOINT_SIZE))
-                f.flush()
-                os.fsync(f.fileno())
-            os.rename(tmp, self.path)
+            write_atomic(self.path, bytes(CHECKPOINT_SIZE))
         with open(self.path, "r+b") as f:
             if os.fstat(f.fileno()).st_size < CHECKPOINT_SIZE:   # FileChannel.map extends it the same way
                 os.ftruncate(f.fileno(), CHECKPOINT_SIZE)

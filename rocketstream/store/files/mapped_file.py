@@ -37,6 +37,32 @@ def file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
+def data_regions(path: Path, position: int, size: int) -> list[tuple[int, int]]:
+    """[start, end) ranges of ``path`` at or after ``position`` (and before ``size``) that may hold non-zero
+    bytes, by SEEK_DATA / SEEK_HOLE: a pre-allocated mapped file, and a real broker's index file, are
+    sparse beyond their data. The whole range where the file system cannot tell."""
+    with os_errors("cannot open", path):
+        fd = os.open(path, os.O_RDONLY)
+    regions = []
+    try:
+        pos = position
+        while pos < size:
+            try:
+                data = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:        # nothing but a hole up to the end
+                    break
+                return [(position, size)]   # no SEEK_DATA here: look at everything
+            if data >= size:
+                break
+            hole = min(os.lseek(fd, data, os.SEEK_HOLE), size)
+            regions.append((max(data, position), hole))
+            pos = hole
+    finally:
+        os.close(fd)
+    return regions
+
+
 class MappedFile:
     """One mapped file. ``wrote_position`` is the end of data (a reader's view of it may lag)."""
 
@@ -76,36 +102,13 @@ class MappedFile:
         Only the file's data regions are looked at (SEEK_DATA / SEEK_HOLE): a pre-allocated file is
         sparse beyond its end, and reading its holes (zeros by definition) cost ~6 MB of page
         faults per consume queue on every writer open."""
-        for start, end in self._data_regions(position):
+        for start, end in data_regions(self.path, position, self.file_size):
             pos = start
             while pos < end:
                 stop = min(pos + _ZERO_CHUNK, end)
                 if self.array[pos:stop].any():
                     self.mm[pos:stop] = bytes(stop - pos)
                 pos = stop
-
-    def _data_regions(self, position: int) -> list[tuple[int, int]]:
-        """[start, end) ranges at or after ``position`` that may hold non-zero bytes."""
-        with os_errors("cannot open", self.path):
-            fd = os.open(self.path, os.O_RDONLY)
-        regions = []
-        try:
-            pos = position
-            while pos < self.file_size:
-                try:
-                    data = os.lseek(fd, pos, os.SEEK_DATA)
-                except OSError as exc:
-                    if exc.errno == errno.ENXIO:        # nothing but a hole up to the end
-                        break
-                    return [(position, self.file_size)]   # no SEEK_DATA here: look at everything
-                if data >= self.file_size:
-                    break
-                hole = min(os.lseek(fd, data, os.SEEK_HOLE), self.file_size)
-                regions.append((max(data, position), hole))
-                pos = hole
-        finally:
-            os.close(fd)
-        return regions
 
     def set_positions(self, position: int) -> None:
         self.wrote_position = self.flushed_position = position
