@@ -20,13 +20,11 @@ from rocketstream.errors import (
     RocketStreamError,
     StoreError,
 )
-from rocketstream.store.meta.offsets import ConsumerOffsetManager, LocalOffsetStore
+from rocketstream.store.meta.offsets import ConsumerOffsetManager, LocalOffsetStore, default_local_offset_dir
 
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"
 MESSAGE_MODELS = (CLUSTERING, BROADCASTING)
-# RocketMQ's default for rocketmq.client.localOffsetStoreDir
-DEFAULT_LOCAL_OFFSET_DIR = Path.home() / ".rocketmq_offsets"
 
 
 class OffsetStore:
@@ -54,7 +52,7 @@ class OffsetStore:
         else:
             if not client_id:
                 raise OptionError("messageModel", "BROADCASTING needs a client id (offsets.json lives under it)")
-            self.base_dir = Path(base_dir) if base_dir is not None else DEFAULT_LOCAL_OFFSET_DIR
+            self.base_dir = Path(base_dir) if base_dir is not None else default_local_offset_dir()
             self.client_id = client_id
 
     @classmethod
