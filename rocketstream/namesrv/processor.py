@@ -1,5 +1,6 @@
 """``DefaultRequestProcessor`` of the name server: registration, routes, cluster info, topic lists,
-KV config. Bodies are written as the Java name server writes them (fastjson, spec 2.20 and 4)."""
+KV config. Bodies are written as the Java name server writes them (fastjson: ``RemotingSerializable.encode``,
+``getRouteInfoByTopic``'s standard-JSON form; docs/remoting-protocol.md)."""
 
 from __future__ import annotations
 
@@ -144,7 +145,7 @@ def decode_register_broker_body(body: bytes, compressed: bool, *, with_filter_se
 # ------------------------------------------------------------------------------------ processor
 class DefaultRequestProcessor:
     """Dispatches by request code; codes the Java name server does not serve get 3 (where the Java
-    name server would not answer at all, spec 1.9)."""
+    name server would not answer at all: its ``processRequest`` switch returns null; docs/remoting-protocol.md)."""
 
     def __init__(self, routes: RouteInfoManager, kv: KVConfigManager, *, order_message_enable: bool = False) -> None:
         self.routes = routes

@@ -1,4 +1,4 @@
-"""RemotingCommand and its frame codec (spec 1.2-1.7; ``RemotingCommand.encode/decode``,
+"""RemotingCommand and its frame codec (docs/remoting-protocol.md; ``RemotingCommand.encode/decode``,
 ``RocketMQSerializable.rocketMQProtocolEncode/Decode``, ``NettyDecoder``).
 
 A frame is ``int32 length | uint8 serializeType, uint24 headerLength | header | body`` with ``length``
@@ -143,7 +143,7 @@ def _utf8(s: str) -> bytes:
 
 
 def _json_header(cmd: RemotingCommand) -> bytes:
-    # fastjson writes the bean's properties sorted by name and omits nulls (spec 1.3)
+    # fastjson writes the bean's properties sorted by name and omits nulls (RemotingCommand.encode)
     doc: dict[str, object] = {"code": cmd.code}
     if cmd.ext_fields is not None:
         doc["extFields"] = cmd.ext_fields

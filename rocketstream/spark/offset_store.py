@@ -1,4 +1,5 @@
-"""Where a consumer group's committed offsets live, by message model (spec 7.1, 7.4).
+"""Where a consumer group's committed offsets live, by message model (``ConsumerOffsetManager`` on the
+broker, ``LocalFileOffsetStore`` in the client).
 
 * CLUSTERING: each broker's ``config/consumerOffset.json`` (``topic@group -> {queueId: offset}``); a queue's
   offset lives on the broker that hosts it, so the store needs each broker's store root.

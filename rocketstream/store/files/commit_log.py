@@ -1,4 +1,5 @@
-"""The commit log: every message of every topic, appended to ``commitlog/`` (spec 1 and 2).
+"""The commit log: every message of every topic, appended to ``commitlog/`` (``CommitLog``, ``MappedFileQueue``;
+the record is drawn in docs/store-format.md).
 
 Writer: ``append`` encodes a whole batch, then writes it into the file with two ``pwrite`` calls:
 everything but the first record's TOTALSIZE, then that TOTALSIZE. A concurrent reader (another

@@ -1,4 +1,5 @@
-"""Read-only IndexFiles (spec 5): the header, the hash-slot table, the entries, and RocketMQ's key query.
+"""Read-only IndexFiles (``IndexFile``, ``IndexHeader``): the header, the hash-slot table, the entries, and
+RocketMQ's key query (``IndexService.queryOffset``).
 
 One file of ``<root>/index/`` (named by creation time, ``yyyyMMddHHmmssSSS``)::
 
