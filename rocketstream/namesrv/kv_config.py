@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from rocketstream.errors import BodyError
+from rocketstream.fsutil import write_atomic
 from rocketstream.remoting import json_body as _json
 
 __all__ = ["KVConfigManager", "NAMESPACE_ORDER_TOPIC_CONFIG"]
@@ -36,9 +36,7 @@ class KVConfigManager:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(_json.dumps_pretty({"configTable": self.config_table}), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_atomic(self.path, _json.dumps_pretty({"configTable": self.config_table}).encode("utf-8"))
 
     def put_kv_config(self, namespace: str, key: str, value: str) -> None:
         self.config_table.setdefault(namespace, {})[key] = value

@@ -1,13 +1,14 @@
 """``DefaultRequestProcessor`` of the name server: registration, routes, cluster info, topic lists,
-KV config. Bodies are written as the Java name server writes them (fastjson, spec 2.20 and 4)."""
+KV config. Bodies are written as the Java name server writes them (fastjson: ``RemotingSerializable.encode``,
+``getRouteInfoByTopic``'s standard-JSON form; docs/remoting-protocol.md)."""
 
 from __future__ import annotations
 
 import logging
-import struct
 import zlib
 from collections.abc import Mapping
 
+from rocketstream.codec import INT32
 from rocketstream.errors import BodyError
 from rocketstream.namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from rocketstream.namesrv.route_info import DataVersion, RouteInfoManager, TopicConfig
@@ -110,7 +111,7 @@ def decode_register_broker_body(body: bytes, compressed: bool, *, with_filter_se
         nonlocal pos
         if len(raw) - pos < 4:
             raise BodyError(f"compressed {what} truncated at byte {pos}")
-        (n,) = struct.unpack_from(">i", raw, pos)
+        (n,) = INT32.unpack_from(raw, pos)
         pos += 4
         if n < 0 or n > len(raw) - pos:
             raise BodyError(f"compressed {what}: length {n} at byte {pos - 4} exceeds the body")
@@ -121,7 +122,7 @@ def decode_register_broker_body(body: bytes, compressed: bool, *, with_filter_se
     dv = _data_version(_json.loads(part(), what=f"{what} dataVersion"), what)
     if len(raw) - pos < 4:
         raise BodyError(f"compressed {what} truncated at byte {pos}")
-    (count,) = struct.unpack_from(">i", raw, pos)
+    (count,) = INT32.unpack_from(raw, pos)
     pos += 4
     if count < 0:
         raise BodyError(f"compressed {what}: negative topic count {count}")
@@ -144,7 +145,7 @@ def decode_register_broker_body(body: bytes, compressed: bool, *, with_filter_se
 # ------------------------------------------------------------------------------------ processor
 class DefaultRequestProcessor:
     """Dispatches by request code; codes the Java name server does not serve get 3 (where the Java
-    name server would not answer at all, spec 1.9)."""
+    name server would not answer at all: its ``processRequest`` switch returns null; docs/remoting-protocol.md)."""
 
     def __init__(self, routes: RouteInfoManager, kv: KVConfigManager, *, order_message_enable: bool = False) -> None:
         self.routes = routes

@@ -2,7 +2,7 @@
 
 ``RequestCode`` mirrors ``org.apache.rocketmq.common.protocol.RequestCode``, ``ResponseCode`` mirrors
 ``RemotingSysResponseCode`` (0-4) plus ``org.apache.rocketmq.common.protocol.ResponseCode``, and
-``LanguageCode`` mirrors ``org.apache.rocketmq.remoting.protocol.LanguageCode`` (spec 1.6, 2.0, 3).
+``LanguageCode`` mirrors ``org.apache.rocketmq.remoting.protocol.LanguageCode`` (docs/remoting-protocol.md).
 Codes stay plain ``int``s on the wire: a peer may send a code we have no name for.
 """
 
@@ -186,7 +186,8 @@ class LanguageCode(_Codes):
 
 
 class Version:
-    """Ordinals of ``MQVersion.Version`` that peers branch on (spec 1.6)."""
+    """Ordinals of ``MQVersion.Version`` that peers branch on (``DefaultRequestProcessor.getRouteInfoByTopic``,
+    ``PullAPIWrapper``, ``RegisterBrokerBody``; docs/remoting-protocol.md)."""
 
     V3_0_11 = 37
     V4_9_4 = 401

@@ -1,4 +1,4 @@
-"""RemotingCommand and its frame codec (spec 1.2-1.7; ``RemotingCommand.encode/decode``,
+"""RemotingCommand and its frame codec (docs/remoting-protocol.md; ``RemotingCommand.encode/decode``,
 ``RocketMQSerializable.rocketMQProtocolEncode/Decode``, ``NettyDecoder``).
 
 A frame is ``int32 length | uint8 serializeType, uint24 headerLength | header | body`` with ``length``
@@ -14,6 +14,7 @@ import struct
 from dataclasses import dataclass
 from typing import Literal, overload
 
+from rocketstream.codec import INT16, INT32
 from rocketstream.errors import FrameError, HeaderFieldError
 from rocketstream.remoting.codes import LanguageCode, Version
 
@@ -27,10 +28,8 @@ MAX_FRAME_LENGTH = 16 * 1024 * 1024
 RESPONSE_FLAG = 1 << 0   # RemotingCommand.RPC_TYPE
 ONEWAY_FLAG = 1 << 1     # RemotingCommand.RPC_ONEWAY
 
-_INT32 = struct.Struct(">i")
 _PREFIX = struct.Struct(">iI")
 _BIN_FIXED = struct.Struct(">hBhii")   # code, language, version, opaque, flag (rocketMQProtocolEncode)
-_INT16 = struct.Struct(">h")
 
 
 class SerializeType:
@@ -144,7 +143,7 @@ def _utf8(s: str) -> bytes:
 
 
 def _json_header(cmd: RemotingCommand) -> bytes:
-    # fastjson writes the bean's properties sorted by name and omits nulls (spec 1.3)
+    # fastjson writes the bean's properties sorted by name and omits nulls (RemotingCommand.encode)
     doc: dict[str, object] = {"code": cmd.code}
     if cmd.ext_fields is not None:
         doc["extFields"] = cmd.ext_fields
@@ -169,7 +168,7 @@ def _binary_header(cmd: RemotingCommand) -> bytes:
     lang = _LANG_BYTE.get(cmd.language, LanguageCode.OTHER)
     parts = [_BIN_FIXED.pack(cmd.code, lang, cmd.version, _wrap32(cmd.opaque), _wrap32(cmd.flag))]
     remark = _utf8(cmd.remark) if cmd.remark else b""
-    parts += [_INT32.pack(len(remark)), remark]
+    parts += [INT32.pack(len(remark)), remark]
     ext = bytearray()
     for k, v in (cmd.ext_fields or {}).items():
         if k is None or v is None:   # RocketMQSerializable.mapSerialize skips null keys and values
@@ -177,8 +176,8 @@ def _binary_header(cmd: RemotingCommand) -> bytes:
         kb, vb = _utf8(k), _utf8(v)
         if len(kb) > 32767:
             raise FrameError(f"extFields key longer than 32767 bytes: {k[:40]!r}...")
-        ext += _INT16.pack(len(kb)) + kb + _INT32.pack(len(vb)) + vb
-    parts += [_INT32.pack(len(ext)), bytes(ext)]
+        ext += INT16.pack(len(kb)) + kb + INT32.pack(len(vb)) + vb
+    parts += [INT32.pack(len(ext)), bytes(ext)]
     return b"".join(parts)
 
 
@@ -208,7 +207,7 @@ def encode_frame(cmd: RemotingCommand) -> bytes:
 # ------------------------------------------------------------------------------------------ decode
 def frame_body_length(prefix: bytes, *, max_frame: int = MAX_FRAME_LENGTH, addr: str | None = None) -> int:
     """The ``length`` field of a frame's first 4 bytes, checked against the limit (``NettyDecoder``)."""
-    (length,) = _INT32.unpack(prefix)
+    (length,) = INT32.unpack(prefix)
     if length < 4:
         raise FrameError(f"frame length {length} is less than the 4-byte header length field", addr=addr)
     if length + 4 > max_frame:
@@ -294,13 +293,13 @@ def _decode_binary_header(header: bytes, addr: str | None) -> RemotingCommand:
         raise FrameError(f"ROCKETMQ header of {n} bytes is shorter than its fixed 29 bytes", addr=addr)
     code, lang, version, opaque, flag = _BIN_FIXED.unpack_from(header, 0)
     pos = _BIN_FIXED.size
-    (rlen,) = _INT32.unpack_from(header, pos)
+    (rlen,) = INT32.unpack_from(header, pos)
     pos += 4
     if rlen < 0 or rlen > n - pos - 4:
         raise FrameError(f"ROCKETMQ header remark length {rlen} exceeds the header", addr=addr)
     remark = header[pos:pos + rlen].decode("utf-8", "replace") if rlen > 0 else None
     pos += rlen
-    (elen,) = _INT32.unpack_from(header, pos)
+    (elen,) = INT32.unpack_from(header, pos)
     pos += 4
     if elen < 0 or elen > n - pos:
         raise FrameError(f"ROCKETMQ header extFields length {elen} exceeds the header", addr=addr)
@@ -317,13 +316,13 @@ def _decode_ext(block: bytes, addr: str | None) -> dict[str, str]:
     while pos < n:
         if n - pos < 2:
             raise FrameError("truncated extFields key length in ROCKETMQ header", addr=addr)
-        (klen,) = _INT16.unpack_from(block, pos)
+        (klen,) = INT16.unpack_from(block, pos)
         pos += 2
         if klen < 0 or klen > n - pos - 4:
             raise FrameError(f"extFields key length {klen} exceeds the ROCKETMQ header", addr=addr)
         key = block[pos:pos + klen].decode("utf-8", "replace")
         pos += klen
-        (vlen,) = _INT32.unpack_from(block, pos)
+        (vlen,) = INT32.unpack_from(block, pos)
         pos += 4
         if vlen < 0 or vlen > n - pos:
             raise FrameError(f"extFields value length {vlen} of <{key[:40]}> exceeds the ROCKETMQ header",

@@ -1,4 +1,5 @@
-"""fastjson's dialect for remoting bodies (spec 4): a tolerant reader and a compact writer.
+"""fastjson's dialect for remoting bodies (``RemotingSerializable.encode/decode``; docs/remoting-protocol.md):
+a tolerant reader and a compact writer.
 
 The reader is the project's fastjson module (``rocketstream.codec.fastjson``); this is the one place
 remoting imports it.

@@ -1,4 +1,5 @@
-"""Where a consumer group's committed offsets live, by message model (spec 7.1, 7.4).
+"""Where a consumer group's committed offsets live, by message model (``ConsumerOffsetManager`` on the
+broker, ``LocalFileOffsetStore`` in the client).
 
 * CLUSTERING: each broker's ``config/consumerOffset.json`` (``topic@group -> {queueId: offset}``); a queue's
   offset lives on the broker that hosts it, so the store needs each broker's store root.
@@ -20,13 +21,11 @@ from rocketstream.errors import (
     RocketStreamError,
     StoreError,
 )
-from rocketstream.store.meta.offsets import ConsumerOffsetManager, LocalOffsetStore
+from rocketstream.store.meta.offsets import ConsumerOffsetManager, LocalOffsetStore, default_local_offset_dir
 
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"
 MESSAGE_MODELS = (CLUSTERING, BROADCASTING)
-# RocketMQ's default for rocketmq.client.localOffsetStoreDir
-DEFAULT_LOCAL_OFFSET_DIR = Path.home() / ".rocketmq_offsets"
 
 
 class OffsetStore:
@@ -54,7 +53,7 @@ class OffsetStore:
         else:
             if not client_id:
                 raise OptionError("messageModel", "BROADCASTING needs a client id (offsets.json lives under it)")
-            self.base_dir = Path(base_dir) if base_dir is not None else DEFAULT_LOCAL_OFFSET_DIR
+            self.base_dir = Path(base_dir) if base_dir is not None else default_local_offset_dir()
             self.client_id = client_id
 
     @classmethod

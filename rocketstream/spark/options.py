@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from rocketstream.client.allocate import STRATEGIES
 from rocketstream.client.subscription import SubscriptionData
 from rocketstream.errors import OptionError
 from rocketstream.spark.offsets import (
@@ -80,7 +81,6 @@ CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
 CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 CONSUME_FROM_WHERE_VALUES = (CONSUME_FROM_LAST_OFFSET, CONSUME_FROM_FIRST_OFFSET, CONSUME_FROM_TIMESTAMP)
 CLUSTERING, BROADCASTING = "CLUSTERING", "BROADCASTING"
-STRATEGIES = ("AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH", "CONFIG", "MACHINE_ROOM", "MACHINE_ROOM_NEARBY")
 DEFAULT_CONSUMER_GROUP = "rocketstream-spark"
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's default "15m"
 _NAME = re.compile(r"[%|A-Za-z0-9_-]{1,255}\Z")  # RocketMQ's topic / group character set

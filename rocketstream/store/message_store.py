@@ -9,9 +9,10 @@ Retention (``fileReservedTime``) runs when a writer opens the store and whenever
 to a new file; ``delete_expired_files`` can also be called (or ``rocketstream delete-expired`` run).
 That holds for our own stores (``config/rocketstream.json``: we created them; 72 h unless configured).
 A *foreign* store (written by a real broker: store files but no ``config/rocketstream.json``) carries no
-retention policy of its own (spec 2.9), so a writer deletes nothing there unless retention settings are
-given explicitly (``StoreConfig.file_reserved_time_hours`` / ``delete_when``, from the broker.conf of
-that store, or ``delete_expired_files(reserved_hours=...)``); we never mark a foreign store as ours.
+retention policy of its own (docs/store-format.md, "Store root"), so a writer deletes nothing there unless
+retention settings are given explicitly (``StoreConfig.file_reserved_time_hours`` / ``delete_when``, from the
+broker.conf of that store, or ``delete_expired_files(reserved_hours=...)``); we never mark a foreign store as
+ours.
 
 Layouts are checked before anything is opened (layout.py): DLedger, multi-path commit logs,
 BatchConsumeQueue and RocksDB stores are refused; consumequeue_ext/ and LMQ stores open read-only
@@ -250,7 +251,8 @@ class MessageStore:
                 names = os.listdir(base / topic)
             except NotADirectoryError:
                 continue
-            out += [(topic, int(q)) for q in names if q.isdigit()]   # non-numeric dirs skipped (spec 2.1)
+            # non-numeric dirs skipped, as DefaultMessageStore.loadConsumeQueue skips them
+            out += [(topic, int(q)) for q in names if q.isdigit()]
         return sorted(out)
 
     def _load_queue(self, topic: str, queue_id: int) -> ConsumeQueue:

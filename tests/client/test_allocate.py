@@ -1,4 +1,5 @@
-"""Allocation strategies: spec 8 worked examples, Appendix C vectors, and Java-exactness properties."""
+"""Allocation strategies (AllocateMessageQueue*): worked examples, Java-computed vectors, and
+Java-exactness properties."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def test_sort_inputs_dedupes_queues_keeps_duplicate_cids_and_uses_java_string_or
     assert cs == ["a", "a", "\U0001F600", "\uff21"]
 
 
-# --- AVG / AVG_BY_CIRCLE (spec 8.4, 8.5, Appendix C) ------------------------------------------
+# --- AVG / AVG_BY_CIRCLE (AllocateMessageQueueAveragely, AllocateMessageQueueAveragelyByCircle) ---
 
 @pytest.mark.parametrize(
     "strategy,n,c,expected",
@@ -134,7 +135,7 @@ def test_avg_block_sizes_differ_by_at_most_one_and_are_contiguous(n, c):
         assert ids(part) == list(range(ids(part)[0], ids(part)[0] + len(part))) if part else True
 
 
-# --- common checks (spec 8.3) -----------------------------------------------------------------
+# --- common checks (AbstractAllocateMessageQueueStrategy.check) ----------------------------------
 
 @pytest.mark.parametrize("strategy", ["AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH", "MACHINE_ROOM"])
 @pytest.mark.parametrize(
@@ -168,7 +169,7 @@ def test_strategy_names_are_the_java_getName_values():
     assert STRATEGIES == ("AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH", "CONFIG", "MACHINE_ROOM", "MACHINE_ROOM_NEARBY")
 
 
-# --- CONSISTENT_HASH (spec 8.6) ----------------------------------------------------------------
+# --- CONSISTENT_HASH (AllocateMessageQueueConsistentHash) ---------------------------------------
 
 def test_md5_ring_hash_vectors():
     assert md5_hash("127.0.0.1@12345#1-0") == 3189930829
@@ -225,7 +226,7 @@ def test_consistent_hash_adding_a_consumer_moves_queues_only_to_it():
         assert set(after[cid]) <= set(before[cid])
 
 
-# --- CONFIG, MACHINE_ROOM, MACHINE_ROOM_NEARBY (spec 8.7) --------------------------------------
+# --- CONFIG, MACHINE_ROOM, MACHINE_ROOM_NEARBY (AllocateMessageQueueByConfig, ...ByMachineRoom, ...) -
 
 def test_config_returns_its_list_unchanged_and_ignores_inputs():
     mine = [MessageQueue("x", "y", 7), MessageQueue("a", "b", 1)]

@@ -1,4 +1,4 @@
-"""Tag subscription expressions (spec 9.1) and the two-stage tag filter."""
+"""Tag subscription expressions (FilterAPI.buildSubscriptionData) and the two-stage tag filter."""
 
 from __future__ import annotations
 

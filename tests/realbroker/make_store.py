@@ -22,7 +22,7 @@ How the real broker is made to run retention in a test's time: the retention bro
 oldest commit-log files get an mtime 100 h ago, and the first run of
 ``DefaultMessageStore.CleanCommitLogService`` (scheduled 60 s after the store starts, then every
 ``cleanResourceInterval``) deletes them in ``MappedFileQueue.deleteExpiredFileByTime`` exactly as it
-would in production (spec 2.8). The retention broker runs in parallel with the main one, so the whole
+would in production. The retention broker runs in parallel with the main one, so the whole
 generation takes about the 60 s of that first run plus a broker shutdown.
 
 The oracle of clean, abort and aged is one reading: the killed (abort) store is copied, then a broker

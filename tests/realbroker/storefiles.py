@@ -1,9 +1,10 @@
 """Independent looks at store files, for before/after comparisons that must not trust the code under
 test: the commit log's end found by walking record headers, and consume-queue bytes.
 
-Record framing (spec 1.1/1.2/1.7): int32 TOTALSIZE, int32 MAGICCODE; the V1 message magic is
-0xDAA320A7 (MessageDecoder.MESSAGE_MAGIC_CODE), V2 0xDAA320A8 (5.x), and a file's tail is a blank
-record with magic 0xCBD43194 (CommitLog.BLANK_MAGIC_CODE) or plain zeros when it ended exactly.
+Record framing (docs/store-format.md; CommitLog.checkMessageAndReturnSize): int32 TOTALSIZE, int32
+MAGICCODE; the V1 message magic is 0xDAA320A7 (MessageDecoder.MESSAGE_MAGIC_CODE), V2 0xDAA320A8 (5.x),
+and a file's tail is a blank record with magic 0xCBD43194 (CommitLog.BLANK_MAGIC_CODE) or plain zeros
+when it ended exactly.
 """
 
 from __future__ import annotations

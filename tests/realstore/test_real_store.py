@@ -405,7 +405,7 @@ def test_cli_query_msg_by_msg_id_matches_java_client(ro_copy, oracle):
 
 
 def test_cli_query_msg_by_key_matches_java_client(ro_copy, oracle):
-    """``query-msg --topic T --key K`` (the broker's queryMessage over the index, spec 5.3): every
+    """``query-msg --topic T --key K`` (the broker's queryMessage over the index, IndexService.queryOffset): every
     message of T whose KEYS hold K - a unique key, and a non-ASCII key."""
     msgs = [m for m in oracle.messages.values() if m["keys"] and not m["topic"].startswith(("%", "SCHEDULE"))]
     plain = msgs[len(msgs) // 2]
@@ -502,7 +502,7 @@ def test_java_broker_reads_our_writes_and_all_old_messages(written, oracle, real
     fail_if(problems)
 
 
-# ------------------------------------------------------------------ index/ (IndexFile, spec 5)
+# ------------------------------------------------------- index/ (IndexFile, IndexService.queryOffset)
 def test_index_files_hold_every_key_java_indexed(ro_copy, oracle, monkeypatch):
     """The broker's own index files read with our IndexFile: the geometry of the fixture's
     broker.conf (maxHashSlotNum 100,000, maxIndexNum 400,000), found from the bytes alone too, and an

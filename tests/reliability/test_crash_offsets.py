@@ -109,21 +109,22 @@ def test_crash_during_offset_persist_campaign(tmp_path: Path) -> None:
 
 def test_backup_is_never_written_in_place(tmp_path: Path, monkeypatch) -> None:
     """Regression (campaign found 12 of 80 kills leaving an empty or torn .bak): a crash while the
-    backup is being written must leave the previous .bak whole."""
-    import rocketstream.store.meta.offsets as offsets
+    backup is being written must leave the previous .bak whole. The backup goes through
+    ``fsutil.write_atomic``, which writes ``<path>.tmp`` with ``write_synced_tmp``: that write is torn."""
+    import rocketstream.fsutil as fsutil
 
     m = ConsumerOffsetManager(tmp_path)
     for i in (1, 2):
         m.commit("g", "T", {0: i})
-    real_write = offsets._write_file
+    real_write = fsutil.write_synced_tmp
 
-    def dying_write(path: Path, data: bytes) -> None:
+    def dying_write(path: Path, data: bytes) -> Path:
         if ".bak" in path.name:
             real_write(path, data[: len(data) // 2])   # torn copy, then the "kill"
             raise SystemExit("killed")
-        real_write(path, data)
+        return real_write(path, data)
 
-    monkeypatch.setattr(offsets, "_write_file", dying_write)
+    monkeypatch.setattr(fsutil, "write_synced_tmp", dying_write)
     with pytest.raises(SystemExit):
         m.commit("g", "T", {0: 3})
     assert load_consumer_offsets(m.bak_path.read_bytes()) == {"T@g": {0: 1}}

@@ -1,5 +1,5 @@
-"""Frame codec: both header encodings round-trip, the spec's worked examples decode, and no input
-raises anything but FrameError (RemotingCommand.decode / NettyDecoder behaviour, spec 1.2-1.4)."""
+"""Frame codec: both header encodings round-trip, hand-assembled frames decode, and no input raises
+anything but FrameError (RemotingCommand.decode / NettyDecoder behaviour; docs/remoting-protocol.md)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_truncated_binary_header_is_a_frame_error_or_decodes(cmd, cut):
 
 
 def test_worked_examples_from_the_spec():
-    # spec 1.2: GET_ROUTEINFO_BY_TOPIC for TopicTest, opaque 1, version 409, ROCKETMQ header, 49 bytes
+    # rocketMQProtocolEncode: GET_ROUTEINFO_BY_TOPIC for TopicTest, opaque 1, version 409, 49 bytes
     binary = bytes.fromhex("0000002d01000029" "0069" "00" "0199" "00000001" "00000000" "00000000" "00000014"
                            "0005746f706963" "00000009546f70696354657374")
     assert len(binary) == 49

@@ -1,4 +1,4 @@
-"""Bytes a real broker's store may hold that our own writer never produces (spec 1.6, 2.9, 3.5).
+"""Bytes a real broker's store may hold that our own writer never produces (docs/store-format.md).
 
 * PROPERTIES with or without a trailing 0x02 (4.9.1-5.1.4 drop it; older and 5.2+ write it), and
   non-UTF-8 property bytes (batch records copy a non-Java client's bytes): decoded as Java's

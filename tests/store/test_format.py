@@ -1,4 +1,4 @@
-"""Record codec behaviour: spec 1.3 worked example, Appendix C vectors, round trips, and bad input."""
+"""Record codec behaviour: a hand-assembled record, Java-computed vectors, round trips, and bad input."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from rocketstream.codec import (
 )
 from rocketstream.errors import CorruptStoreError, OptionError
 
-# spec 1.3: topic T, body "hi", WAIT=true, born 127.0.0.1:54321, stored at 127.0.0.1:10911
+# MessageExtEncoder's bytes for topic T, body "hi", WAIT=true, born 127.0.0.1:54321, stored at 127.0.0.1:10911
 WORKED_EXAMPLE = bytes.fromhex(
     "00 00 00 68 da a3 20 a7 58 93 2a ac 00 00 00 00"
     "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"
@@ -284,7 +284,7 @@ def test_undecompressable_body_is_corruption_naming_file_and_offset(flags, data)
     assert info.value.offset == 4096 and info.value.path.endswith("00000000000000000000")
 
 
-# --- properties parsing edge cases (spec 1.6) -------------------------------------------------
+# --- properties parsing edge cases (MessageDecoder.string2messageProperties) -------------------
 @pytest.mark.parametrize("raw, expected", [
     (b"A\x011\x02B\x012", {"A": "1", "B": "2"}),              # last entry without trailing 0x02
     (b"A\x01\x02B\x012\x02", {"B": "2"}),                    # empty value dropped
@@ -308,7 +308,7 @@ def test_encode_properties_skips_none_and_rejects_separators():
 
 
 def test_invalid_utf8_properties_decode_with_replacement_characters_as_java():
-    # spec 1.6: Java's new String(bytes, UTF_8) never fails, and neither may we
+    # Java's new String(bytes, UTF_8) never fails, and neither may we
     assert decode_properties(b"A\x01\xff\xfe\x02", path="f", offset=7) == {"A": "\ufffd\ufffd"}
 
 
@@ -450,7 +450,7 @@ def test_cq_unit_layout_and_vector_decode():
     assert units["tags_code"].tolist() == [-1656969516, 7]
 
 
-# --- client batch wire format (spec 1.8) ---------------------------------------------------------
+# --- client batch wire format (MessageDecoder.encodeMessages) ------------------------------------
 def test_batch_body_layout():
     raw = encode_batch_body([(7, b"hi", {"WAIT": "true"})])
     assert raw == struct.pack(">iiiii", 34, 0, 0, 7, 2) + b"hi" + struct.pack(">h", 10) + b"WAIT\x01true\x02"

@@ -1,6 +1,6 @@
-"""IndexFile reading (spec 5) and MessageStore.query_message (spec 5.3) on hand-built index files.
+"""IndexFile reading and MessageStore.query_message (IndexService.queryOffset) on hand-built index files.
 
-The builder below writes what ``IndexFile.putKey`` writes (spec 5.2), including its slot chains, so a
+The builder below writes what ``IndexFile.putKey`` writes, including its slot chains, so a
 tiny slot table gives collisions in one slot. Index files written by the real 4.9.8 broker are tested
 in tests/realstore/test_real_store.py (its session fixtures generate them).
 """
@@ -30,7 +30,7 @@ from storeutil import small_config
 T0 = 1_700_000_000_000
 
 
-# --- a test-only IndexFile writer (spec 5.2) -----------------------------------------------------
+# --- a test-only IndexFile writer (IndexFile.putKey) ---------------------------------------------
 class IndexBuilder:
     """IndexFile.putKey over a bytearray of 40 + 4*slots + 20*entries bytes."""
 

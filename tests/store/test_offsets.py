@@ -24,7 +24,7 @@ from rocketstream.store.meta.offsets import (
     parse_fastjson,
 )
 
-# spec 7.1, 4.9.8 document (TAB indentation, no trailing newline)
+# ConsumerOffsetManager.encode(true) in 4.9.8 (TAB indentation, no trailing newline)
 SPEC_71 = (
     '{\n\t"offsetTable":{\n'
     '\t\t"TopicTest@group_a":{0:250,1:248,2:251,3:250\n\t\t},\n'
@@ -33,14 +33,14 @@ SPEC_71 = (
 )
 SPEC_71_TABLE = {"TopicTest@group_a": {0: 250, 1: 248, 2: 251, 3: 250}, "%RETRY%group_a@group_a": {0: 0}}
 
-# spec 7.1, 5.x document
+# ConsumerOffsetManager.encode(true) in 5.x
 SPEC_5X = (
     '{\n\t"dataVersion":{\n\t\t"counter":1448,\n\t\t"stateVersion":0,\n\t\t"timestamp":1736661762584\n\t},\n'
     '\t"groupTopicMap":{\n\t\t"group_a":["TopicTest","%RETRY%group_a"]\n\t},\n'
     '\t"offsetTable":{\n\t\t"TopicTest@group_a":{0:250,1:248\n\t\t}\n\t}\n}'
 )
 
-# spec 7.4, broadcasting offsets.json
+# LocalFileOffsetStore: a broadcasting consumer's offsets.json
 SPEC_74 = (
     '{\n\t"offsetTable":{{\n'
     '\t\t\t"brokerName":"broker-a",\n\t\t\t"queueId":3,\n\t\t\t"topic":"TopicTest"\n'

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from pathlib import Path
 
+from rocketstream.codec import INT64
 from rocketstream.errors import StoreError
+from rocketstream.fsutil import write_atomic
+from rocketstream.store.files.durable import os_errors
 
 CHECKPOINT_SIZE = 4096
-_Q = struct.Struct(">q")
 PHYSIC, LOGICS, INDEX = 0, 8, 16
 
 
@@ -38,13 +39,11 @@ class StoreCheckpoint:
         self._mm: mmap.mmap | None = None
         self._values = [0, 0, 0]
         self._frozen = False
-        try:
+        with os_errors("cannot open checkpoint", path):
             if read_only:
                 self._load_snapshot()
             else:
                 self._open_writable()
-        except OSError as exc:
-            raise StoreError(f"cannot open checkpoint: {exc}", path=path) from exc
 
     def _load_snapshot(self) -> None:
         try:
@@ -52,16 +51,11 @@ class StoreCheckpoint:
         except FileNotFoundError:
             return
         data = data[:INDEX + 8].ljust(INDEX + 8, b"\0")
-        self._values = [_Q.unpack_from(data, pos)[0] for pos in (PHYSIC, LOGICS, INDEX)]
+        self._values = [INT64.unpack_from(data, pos)[0] for pos in (PHYSIC, LOGICS, INDEX)]
 
     def _open_writable(self) -> None:
         if not self.path.exists():
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            with open(tmp, "wb") as f:
-                f.write(bytes(CHECKPOINT_SIZE))
-                f.flush()
-                os.fsync(f.fileno())
-            os.rename(tmp, self.path)
+            write_atomic(self.path, bytes(CHECKPOINT_SIZE))
         with open(self.path, "r+b") as f:
             if os.fstat(f.fileno()).st_size < CHECKPOINT_SIZE:   # FileChannel.map extends it the same way
                 os.ftruncate(f.fileno(), CHECKPOINT_SIZE)
@@ -69,7 +63,7 @@ class StoreCheckpoint:
 
     def _get(self, pos: int) -> int:
         if self._mm is not None:
-            value: int = _Q.unpack_from(self._mm, pos)[0]
+            value: int = INT64.unpack_from(self._mm, pos)[0]
             return value
         return self._values[pos // 8]
 
@@ -78,7 +72,7 @@ class StoreCheckpoint:
             raise StoreError("checkpoint is read-only", path=self.path)
         if self._frozen and pos != INDEX:
             return
-        _Q.pack_into(self._mm, pos, value)
+        INT64.pack_into(self._mm, pos, value)
 
     def freeze_recovery_point(self, below: int | None = None) -> None:
         """Keep physicMsgTimestamp / logicsMsgTimestamp: later assignments are ignored until the writer
@@ -89,7 +83,7 @@ class StoreCheckpoint:
         if below is not None:
             for pos in (PHYSIC, LOGICS):
                 if self._get(pos) >= below:
-                    _Q.pack_into(self._mm, pos, below - 1)
+                    INT64.pack_into(self._mm, pos, below - 1)
             self.flush()
 
     @property

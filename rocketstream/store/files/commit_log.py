@@ -1,4 +1,5 @@
-"""The commit log: every message of every topic, appended to ``commitlog/`` (spec 1 and 2).
+"""The commit log: every message of every topic, appended to ``commitlog/`` (``CommitLog``, ``MappedFileQueue``;
+the record is drawn in docs/store-format.md).
 
 Writer: ``append`` encodes a whole batch, then writes it into the file with two ``pwrite`` calls:
 everything but the first record's TOTALSIZE, then that TOTALSIZE. A concurrent reader (another
@@ -16,8 +17,6 @@ unit against the header it points to (``check_units``).
 
 from __future__ import annotations
 
-import os
-import struct
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -30,10 +29,8 @@ import numpy.typing as npt
 from rocketstream import codec
 from rocketstream.codec import HostAddress, MessageRecord, vectorized
 from rocketstream.errors import CorruptStoreError, StoreError
-from rocketstream.store.files.mapped_file import MappedFile, MappedFileQueue
+from rocketstream.store.files.mapped_file import FileWriter, MappedFile, MappedFileQueue
 
-_II = struct.Struct(">ii")
-_Q = struct.Struct(">q")
 _PWRITE_MIN = 16 << 10   # appends at least this big go through pwrite rather than the mapping
 _BULK_MIN = 8            # shorter runs of known record starts are walked one by one
 _BULK_MAX = 1 << 16      # records checked per bulk step (bounds the temporary arrays)
@@ -112,8 +109,7 @@ class CommitLog:
         self.last_store_timestamp = 0
         self._read_end = 0    # reader: end of the records seen so far
         self.lock = threading.RLock()
-        self._fd_file: MappedFile | None = None   # writer: the file _fd is open on
-        self._fd = -1
+        self._writer = FileWriter("commit log")
 
     def load(self) -> None:
         if not self.read_only:
@@ -170,30 +166,16 @@ class CommitLog:
                 mf.mm[pos + 4:pos + total] = view[4:]
                 mf.mm[pos:pos + 4] = view[:4]     # TOTALSIZE last: see the module docstring
             else:
-                fd = self._fd_for(mf)
-                _pwrite_all(fd, view[4:], pos + 4, mf)
-                _pwrite_all(fd, view[:4], pos, mf)
+                self._writer.pwrite(mf, view[4:], pos + 4)
+                self._writer.pwrite(mf, view[:4], pos)
             mf.wrote_position = pos + total
             if batch.dispatch:
                 self.topic_queue_table[key] = queue_offset + batch.count
             self.last_store_timestamp = store_ts
             return AppendResult(base, batch.sizes, batch.starts, queue_offset, store_ts, total)
 
-    def _fd_for(self, mf: MappedFile) -> int:
-        """A write descriptor on ``mf`` (the file being appended to), opened once per file."""
-        if self._fd_file is not mf:
-            self.close_fd()
-            try:
-                self._fd = os.open(mf.path, os.O_WRONLY)
-            except OSError as exc:
-                raise StoreError(f"cannot open for writing: {exc}", path=mf.path) from exc
-            self._fd_file = mf
-        return self._fd
-
     def close_fd(self) -> None:
-        if self._fd_file is not None:
-            self._fd_file = None
-            os.close(self._fd)
+        self._writer.close()
 
     def release(self) -> None:
         """Close the write descriptor and unmap every file."""
@@ -238,9 +220,9 @@ class CommitLog:
         pos = offset - mf.file_from_offset
         if pos + 64 > mf.file_size:
             return -1
-        (sys_flag,) = struct.unpack_from(">i", mf.mm, pos + codec.POS_SYS_FLAG)
+        (sys_flag,) = codec.INT32.unpack_from(mf.mm, pos + codec.POS_SYS_FLAG)
         at = pos + 48 + (20 if sys_flag & codec.FLAG_BORNHOST_V6 else 8)
-        store_timestamp: int = _Q.unpack_from(mf.mm, at)[0]
+        store_timestamp: int = codec.INT64.unpack_from(mf.mm, at)[0]
         return store_timestamp
 
     def iter_records(self, start: int, *, check_crc: bool) -> Iterator[tuple[int, MessageRecord | None]]:
@@ -258,7 +240,7 @@ class CommitLog:
             pos = offset - mf.file_from_offset
             if pos + 8 > mf.file_size:
                 raise CorruptStoreError("record position leaves no room for a header", path=mf.path, offset=offset)
-            total, magic = _II.unpack_from(mf.mm, pos)
+            total, magic = codec.INT32_PAIR.unpack_from(mf.mm, pos)
             if total == 0 and magic == 0:
                 return
             rec = codec.decode_record(mf.mm, pos, check_crc=check_crc, path=mf.path, base_offset=mf.file_from_offset,
@@ -290,7 +272,7 @@ class CommitLog:
             return 0
         total: int
         magic: int
-        total, magic = _II.unpack_from(mf.mm, pos)
+        total, magic = codec.INT32_PAIR.unpack_from(mf.mm, pos)
         if magic == codec.BLANK_MAGIC:
             return -1 if total == mf.file_size - pos else 0
         if pos + total + codec.END_FILE_MIN_BLANK_LENGTH > mf.file_size:
@@ -438,7 +420,7 @@ class RecordScan:
                     self._stop(mf, base + pos, None if pos == size_of_file else
                                f"{size_of_file - pos} bytes left at the end of the file, too few for a record")
                     return
-                total, magic = _II.unpack_from(mm, pos)
+                total, magic = codec.INT32_PAIR.unpack_from(mm, pos)
                 if magic == codec.BLANK_MAGIC:     # end of this file: go on with the next one
                     break
                 if total == 0 and magic == 0:     # the unwritten tail: a clean end
@@ -477,17 +459,6 @@ def _check_record(view: memoryview, pos: int, base: int, file_size: int,
             _TOPIC_CACHE[raw_topic] = topic
     return None, RecordHead(r.physical_offset, r.total_size, r.sys_flag, r.queue_id, r.queue_offset,
                             r.store_timestamp, topic, view[r.props_pos:r.props_pos + r.props_len])
-
-
-def _pwrite_all(fd: int, data: memoryview, pos: int, mf: MappedFile) -> None:
-    """Write all of ``data`` at file position ``pos`` (a regular file may still return short)."""
-    try:
-        while data:
-            n = os.pwrite(fd, data, pos)
-            data, pos = data[n:], pos + n
-    except OSError as exc:
-        raise StoreError(f"cannot write the commit log: {exc}", path=mf.path, offset=mf.file_from_offset + pos) \
-            from exc
 
 
 def _props_length(rec: MessageRecord) -> int:

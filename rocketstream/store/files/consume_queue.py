@@ -10,23 +10,19 @@ the commit-log bytes were copied before ``put`` was called.
 from __future__ import annotations
 
 import logging
-import os
-import struct
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from rocketstream.codec import CQ_DTYPE, CQ_UNIT_SIZE
-from rocketstream.errors import CorruptStoreError, StoreError
-from rocketstream.store.files.mapped_file import MappedFile, MappedFileQueue
+from rocketstream.codec import CQ_DTYPE, CQ_UNIT, CQ_UNIT_SIZE, INT32
+from rocketstream.errors import CorruptStoreError
+from rocketstream.store.files.mapped_file import FileWriter, MappedFile, MappedFileQueue
 
 PREFILL_SIZE = 0x7FFFFFFF   # size of a pre-fill ("blank") unit (ConsumeQueue.fillPreBlank)
 # Batch units reach the file with pwrite: first-touch page faults through the mapping cost several
 # times more than the kernel filling the page cache (the mapping sees the same pages).
 _PWRITE_MIN = 4096
-_UNIT = struct.Struct(">qiq")
-_SIZE = struct.Struct(">i")
 UNIT = CQ_UNIT_SIZE
 _TAIL_CHECK = 16   # units at a queue's end always checked against their records on writer open
 log = logging.getLogger(__name__)
@@ -71,8 +67,7 @@ class ConsumeQueue:
         self.max_physic_offset = 0      # end (offset + size) of the last real unit
         self._check_units = check_units
         self._min_key: tuple[str, int] | None = None
-        self._fd_file: MappedFile | None = None   # writer: the file _fd is open on
-        self._fd = -1
+        self._writer = FileWriter("consume queue")
 
     # --- load / recover -----------------------------------------------------------------------
     def load(self) -> None:
@@ -304,11 +299,11 @@ class ConsumeQueue:
         if not self.queue.files or cq_offset * UNIT != current:
             self.put(cq_offset, np.array([(offset, size, tags_code)], dtype=CQ_DTYPE))
             return
-        self._write(current, bytearray(_UNIT.pack(offset, 0, tags_code)))
+        self._write(current, bytearray(CQ_UNIT.pack(offset, 0, tags_code)))
         mf = self.queue.find(current)
         assert mf is not None   # _write just wrote at ``current``
         p = current - mf.file_from_offset
-        mf.mm[p + 8:p + 12] = _SIZE.pack(size)   # publish (module docstring)
+        mf.mm[p + 8:p + 12] = INT32.pack(size)   # publish (module docstring)
         self.max_physic_offset = offset + size
 
     def _write(self, at: int, data: bytearray) -> None:
@@ -321,30 +316,15 @@ class ConsumeQueue:
                                         f"{mf.wrote_position}", path=mf.path, offset=at)
             n = min(len(data) - i, mf.file_size - p)
             if n >= _PWRITE_MIN:
-                self._pwrite(mf, memoryview(data)[i:i + n], p)
+                self._writer.pwrite(mf, memoryview(data)[i:i + n], p)
             else:
                 mf.mm[p:p + n] = data[i:i + n]
             mf.wrote_position = p + n
             i += n
             at += n
 
-    def _pwrite(self, mf: MappedFile, data: memoryview, pos: int) -> None:
-        try:
-            if self._fd_file is not mf:   # one write descriptor, on the file being appended to
-                self.close_fd()
-                self._fd = os.open(mf.path, os.O_WRONLY)
-                self._fd_file = mf
-            while data:
-                n = os.pwrite(self._fd, data, pos)
-                data, pos = data[n:], pos + n
-        except OSError as exc:
-            raise StoreError(f"cannot write the consume queue: {exc}", path=mf.path,
-                             offset=mf.file_from_offset + pos) from exc
-
     def close_fd(self) -> None:
-        if self._fd_file is not None:
-            self._fd_file = None
-            os.close(self._fd)
+        self._writer.close()
 
     def flush(self) -> None:
         for mf in reversed(self.queue.files):

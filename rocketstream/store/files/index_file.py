@@ -1,4 +1,5 @@
-"""Read-only IndexFiles (spec 5): the header, the hash-slot table, the entries, and RocketMQ's key query.
+"""Read-only IndexFiles (``IndexFile``, ``IndexHeader``): the header, the hash-slot table, the entries, and
+RocketMQ's key query (``IndexService.queryOffset``).
 
 One file of ``<root>/index/`` (named by creation time, ``yyyyMMddHHmmssSSS``)::
 
@@ -41,7 +42,6 @@ number, non-decreasing offsets, the first and last entries holding ``beginPhyOff
 
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 import struct
@@ -51,8 +51,10 @@ from pathlib import Path
 
 import numpy as np
 
-from rocketstream.codec import java_hash
+from rocketstream.codec import INT32, java_hash
 from rocketstream.errors import CorruptStoreError, StoreConfigError, StoreError
+from rocketstream.store.files.durable import os_errors
+from rocketstream.store.files.mapped_file import data_regions
 
 INDEX_HEADER_SIZE = 40      # IndexHeader.INDEX_HEADER_SIZE
 HASH_SLOT_SIZE = 4          # IndexFile.hashSlotSize
@@ -65,7 +67,6 @@ MAX_TIMESTAMP = (1 << 63) - 1            # Long.MAX_VALUE, the "no upper bound" 
 _DEFAULT_RATIO = DEFAULT_MAX_INDEX_NUM // DEFAULT_MAX_HASH_SLOT_NUM
 
 _HEADER = struct.Struct(">qqqqii")
-_SLOT = struct.Struct(">i")
 _ENTRY = struct.Struct(">iqii")
 ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
 _SCAN_CHUNK = 4 << 20
@@ -174,33 +175,9 @@ def structure_problem(buf: mmap.mmap, size: int, header: IndexHeader, slots: int
     return None
 
 
-def _data_regions(path: Path, size: int) -> list[tuple[int, int]]:
-    """[start, end) ranges that may hold non-zero bytes (SEEK_DATA / SEEK_HOLE; a real broker's index
-    file is sparse beyond its last entry); the whole file where the file system cannot tell."""
-    fd = os.open(path, os.O_RDONLY)
-    regions = []
-    try:
-        pos = 0
-        while pos < size:
-            try:
-                data = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError as exc:
-                if exc.errno == errno.ENXIO:
-                    break
-                return [(0, size)]
-            if data >= size:
-                break
-            hole = min(os.lseek(fd, data, os.SEEK_HOLE), size)
-            regions.append((data, hole))
-            pos = hole
-    finally:
-        os.close(fd)
-    return regions
-
-
 def _last_nonzero(path: Path, arr: np.ndarray, size: int) -> int:
     """Position of the last non-zero byte (-1 when there is none)."""
-    for start, end in reversed(_data_regions(path, size)):
+    for start, end in reversed(data_regions(path, 0, size)):
         pos = end
         while pos > start:
             lo = max(start, pos - _SCAN_CHUNK)
@@ -285,14 +262,11 @@ class IndexFile:
                  max_index_num: int | None = None) -> None:
         self.path = Path(path)
         self.mm: mmap.mmap | None = None
-        try:
-            with open(self.path, "rb") as f:
-                st = os.fstat(f.fileno())
-                self.size = st.st_size
-                if self.size:   # a zero-length file (crash while creating it) holds nothing
-                    self.mm = mmap.mmap(f.fileno(), self.size, access=mmap.ACCESS_READ)
-        except OSError as exc:
-            raise StoreError(f"cannot map index file: {exc}", path=self.path) from exc
+        with os_errors("cannot map index file", self.path), open(self.path, "rb") as f:
+            st = os.fstat(f.fileno())
+            self.size = st.st_size
+            if self.size:   # a zero-length file (crash while creating it) holds nothing
+                self.mm = mmap.mmap(f.fileno(), self.size, access=mmap.ACCESS_READ)
         if 0 < self.size < INDEX_HEADER_SIZE:
             self.close()
             raise CorruptStoreError(f"index file of {self.size} bytes is shorter than its {INDEX_HEADER_SIZE}-byte "
@@ -340,7 +314,7 @@ class IndexFile:
         mm = self.mm
         if mm is None:   # closed since ``header`` was read
             raise StoreError("index file is closed", path=self.path)
-        (number,) = _SLOT.unpack_from(mm, INDEX_HEADER_SIZE + (key_hash % slots) * HASH_SLOT_SIZE)
+        (number,) = INT32.unpack_from(mm, INDEX_HEADER_SIZE + (key_hash % slots) * HASH_SLOT_SIZE)
         if number <= INVALID_INDEX or number > count:
             return
         base, limit = self.geometry.entry_base, self.geometry.max_index_num
@@ -446,10 +420,8 @@ def configured_geometry(conf_path: Path | None) -> dict[str, int]:
         return {}
     from rocketstream.store.meta.config import parse_properties
 
-    try:
+    with os_errors("cannot read broker config", conf_path, error=StoreConfigError):
         props = parse_properties(Path(conf_path).read_bytes().decode("latin-1"), path=Path(conf_path))
-    except OSError as exc:
-        raise StoreConfigError(f"cannot read broker config: {exc}", path=conf_path) from exc
     out = {}
     for key, name in (("maxHashSlotNum", "max_hash_slot_num"), ("maxIndexNum", "max_index_num")):
         if key in props:

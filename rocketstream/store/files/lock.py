@@ -10,7 +10,8 @@ import struct
 import threading
 from pathlib import Path
 
-from rocketstream.errors import StoreLockedError
+from rocketstream.errors import StoreError, StoreLockedError
+from rocketstream.store.files.durable import os_errors
 
 log = logging.getLogger(__name__)
 _held_locks: set[str] = set()
@@ -39,7 +40,8 @@ class StoreLock:
         with _held_guard:
             if self._key in _held_locks:
                 raise StoreLockedError("store is already open for writing in this process", path=self.path)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            with os_errors("cannot open lock file", self.path):
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
             except OSError as exc:
@@ -50,8 +52,13 @@ class StoreLock:
                     f"{who} holds the store's lock: a running RocketMQ broker (it takes the lock when it "
                     "starts) or another rocketstream writer owns this store. Stop it before writing, or open "
                     "the store read-only", path=self.path) from exc
-            os.pwrite(fd, b"lock", 0)
-            os.fsync(fd)
+            try:
+                with os_errors("cannot write lock file", self.path):
+                    os.pwrite(fd, b"lock", 0)
+                    os.fsync(fd)
+            except StoreError:
+                os.close(fd)
+                raise
             self._fd = fd
             _held_locks.add(self._key)
 

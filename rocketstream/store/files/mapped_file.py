@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from rocketstream.errors import CorruptStoreError, StoreError
+from rocketstream.store.files.durable import os_errors
 
 NAME_LENGTH = 20
 _ZERO_CHUNK = 4 << 20
@@ -36,6 +37,32 @@ def file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
+def data_regions(path: Path, position: int, size: int) -> list[tuple[int, int]]:
+    """[start, end) ranges of ``path`` at or after ``position`` (and before ``size``) that may hold non-zero
+    bytes, by SEEK_DATA / SEEK_HOLE: a pre-allocated mapped file, and a real broker's index file, are
+    sparse beyond their data. The whole range where the file system cannot tell."""
+    with os_errors("cannot open", path):
+        fd = os.open(path, os.O_RDONLY)
+    regions = []
+    try:
+        pos = position
+        while pos < size:
+            try:
+                data = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:        # nothing but a hole up to the end
+                    break
+                return [(position, size)]   # no SEEK_DATA here: look at everything
+            if data >= size:
+                break
+            hole = min(os.lseek(fd, data, os.SEEK_HOLE), size)
+            regions.append((max(data, position), hole))
+            pos = hole
+    finally:
+        os.close(fd)
+    return regions
+
+
 class MappedFile:
     """One mapped file. ``wrote_position`` is the end of data (a reader's view of it may lag)."""
 
@@ -44,15 +71,11 @@ class MappedFile:
         self.file_size = file_size
         self.file_from_offset = int(path.name)
         self.writable = writable
-        try:
-            with open(path, "r+b" if writable else "rb") as f:
-                actual = os.fstat(f.fileno()).st_size
-                if actual != file_size:
-                    raise CorruptStoreError(f"file has length {actual}, expected {file_size}", path=path)
-                self.mm = mmap.mmap(f.fileno(), file_size,
-                                    access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
-        except OSError as exc:
-            raise StoreError(f"cannot map file: {exc}", path=path) from exc
+        with os_errors("cannot map file", path), open(path, "r+b" if writable else "rb") as f:
+            actual = os.fstat(f.fileno()).st_size
+            if actual != file_size:
+                raise CorruptStoreError(f"file has length {actual}, expected {file_size}", path=path)
+            self.mm = mmap.mmap(f.fileno(), file_size, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
         self.array: np.ndarray = np.frombuffer(self.mm, dtype=np.uint8)
         self.wrote_position = file_size  # "as if full" until recovery says otherwise (MappedFileQueue.load)
         self.flushed_position = file_size
@@ -79,38 +102,13 @@ class MappedFile:
         Only the file's data regions are looked at (SEEK_DATA / SEEK_HOLE): a pre-allocated file is
         sparse beyond its end, and reading its holes (zeros by definition) cost ~6 MB of page
         faults per consume queue on every writer open."""
-        for start, end in self._data_regions(position):
+        for start, end in data_regions(self.path, position, self.file_size):
             pos = start
             while pos < end:
                 stop = min(pos + _ZERO_CHUNK, end)
                 if self.array[pos:stop].any():
                     self.mm[pos:stop] = bytes(stop - pos)
                 pos = stop
-
-    def _data_regions(self, position: int) -> list[tuple[int, int]]:
-        """[start, end) ranges at or after ``position`` that may hold non-zero bytes."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except OSError as exc:
-            raise StoreError(f"cannot open: {exc}", path=self.path) from exc
-        regions = []
-        try:
-            pos = position
-            while pos < self.file_size:
-                try:
-                    data = os.lseek(fd, pos, os.SEEK_DATA)
-                except OSError as exc:
-                    if exc.errno == errno.ENXIO:        # nothing but a hole up to the end
-                        break
-                    return [(position, self.file_size)]   # no SEEK_DATA here: look at everything
-                if data >= self.file_size:
-                    break
-                hole = min(os.lseek(fd, data, os.SEEK_HOLE), self.file_size)
-                regions.append((max(data, position), hole))
-                pos = hole
-        finally:
-            os.close(fd)
-        return regions
 
     def set_positions(self, position: int) -> None:
         self.wrote_position = self.flushed_position = position
@@ -122,6 +120,34 @@ class MappedFile:
             self.mm.close()
         except (BufferError, AttributeError):
             pass
+
+
+class FileWriter:
+    """The write descriptor the commit log and each consume queue keep: one ``O_WRONLY`` descriptor on the
+    mapped file being appended to, reopened when the append moves to the next file. ``what`` names the
+    file kind in errors (``"commit log"``, ``"consume queue"``)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._file: MappedFile | None = None
+        self._fd = -1
+
+    def pwrite(self, mf: MappedFile, data: memoryview, pos: int) -> None:
+        """Write all of ``data`` at file position ``pos`` of ``mf`` (a regular file may still return short)."""
+        if self._file is not mf:
+            self.close()
+            with os_errors("cannot open for writing", mf.path):
+                self._fd = os.open(mf.path, os.O_WRONLY)
+            self._file = mf
+        while data:
+            with os_errors(f"cannot write the {self.what}", mf.path, mf.file_from_offset + pos):
+                n = os.pwrite(self._fd, data, pos)
+            data, pos = data[n:], pos + n
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file = None
+            os.close(self._fd)
 
 
 class MappedFileQueue:
@@ -166,12 +192,8 @@ class MappedFileQueue:
             return False   # gone meanwhile: the caller's open reports or skips it
 
     def _unlink(self, path: Path) -> None:
-        try:
+        with os_errors("cannot delete file", path, missing_ok=True):
             os.unlink(path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise StoreError(f"cannot delete file: {exc}", path=path) from exc
 
     def load(self) -> None:
         """Map every file (``MappedFileQueue.load``); a gap between files is corruption.
@@ -261,15 +283,13 @@ class MappedFileQueue:
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / file_name(from_offset)
         tmp = final.with_name(final.name + ".tmp")
-        try:
+        with os_errors("cannot create mapped file", final):
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.ftruncate(fd, self.file_size)
             finally:
                 os.close(fd)
             os.rename(tmp, final)
-        except OSError as exc:
-            raise StoreError(f"cannot create mapped file: {exc}", path=final) from exc
         mf = self._append_mapped(final)
         mf.set_positions(0)
         return mf
@@ -315,12 +335,7 @@ class MappedFileQueue:
         if not self.writable:
             raise StoreError("cannot delete files in a read-only store", path=mf.path)
         # No explicit unmap: a reader thread may still hold a view; the mapping dies with its last user.
-        try:
-            os.unlink(mf.path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise StoreError(f"cannot delete file: {exc}", path=mf.path) from exc
+        self._unlink(mf.path)
 
     def remove_stale_tmp(self) -> None:
         """A writer crash can leave a half-created ``.tmp`` next file; it never held data."""
@@ -330,7 +345,7 @@ class MappedFileQueue:
             return
         for name in names:
             if name.endswith(".tmp") and name[:-4].isdigit():
-                os.unlink(self.directory / name)
+                self._unlink(self.directory / name)
 
     def flush(self) -> None:
         for mf in self.files:

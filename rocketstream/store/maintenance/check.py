@@ -1,13 +1,14 @@
 """``MessageStore.check()``: every record's CRC, and commit log <-> consume queue agreement.
 
-Only real disagreements are problems; what a healthy broker's store legitimately holds (spec 2.9)
-is counted and described in ``CheckReport.notes`` instead:
+Only real disagreements are problems; what a healthy broker's store legitimately holds
+(docs/store-format.md) is counted and described in ``CheckReport.notes`` instead:
 
-* PROPERTIES with or without a trailing 0x02 and with bytes that are not UTF-8 (spec 1.6) decode
-  as Java decodes them; the last byte of PROPERTIES is not an integrity signal.
+* PROPERTIES with or without a trailing 0x02 and with bytes that are not UTF-8 decode as Java decodes
+  them (``MessageDecoder.string2messageProperties``); the last byte of PROPERTIES is not an integrity
+  signal.
 * Units pointing below the commit log's min offset are expired (retention deleted their records;
   ``ConsumeQueue.correctMinOffset`` moves past them), not damage.
-* A unit whose tagsCode is a ConsumeQueueExt address (``enableConsumeQueueExt``, spec 3.5) is
+* A unit whose tagsCode is a ConsumeQueueExt address (``ConsumeQueueExt.isExtAddr``) is
   compared on offset and size only: its tags code lives in ``consumequeue_ext/``.
 * LMQ and other multi-dispatch queues (``ConsumeQueue.multiDispatchLmqQueue``) hold units of
   records of another topic: each is checked against the queue names and offsets in its record's

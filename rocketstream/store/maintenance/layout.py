@@ -66,7 +66,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocketstream.errors import NotAStoreError, StoreError, UnsupportedLayoutError
+from rocketstream.errors import NotAStoreError, UnsupportedLayoutError
+from rocketstream.store.files.durable import os_errors
 from rocketstream.store.meta.config import StoreConfig, data_files
 
 log = logging.getLogger(__name__)
@@ -249,17 +250,14 @@ def sync_index_end_timestamp(root: Path) -> int:
     Java does not flush the current index file at shutdown (IndexService.shutdown is empty)."""
     newest = 0
     for path in index_files(root):
-        try:
+        header = b""
+        with os_errors("cannot read index file", path, missing_ok=True):
             fd = os.open(path, os.O_RDONLY)
             try:
                 header = os.pread(fd, 16, 0)
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise StoreError(f"cannot read index file: {exc}", path=path) from exc
         if len(header) == 16:
             newest = max(newest, int.from_bytes(header[_INDEX_HEADER_END_TIMESTAMP], "big", signed=True))
     return newest

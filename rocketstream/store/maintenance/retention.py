@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rocketstream.errors import StoreError
 from rocketstream.store.files.consume_queue import UNIT, units_of
+from rocketstream.store.files.durable import os_errors
 
 if TYPE_CHECKING:
     from rocketstream.store.files.commit_log import CommitLog
@@ -39,10 +39,8 @@ def delete_expired_files(commit_log: CommitLog, queues: Iterable[ConsumeQueue], 
     queue = commit_log.queue
     while len(queue.files) > 1:
         path = queue.files[0].path
-        try:
+        with os_errors("cannot stat commit-log file", path):
             mtime_ms = os.stat(path).st_mtime_ns // 1_000_000
-        except OSError as exc:
-            raise StoreError(f"cannot stat commit-log file: {exc}", path=path) from exc
         if mtime_ms + reserved_ms > now:
             break
         deleted += queue.delete_first()

@@ -35,6 +35,8 @@ from rocketstream.codec import (
     parse_delay_levels,
 )
 from rocketstream.errors import CorruptStoreError, StoreConfigError
+from rocketstream.fsutil import write_atomic
+from rocketstream.store.files.durable import os_errors
 
 DEFAULT_COMMIT_LOG_FILE_SIZE = 1073741824
 DEFAULT_CONSUME_QUEUE_FILE_SIZE = 6000000
@@ -128,10 +130,8 @@ class StoreConfig:
         for the built-in defaults (:data:`BUILTIN_BROKER_CONF`).
         """
         path = Path(path)
-        try:
+        with os_errors("cannot read broker config", path, error=StoreConfigError):
             text = path.read_bytes().decode("latin-1")   # Properties.load(InputStream): ISO-8859-1
-        except OSError as exc:
-            raise StoreConfigError(f"cannot read broker config: {exc}", path=path) from exc
         props = parse_properties(text, path=path)
         kw: dict[str, object] = {"conf_path": path}
 
@@ -330,12 +330,11 @@ def broker_conf_for(root: str | Path) -> StoreConfig | None:
 # --- persisted sizes --------------------------------------------------------------------------
 def load_settings(root: Path) -> dict[str, int] | None:
     path = root / SETTINGS_FILE
-    try:
+    raw = None
+    with os_errors("cannot read store settings", path, error=StoreConfigError, missing_ok=True):
         raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if raw is None:
         return None
-    except OSError as exc:
-        raise StoreConfigError(f"cannot read store settings: {exc}", path=path) from exc
     try:
         data = json.loads(raw)
         out = {k: int(data[k]) for k in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue")}
@@ -346,16 +345,12 @@ def load_settings(root: Path) -> dict[str, int] | None:
 
 def save_settings(root: Path, config: StoreConfig) -> None:
     path = root / SETTINGS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"formatVersion": FORMAT_VERSION,
                        "mappedFileSizeCommitLog": config.mapped_file_size_commit_log,
                        "mappedFileSizeConsumeQueue": config.mapped_file_size_consume_queue}, indent=2)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with os_errors("cannot write store settings", path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, (text + "\n").encode("utf-8"))
 
 
 def data_files(directory: Path) -> list[Path]:

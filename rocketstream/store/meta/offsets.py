@@ -33,8 +33,9 @@ from rocketstream.errors import (
     OffsetFileError,
     OptionError,
     ReadOnlyStoreError,
-    StoreError,
 )
+from rocketstream.fsutil import fsync_dir, write_atomic, write_synced_tmp
+from rocketstream.store.files.durable import os_errors
 
 __all__ = [
     "FrozenObject",
@@ -203,12 +204,9 @@ def _check_int(name: str, value: object, bounds: tuple[int, int]) -> int:
 
 def _read_bytes(path: Path) -> bytes | None:
     """File content, or None when the file does not exist."""
-    try:
+    with os_errors("cannot read offset file", path, missing_ok=True):
         return path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise StoreError(f"cannot read offset file: {exc.strerror}", path=path) from exc
+    return None
 
 
 def _load_with_bak(path: Path, parse: Callable[..., T]) -> tuple[T | None, bytes | None]:
@@ -244,30 +242,13 @@ def _load_with_bak(path: Path, parse: Callable[..., T]) -> tuple[T | None, bytes
 
 @contextmanager
 def _exclusive_lock(lock_path: Path) -> Iterator[None]:
-    try:
+    with os_errors("cannot open lock file", lock_path):
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise StoreError(f"cannot open lock file: {exc.strerror}", path=lock_path) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # flock, not lockf: also excludes other handles in this process
         yield
     finally:
         os.close(fd)  # closing releases the lock; the kernel does it too if we are killed
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _replace_file(path: Path, text: str, previous: bytes | None) -> None:
@@ -279,20 +260,14 @@ def _replace_file(path: Path, text: str, previous: bytes | None) -> None:
     ``previous`` is the main file's content only when it parsed, so a corrupt file never overwrites a
     good backup.
     """
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        _write_file(tmp, text.encode("utf-8"))
+    with os_errors("cannot write offset file", path):
+        tmp = write_synced_tmp(path, text.encode("utf-8"))
         if previous is not None:
             # the backup too goes through a temporary file: written in place, a kill mid-copy
             # left an empty or torn .bak (found by the offset-persist crash campaign)
-            bak = path.with_name(path.name + ".bak")
-            bak_tmp = bak.with_name(bak.name + ".tmp")
-            _write_file(bak_tmp, previous)
-            os.replace(bak_tmp, bak)
+            write_atomic(path.with_name(path.name + ".bak"), previous)
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        raise StoreError(f"cannot write offset file: {exc.strerror}", path=path) from exc
+        fsync_dir(path.parent)
 
 
 # ----------------------------------------------------------------------------------- broker offsets
@@ -372,10 +347,8 @@ class ConsumerOffsetManager:
             raise ReadOnlyStoreError("consumer offsets cannot be committed through a read-only store", path=self.path)
 
     def _rewrite(self, apply: Callable[[dict[str, dict[int, int]]], None]) -> None:
-        try:
+        with os_errors("cannot create config directory", self.config_dir):
             self.config_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create config directory: {exc.strerror}", path=self.config_dir) from exc
         with _exclusive_lock(self.lock_path):
             doc, raw = self._load()
             table = {k: dict(v) for k, v in doc.table.items()}
@@ -425,10 +398,8 @@ class LocalOffsetStore:
     def persist(self, offsets: Mapping[object, int]) -> None:
         """Overlay ``offsets`` on the file's current table (queues not given are kept) and rewrite it."""
         updates = {_mq_key(mq): _check_int("offset", off, _INT64) for mq, off in offsets.items()}
-        try:
+        with os_errors("cannot create offset directory", self.dir):
             self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create offset directory: {exc.strerror}", path=self.dir) from exc
         with _exclusive_lock(self.path.with_name("offsets.json.lock")):
             current, raw = _load_with_bak(self.path, load_local_offsets)
             table = dict(current or {})

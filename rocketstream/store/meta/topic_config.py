@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from rocketstream.errors import StoreConfigError
+from rocketstream.fsutil import write_atomic
+from rocketstream.store.files.durable import os_errors
 
 PERM_READ_WRITE = 6
 
@@ -65,12 +66,8 @@ class TopicConfigTable:
         return True
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"dataVersion": self.data_version, "topicConfigTable": self.table}, indent="\t",
                           sort_keys=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        with os_errors("cannot write topic config", self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.path, text.encode("utf-8"))

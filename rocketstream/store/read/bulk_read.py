@@ -127,7 +127,7 @@ def _fresh_units(reread: Callable[[int, int], np.ndarray], queue_offsets: np.nda
 def tags_code_may_match(tags_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
     """Units whose record may carry one of the tags hashed to ``codes``: its tagsCode is one of them,
     or it is a ConsumeQueueExt address (``ConsumeQueueExt.isExtAddr``: <= Integer.MIN_VALUE - 1,
-    written when ``enableConsumeQueueExt`` is on, spec 3.5) that hides the real tags code. The
+    written when ``enableConsumeQueueExt`` is on) that hides the real tags code. The
     broker lets the latter through when it cannot read the ext unit; here the record's TAGS, which
     every unit that passes is checked against, decides."""
     values = np.asarray(tags_codes).astype(np.int64)

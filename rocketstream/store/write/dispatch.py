@@ -1,7 +1,9 @@
-"""CommitLog -> ConsumeQueue dispatch (spec 3.9): one 20-byte unit per dispatchable record.
+"""CommitLog -> ConsumeQueue dispatch (``ReputMessageService``, ``CommitLogDispatcherBuildConsumeQueue``): one
+20-byte unit per dispatchable record.
 
 The put path dispatches synchronously right after the commit-log bytes are in the mapping, so there
-is no reput thread; recovery replays records through ``dispatch_record`` (idempotent, spec 3.3).
+is no reput thread; recovery replays records through ``dispatch_record`` (idempotent, as
+``ConsumeQueue.putMessagePositionInfo`` is).
 PREPARED and ROLLBACK records get no unit.
 """
 
@@ -24,7 +26,8 @@ def is_dispatchable(sys_flag: int) -> bool:
 
 def tags_code_of(topic: str, properties: dict[str, str], store_timestamp: int,
                 delay_levels: Sequence[int] | Mapping[int, int]) -> int:
-    """The unit's tagsCode: hash of TAGS, or the delivery time for SCHEDULE_TOPIC_XXXX (spec 3.2)."""
+    """The unit's tagsCode: hash of TAGS, or the delivery time for SCHEDULE_TOPIC_XXXX
+    (``CommitLog.checkMessageAndReturnSize``, ``ScheduleMessageService.computeDeliverTimestamp``)."""
     if topic != codec.SCHEDULE_TOPIC:
         return codec.tags_code(properties.get(codec.PROPERTY_TAGS))
     return codec.cq_tags_code(topic, properties, store_timestamp, delay_levels=delay_levels)
