@@ -2,7 +2,8 @@
 test: the commit log's end found by walking record headers, and consume-queue bytes.
 
 Record framing (docs/store-format.md; CommitLog.checkMessageAndReturnSize): int32 TOTALSIZE, int32
-MAGICCODE; the V1 message magic is 0xDAA320A7 (MessageDecoder.MESSAGE_MAGIC_CODE), V2 0xDAA320AB (5.x, MessageDecoder.MESSAGE_MAGIC_CODE_V2 = -626843477),
+MAGICCODE; the V1 message magic is 0xDAA320A7 (MessageDecoder.MESSAGE_MAGIC_CODE), V2 0xDAA320AB (5.x,
+MessageDecoder.MESSAGE_MAGIC_CODE_V2),
 and a file's tail is a blank record with magic 0xCBD43194 (CommitLog.BLANK_MAGIC_CODE) or plain zeros
 when it ended exactly.
 """
