@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
 
 from rocketstream import cli
-from rocketstream.store import MessageStore
+from rocketstream.store import Message, MessageStore, StoreConfig
 from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
 
@@ -121,21 +123,22 @@ def test_errors_are_one_clean_line(tmp_path, capsys):
     assert code == 2 and "--msg-id" in err
 
 
-def test_delete_expired_removes_old_commit_log_files(tmp_path, capsys):
-    import os
-    import time
-
-    root = tmp_path / "ret"
-    from rocketstream.store import Message, StoreConfig
-
+def _aged_small_store(root: Path, hours: float) -> list[Path]:
+    """A store of 4 KiB commit-log files (100 messages) whose files are ``hours`` old; its files."""
     with MessageStore.open(root, config=StoreConfig(root, mapped_file_size_commit_log=4096,
                                                     mapped_file_size_consume_queue=320)) as s:
         for _i in range(100):
             s.put_message(Message("T", b"x" * 90), 0)
     files = sorted((root / "commitlog").iterdir())
-    old = time.time() - 3 * 3600
+    old = time.time() - hours * 3600
     for f in files:
         os.utime(f, (old, old))
+    return files
+
+
+def test_delete_expired_removes_old_commit_log_files(tmp_path, capsys):
+    root = tmp_path / "ret"
+    files = _aged_small_store(root, 3)
     code, out, _ = run(capsys, "delete-expired", "--store", str(root), "--reserved-hours", "1", "--json")
     deleted = json.loads(out)["deleted"]
     assert code == 0 and sorted(Path(p).name for p in deleted if "commitlog" in p) == [f.name for f in files[:-1]]
@@ -146,21 +149,9 @@ def test_delete_expired_removes_old_commit_log_files(tmp_path, capsys):
 
 def test_produce_into_a_foreign_store_deletes_no_old_files(tmp_path, capsys):
     """conf/broker.conf's fileReservedTime belongs to the store it configures, not to a copy of a broker's."""
-    import os
-    import time
-
-    from rocketstream.store import Message, StoreConfig
-
     root = tmp_path / "copy"
-    with MessageStore.open(root, config=StoreConfig(root, mapped_file_size_commit_log=4096,
-                                                    mapped_file_size_consume_queue=320)) as s:
-        for _i in range(100):
-            s.put_message(Message("T", b"x" * 90), 0)
+    files = _aged_small_store(root, 200)
     os.unlink(root / "config" / "rocketstream.json")    # as a real broker's store: not ours
-    files = sorted((root / "commitlog").iterdir())
-    old = time.time() - 200 * 3600
-    for f in files:
-        os.utime(f, (old, old))
     assert run(capsys, "produce", "--store", str(root), "--topic", "N", "--count", "3")[0] == 0
     assert sorted((root / "commitlog").iterdir())[:len(files)] == files
     code, _, err = run(capsys, "delete-expired", "--store", str(root))

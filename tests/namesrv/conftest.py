@@ -59,24 +59,8 @@ def stop_ours(ours: Ours, timeout: float = 20) -> int:
 
 def start_broker(home: Path, namesrv_addr: str, name: str, cluster: str = "DefaultCluster",
                  extra_conf: dict[str, str] | None = None) -> peers.Server:
-    """A Java master broker (peers.start_broker's settings) registering with every address in
-    ``namesrv_addr`` ("a;b"); ``extra_conf`` goes into a broker.conf."""
-    dist = peers.find_dist()
-    port = peers.free_port((-2, 0, 1))
-    bhome = home / f"broker-{name}-{port}"
-    bhome.mkdir(parents=True, exist_ok=True)
-    env = peers._base_env(home)
-    env.update(RMQ_BROKER_PORT=str(port), RMQ_NAMESRV_ADDR=namesrv_addr, RMQ_BROKER_NAME=name,
-               RMQ_CLUSTER_NAME=cluster, RMQ_BROKER_HOME=str(bhome), RMQ_STORE_DIR=str(bhome / "store"),
-               RMQ_COMMITLOG_FILE_SIZE=str(peers.COMMITLOG_FILE_SIZE), RMQ_CQ_FILE_SIZE=str(peers.CQ_FILE_SIZE),
-               RMQ_BROKER_HEAP="384m")
-    argv = [str(dist / "bin" / "broker")]
-    if extra_conf:
-        conf = bhome / "extra.conf"
-        conf.write_text("".join(f"{k}={v}\n" for k, v in extra_conf.items()))
-        argv.append(str(conf))
-    log = bhome / "broker.out"
-    server = peers.Server(f"broker {name}@{port}", peers._spawn(argv, env, log), log, port)
+    """A Java master broker registering with every address in ``namesrv_addr`` ("a;b"), ready."""
+    server = peers.start_broker(home, namesrv_addr, extra_conf=extra_conf, name=name, cluster=cluster)
     server.wait_ready("boot success")
     return server
 

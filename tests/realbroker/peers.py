@@ -207,16 +207,19 @@ def start_namesrv(home: Path) -> Server:
     return Server("namesrv", _spawn([str(dist / "bin" / "namesrv")], env, log), log, port)
 
 
-def start_broker(home: Path, namesrv_port: int, store: Path, extra_conf: dict[str, str] | None = None,
-                 name: str = "broker-a") -> Server:
-    """A master broker whose storePathRootDir is ``store`` (created when missing)."""
+def start_broker(home: Path, namesrv: int | str, store: Path | None = None,
+                 extra_conf: dict[str, str] | None = None, name: str = "broker-a",
+                 cluster: str = "DefaultCluster") -> Server:
+    """A master broker registering with ``namesrv`` (a port on 127.0.0.1, or ``namesrvAddr`` itself,
+    e.g. "a;b"); its storePathRootDir is ``store`` (default: under its home; created when missing)."""
     dist = find_dist()
     port = free_port((-2, 0, 1))
-    bhome = home / f"broker-{port}"
+    bhome = home / f"broker-{name}-{port}"
     bhome.mkdir(parents=True, exist_ok=True)
     env = _base_env(home)
-    env.update(RMQ_BROKER_PORT=str(port), RMQ_NAMESRV_ADDR=f"{BIND}:{namesrv_port}", RMQ_BROKER_NAME=name,
-               RMQ_BROKER_HOME=str(bhome), RMQ_STORE_DIR=str(store),
+    addr = f"{BIND}:{namesrv}" if isinstance(namesrv, int) else namesrv
+    env.update(RMQ_BROKER_PORT=str(port), RMQ_NAMESRV_ADDR=addr, RMQ_BROKER_NAME=name, RMQ_CLUSTER_NAME=cluster,
+               RMQ_BROKER_HOME=str(bhome), RMQ_STORE_DIR=str(store or bhome / "store"),
                RMQ_COMMITLOG_FILE_SIZE=str(COMMITLOG_FILE_SIZE), RMQ_CQ_FILE_SIZE=str(CQ_FILE_SIZE),
                RMQ_BROKER_HEAP="384m")
     argv = [str(dist / "bin" / "broker")]
