@@ -357,7 +357,6 @@ class RecordScan:
         self._check_crc = check_crc
         self._known = known_starts
         self.max_store_timestamp = 0
-        self.skipped = 0    # records validated in bulk and not yielded
         self._runs: list[tuple[np.ndarray, np.ndarray]] = []
         self._walked_starts: list[int] = []
         self._walked_sizes: list[int] = []
@@ -396,7 +395,6 @@ class RecordScan:
             return pos
         # the last record of a run was not chained to a known start; the walk checks what follows
         self.max_store_timestamp = max(self.max_store_timestamp, int(h["store_timestamp"][:n].max()))
-        self.skipped += n
         self._runs.append((known[i:i + n].copy(), total[:n].copy()))
         return int(rel[n - 1] + total[n - 1])
 

@@ -2,7 +2,7 @@
 20-byte unit per dispatchable record.
 
 The put path dispatches synchronously right after the commit-log bytes are in the mapping, so there
-is no reput thread; recovery replays records through ``dispatch_record`` (idempotent, as
+is no reput thread; recovery replays records through ``dispatch_head`` (idempotent, as
 ``ConsumeQueue.putMessagePositionInfo`` is).
 PREPARED and ROLLBACK records get no unit.
 """
@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from rocketstream import codec
-from rocketstream.codec import CQ_DTYPE, MessageRecord
+from rocketstream.codec import CQ_DTYPE
 from rocketstream.store.files.checkpoint import StoreCheckpoint
 from rocketstream.store.files.commit_log import AppendResult, EncodedBatch, RecordHead
 from rocketstream.store.files.consume_queue import ConsumeQueue
@@ -74,13 +74,3 @@ class Dispatcher:
         cq.put_one(head.queue_offset, head.offset, head.size, code)
         if self._checkpoint is not None:
             self._checkpoint.logics_msg_timestamp = head.store_timestamp
-
-    def dispatch_record(self, rec: MessageRecord) -> None:
-        """Recovery replay of one decoded record."""
-        if not is_dispatchable(rec.sys_flag):
-            return
-        self._get_queue(rec.topic, rec.queue_id).put_one(
-            rec.queue_offset, rec.physical_offset, rec.total_size,
-            self.tags_code(rec.topic, rec.properties, rec.store_timestamp))
-        if self._checkpoint is not None:
-            self._checkpoint.logics_msg_timestamp = rec.store_timestamp
