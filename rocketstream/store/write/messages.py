@@ -36,6 +36,8 @@ class Message:
     born_timestamp: int | None = None
     born_host: HostAddress | None = None
     sys_flag: int = 0
+    # RECONSUMETIMES of the record: set by a broker storing a retry (SendMessageProcessor.consumerSendMsgBack)
+    reconsume_times: int = 0
 
 
 class PutMessageStatus(enum.Enum):
@@ -157,6 +159,7 @@ class PreparedMessage:
     size: int
     uniq_key: str
     dispatch: bool  # False for PREPARED / ROLLBACK: stored with queue offset 0, no CQ unit
+    reconsume_times: int = 0
 
 
 def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_over: int | None,
@@ -173,9 +176,17 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
     if queue_id < 0 or queue_id >= 2**31:
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} out of range")
     sys_flag = msg.sys_flag
-    if sys_flag & ~(codec.TRANSACTION_MASK | codec.FLAG_MULTI_TAGS):
+    # a producer may send a body it compressed itself (bit 0 plus the 5.x compression-type bits)
+    allowed = codec.TRANSACTION_MASK | codec.FLAG_MULTI_TAGS | codec.FLAG_COMPRESSED | codec.COMPRESSION_TYPE_MASK
+    if sys_flag & ~allowed:
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL,
-                             f"sys_flag 0x{sys_flag:X}: only transaction type / MULTI_TAGS bits may be set")
+                             f"sys_flag 0x{sys_flag:X}: only compression, transaction type and MULTI_TAGS bits "
+                             "may be set")
+    if sys_flag & codec.COMPRESSION_TYPE_MASK and not sys_flag & codec.FLAG_COMPRESSED:
+        raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL,
+                             f"sys_flag 0x{sys_flag:X}: a compression type without the COMPRESSED bit")
+    if not 0 <= msg.reconsume_times < 2**31:
+        raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"reconsume_times {msg.reconsume_times} out of range")
     tran = sys_flag & codec.TRANSACTION_MASK
     props: dict[str, str] = dict(msg.properties)
     if msg.tags:
@@ -214,7 +225,8 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
     size = codec.record_size(len(body), len(topic), len(props_bytes), born_v6=born_host.is_v6,
                            store_v6=store_host.is_v6)
     return PreparedMessage(topic, queue_id, body, props, props_bytes, msg.flag, sys_flag, born_ts, born_host,
-                           size, uniq, tran in (codec.TRANSACTION_NOT_TYPE, codec.TRANSACTION_COMMIT))
+                           size, uniq, tran in (codec.TRANSACTION_NOT_TYPE, codec.TRANSACTION_COMMIT),
+                           msg.reconsume_times)
 
 
 @lru_cache(maxsize=4096)

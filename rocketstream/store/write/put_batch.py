@@ -23,16 +23,16 @@ from rocketstream.store.write.messages import Message, PreparedMessage
 from rocketstream.store.write.put_columns import ColumnBatch, build_columns
 
 _FIELDS = attrgetter("body", "tags", "keys", "properties", "flag", "delay_level", "born_timestamp", "born_host",
-                     "sys_flag")
+                     "sys_flag", "reconsume_times")
 
 
 def prepare_batch(msgs: Sequence[Message], queue_id: int, *, store_host: HostAddress,
                   max_message_size: int) -> ColumnBatch | None:
     """The batch encoded from columns, or None when the general rules are needed."""
     n = len(msgs)
-    bodies, tags, keys, props, flags, delays, born_ts, born_hosts, sys_flags = (
+    bodies, tags, keys, props, flags, delays, born_ts, born_hosts, sys_flags, reconsumes = (
         list(c) for c in zip(*map(_FIELDS, msgs), strict=True))
-    if set(map(type, props)) != {dict} or any(props) or any(delays) or any(sys_flags) \
+    if set(map(type, props)) != {dict} or any(props) or any(delays) or any(sys_flags) or any(reconsumes) \
             or set(map(type, bodies)) != {bytes} or born_hosts.count(born_hosts[0]) != n:
         return None
     # list keys and missing born timestamps are build_columns' to read, as they are for put_batch
@@ -69,7 +69,8 @@ class PreparedList:
             rec = codec.encode_record(
                 topic=m.topic, queue_id=m.queue_id, body=m.body, properties=m.props_bytes, flag=m.flag,
                 queue_offset=qoff, physical_offset=phys, sys_flag=m.sys_flag, born_timestamp=m.born_timestamp,
-                born_host=m.born_host, store_timestamp=store_timestamp, store_host=host)
+                born_host=m.born_host, store_timestamp=store_timestamp, store_host=host,
+                reconsume_times=m.reconsume_times)
             parts.append(rec)
             phys += len(rec)
             if m.dispatch:
