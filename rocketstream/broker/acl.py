@@ -308,7 +308,7 @@ class _Range6(AddressRule):       # RangeRemoteAddressStrategy, IPv6 with the pr
                         "is supported")
         try:
             self.head = [int(s, 16) for s in segs[:self.index]]
-            if any(not (0 <= h <= 0xFFFF) or len(s) > 4 for h, s in zip(self.head, segs)):
+            if any(not (0 <= h <= 0xFFFF) or len(s) > 4 for h, s in zip(self.head, segs[:self.index], strict=True)):
                 raise ValueError(pattern)
             seg = segs[self.index].strip()
             if seg == "*":

@@ -418,7 +418,7 @@ def test_signatures_equal_java_aclclientrpchook(java_classes: Path, tmp_path: Pa
         {"code": 11, "fields": PULL_V1, "header": "pullV1", "ak": AK, "sk": SK},
         {"code": 12, "fields": {"topic": "t", "_UNIQUE_KEY_QUERY": "true"}, "ak": AK, "sk": SK},
     ]
-    for case, out in zip(cases, _probe(java_classes, tmp_path, cases, "sign")):
+    for case, out in zip(cases, _probe(java_classes, tmp_path, cases, "sign"), strict=True):
         fields = dict(out["fields"])
         assert fields["Signature"] == out["signature"]
         body = base64.b64decode(case["body"]) if "body" in case else None
@@ -490,7 +490,8 @@ def test_real_broker_refuses_what_we_refuse(real_acl_broker, java_classes: Path,
                                             hook: acl.AclHook) -> None:
     answers = _probe(java_classes, real_acl_broker.home, REAL_CASES, "send", real_acl_broker.broker)
     prefix = "org.apache.rocketmq.acl.common.AclException"
-    for case, ans in zip(REAL_CASES, answers):
+    refused = []
+    for i, (case, ans) in enumerate(zip(REAL_CASES, answers, strict=True)):
         body = base64.b64decode(case["body"]) if "body" in case else None
         ours = hook(chan(), RemotingCommand(code=case["code"], ext_fields=ans["fields"], body=body))
         real_refused = ans["code"] == 1 and (ans.get("remark") or "").startswith(prefix)
@@ -498,6 +499,8 @@ def test_real_broker_refuses_what_we_refuse(real_acl_broker, java_classes: Path,
             assert not real_refused, (case, ans)
         else:
             assert real_refused and (ours.code, ours.remark) == (ans["code"], ans["remark"]), (case, ans)
+            refused.append(i)
+    assert refused == [0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15]
     assert answers[0]["code"] == ResponseCode.SYSTEM_ERROR and answers[0]["remark"] == SIGNATURE_FAILED
 
 
