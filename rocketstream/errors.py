@@ -17,6 +17,7 @@ boundary with ``raise ... from exc`` so callers need to catch only this tree::
     ├── OptionError                a bad option value (Spark source, CLI) — names the option
     ├── AllocationError            invalid input to a rebalance strategy
     ├── DataLossError              requested offsets are gone (retention) or beyond the end
+    ├── AclConfigError             a plain_acl.yml that does not load (names the file and the field)
     └── RemotingError              the TCP remoting protocol (carries the peer address)
         ├── FrameError             bytes that are not a valid frame (length, type byte, header)
         ├── RemotingConnectError   cannot connect, or the connection closed under a request
@@ -120,6 +121,17 @@ class DataLossError(RocketStreamError):
         self.lost_from = lost_from
         self.lost_to = lost_to
         super().__init__(message)
+
+
+class AclConfigError(RocketStreamError):
+    """A broker ACL file (``plain_acl.yml``) that is missing, not YAML, or has a bad field; ``path`` names
+    the file and ``field`` the entry at fault (``accounts[1].secretKey``), when known."""
+
+    def __init__(self, message: str, *, path: object = None, field: str | None = None) -> None:
+        self.path = None if path is None else str(path)
+        self.field = field
+        where = ([f"field {field}"] if field else []) + ([f"file {self.path}"] if self.path else [])
+        super().__init__(message + (f" [{', '.join(where)}]" if where else ""))
 
 
 class RemotingError(RocketStreamError):
