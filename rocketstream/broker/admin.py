@@ -36,8 +36,10 @@ writes ``HashMap``/``HashSet`` members in hash order; we write maps sorted and M
 The controller attributes used are the ones of the broker plan (``store``, ``topics``, ``offsets``,
 ``consumers``, ``producers``, ``subscription_groups``, ``schedule``, ``config``, ``broker_addr``) plus
 ``stats`` (:class:`rocketstream.broker.stats.BrokerStats`; :func:`register` attaches one when the
-controller has none) and, when present, ``register_broker_all()`` (called after a topic change, as
-``registerIncrementBrokerData`` is).
+controller has none) and ``request_register()`` (re-register with the name servers after
+``brokerPermission`` changes, as ``updateBrokerConfig`` does; topic changes are announced by the topic
+manager itself, ``registerIncrementBrokerData``). Subscription groups: ``find_or_create``, ``update``,
+``delete``, ``all``, ``data_version`` of the core's SubscriptionGroupManager.
 """
 
 from __future__ import annotations
@@ -165,6 +167,10 @@ _PROPERTY_NAMES = {
 }
 
 
+# dataclass fields that are bookkeeping, not RocketMQ properties
+_NOT_PROPERTIES = frozenset({"conf_path", "store_config", "layout_settings", "delay_levels_ms"})
+
+
 def _camel(name: str) -> str:
     if name in _PROPERTY_NAMES:
         return _PROPERTY_NAMES[name]
@@ -194,7 +200,7 @@ def config_properties(*configs: object) -> dict[str, str]:
             items: Iterable[tuple[str, object]] = dict(to_props()).items()
         elif dataclasses.is_dataclass(config):
             items = ((_camel(f.name), getattr(config, f.name)) for f in dataclasses.fields(config)
-                     if not f.name.startswith("_"))
+                     if not f.name.startswith("_") and f.name not in _NOT_PROPERTIES)
         else:
             continue
         for key, value in items:
@@ -217,7 +223,10 @@ def _data_version_json(dv: object) -> dict[str, int]:
 
 
 def topic_config_json(tc: Any) -> dict[str, object]:
-    """``TopicConfig`` as fastjson writes it."""
+    """``TopicConfig`` as fastjson writes it (its ``to_json()`` when it has one)."""
+    to_json = getattr(tc, "to_json", None)
+    if callable(to_json):
+        return dict(to_json())
     return {
         "order": bool(getattr(tc, "order", False)),
         "perm": int(tc.perm),
@@ -230,6 +239,9 @@ def topic_config_json(tc: Any) -> dict[str, object]:
 
 
 def subscription_group_json(cfg: Any, name: str) -> dict[str, object]:
+    to_json = getattr(cfg, "to_json", None)
+    if callable(to_json):
+        return dict(to_json())
     out: dict[str, object] = {}
     for key, attr, default in SUBSCRIPTION_GROUP_FIELDS:
         out[key] = getattr(cfg, attr, default)
@@ -320,12 +332,12 @@ class AdminProcessor:
             return -1
         return int(store.commit_log.store_timestamp_at(int(units[0]["offset"])))
 
-    def _after_topic_change(self) -> None:
-        """``registerIncrementBrokerData``: tell the name servers at once, when the controller can."""
-        register_all = getattr(self.c, "register_broker_all", None)
-        if not callable(register_all):
+    def _register_now(self) -> None:
+        """``registerBrokerAll``: tell the name servers at once (after ``brokerPermission`` changed)."""
+        register = getattr(self.c, "request_register", None)
+        if not callable(register):
             return
-        result = register_all()
+        result = register()
         if inspect.isawaitable(result):
             task = asyncio.ensure_future(result)
             self._background.add(task)
@@ -334,7 +346,7 @@ class AdminProcessor:
     def _registered(self, task: asyncio.Task) -> None:
         self._background.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("registering with the name server after a topic change failed",
+            log.error("registering with the name server after a config change failed",
                       exc_info=task.exception())
 
     def _group_info(self, group: str) -> Any:
@@ -371,7 +383,6 @@ class AdminProcessor:
         self.c.topics.create(topic, read_q, write_q, perm, sys_flag)
         log.info("updateAndCreateTopic %s read=%d write=%d perm=%d by %s", topic, read_q, write_q, perm,
                  channel.addr)
-        self._after_topic_change()
         return req.response(ResponseCode.SUCCESS, NOT_SET_REMARK)
 
     def delete_topic(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
@@ -386,7 +397,6 @@ class AdminProcessor:
         if self.c.topics.get(topic) is not None:
             self.c.topics.delete(topic)
             log.info("deleteTopic %s by %s", topic, channel.addr)
-            self._after_topic_change()
         return req.response(ResponseCode.SUCCESS)
 
     def get_all_topic_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
@@ -441,7 +451,7 @@ class AdminProcessor:
                                "timestamp": time.time_ns() // 1_000_000}
         log.info("updateBrokerConfig %s by %s", props, channel.addr)
         if "brokerPermission" in props:
-            self._after_topic_change()
+            self._register_now()
         return req.response(ResponseCode.SUCCESS)
 
     @staticmethod
@@ -566,7 +576,9 @@ class AdminProcessor:
 
     def get_producer_connection_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         group = req.field("producerGroup")
-        channels = self.c.producers.get(group)
+        producers = self.c.producers
+        table = getattr(producers, "table", producers)   # ProducerManager.table: group -> {clientId: info}
+        channels = table.get(group)
         if channels is None:
             return req.response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
         body = {"connectionSet": [_connection_json(ci) for ci in channels.values()]}
@@ -673,7 +685,9 @@ class AdminProcessor:
 
     def get_all_delay_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         """``ScheduleMessageService.encode()``: ``{"offsetTable":{1:0,...}}`` (delay level -> offset)."""
-        table = {int(level): int(off) for level, off in self.c.schedule.offset_table().items()}
+        schedule = self.c.schedule
+        offsets = schedule.offset_table() if schedule is not None else {}   # no schedule service: nothing delayed
+        table = {int(level): int(off) for level, off in offsets.items()}
         return req.response(ResponseCode.SUCCESS, body=_json.dumps({"offsetTable": table}))
 
     # ------------------------------------------------------------------------------- subscription groups
@@ -706,7 +720,9 @@ class AdminProcessor:
                     except ValueError:
                         raise BodyError(f"SubscriptionGroupConfig: {key} is not an integer: {value!r:.40}") from None
                 fields[attr] = value
-            self.c.subscription_groups.update(name, **fields)
+            groups = self.c.subscription_groups
+            current = groups.find_or_create(name, True)
+            groups.update(dataclasses.replace(current, **fields))
             log.info("updateAndCreateSubscriptionGroup %s by %s", name, channel.addr)
         return req.response(ResponseCode.SUCCESS)
 

@@ -22,7 +22,10 @@ class TopicConfig:
 
 
 class Topics:
-    def __init__(self, cluster: str, broker: str) -> None:
+    """Like core's TopicConfigManager: changes call ``on_change`` (the controller's request_register)."""
+
+    def __init__(self, cluster: str, broker: str, on_change=None) -> None:
+        self.on_change = on_change
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion(timestamp=int(time.time() * 1000), counter=0)
         for name, q, perm in (("SELF_TEST_TOPIC", 1, 6), ("TBW102", 8, 7), ("BenchmarkTest", 1024, 6),
@@ -32,6 +35,8 @@ class Topics:
 
     def _bump(self) -> None:
         self.data_version = DataVersion(timestamp=int(time.time() * 1000), counter=self.data_version.counter + 1)
+        if self.on_change is not None:
+            self.on_change()
 
     def get(self, topic):
         return self.table.get(topic)
@@ -133,8 +138,14 @@ class SubscriptionGroups:
     def get(self, group):
         return self.table.get(group)
 
-    def update(self, group, **fields):
-        self.table[group] = SubscriptionGroupConfig(group, **fields)
+    def find_or_create(self, group, auto_create):
+        cfg = self.table.get(group)
+        if cfg is None and auto_create:
+            cfg = self.table[group] = SubscriptionGroupConfig(group)
+        return cfg
+
+    def update(self, cfg):
+        self.table[cfg.group_name] = cfg
 
     def delete(self, group):
         self.table.pop(group, None)
@@ -149,6 +160,11 @@ class Schedule:
 
     def offset_table(self):
         return dict(self.table)
+
+
+class Producers:
+    def __init__(self) -> None:
+        self.table: dict[str, dict] = {}   # group -> {client_id: ClientChannelInfo}, as core's ProducerManager
 
 
 class Server:
@@ -180,10 +196,10 @@ class Controller:
         self.config = BrokerConfig()
         self.store = MessageStore.open(root, config=StoreConfig(root, mapped_file_size_commit_log=1 << 20,
                                                                 mapped_file_size_consume_queue=20 * 1000))
-        self.topics = Topics(self.config.broker_cluster_name, self.config.broker_name)
+        self.topics = Topics(self.config.broker_cluster_name, self.config.broker_name, self.request_register)
         self.offsets = Offsets()
         self.consumers = Consumers()
-        self.producers: dict[str, dict] = {}
+        self.producers = Producers()
         self.subscription_groups = SubscriptionGroups()
         self.schedule = Schedule()
         self.server = server or Server()
@@ -193,7 +209,7 @@ class Controller:
     def broker_addr(self) -> str:
         return f"{self.config.broker_ip1}:{self.config.listen_port}"
 
-    def register_broker_all(self) -> None:
+    def request_register(self) -> None:
         self.registrations += 1
 
     def put(self, topic: str, queue_id: int, n: int, tags: str | None = None) -> None:
