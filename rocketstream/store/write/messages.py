@@ -38,6 +38,12 @@ class Message:
     sys_flag: int = 0
     # RECONSUMETIMES of the record: set by a broker storing a retry (SendMessageProcessor.consumerSendMsgBack)
     reconsume_times: int = 0
+    # A broker-made copy of a stored record (ScheduleMessageService.messageTimeup, the send-back copy), stored
+    # as given: ``properties`` unchanged (no UNIQ_KEY or WAIT added), the body never compressed, and only
+    # ``delay_level`` delays it - a DELAY property is data. 4.9.8 encodes a due message's properties string
+    # before it clears DELAY in the map, so the re-delivered record keeps DELAY (and REAL_TOPIC/REAL_QID)
+    # but is not delayed again.
+    broker_copy: bool = False
 
 
 class PutMessageStatus(enum.Enum):
@@ -193,10 +199,14 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
         props[codec.PROPERTY_TAGS] = msg.tags
     if msg.keys:
         props[codec.PROPERTY_KEYS] = msg.keys if isinstance(msg.keys, str) else " ".join(msg.keys)
-    props.setdefault(codec.PROPERTY_WAIT, "true")
-    uniq = props.get(codec.PROPERTY_UNIQ_KEY) or codec.new_uniq_key()
-    props[codec.PROPERTY_UNIQ_KEY] = uniq
-    delay = msg.delay_level or _int_property(props, codec.PROPERTY_DELAY)
+    if msg.broker_copy:
+        uniq = props.get(codec.PROPERTY_UNIQ_KEY, "")
+        delay = msg.delay_level
+    else:
+        props.setdefault(codec.PROPERTY_WAIT, "true")
+        uniq = props.get(codec.PROPERTY_UNIQ_KEY) or codec.new_uniq_key()
+        props[codec.PROPERTY_UNIQ_KEY] = uniq
+        delay = msg.delay_level or _int_property(props, codec.PROPERTY_DELAY)
     if delay > 0 and tran in (codec.TRANSACTION_NOT_TYPE, codec.TRANSACTION_COMMIT):
         if batch:
             raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, "batch messages cannot be delayed")
@@ -207,7 +217,7 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
         topic, queue_id = codec.SCHEDULE_TOPIC, delay - 1
     if batch and tran:
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
-    if not batch and compress_over is not None and len(body) >= compress_over \
+    if not batch and not msg.broker_copy and compress_over is not None and len(body) >= compress_over \
             and not sys_flag & codec.FLAG_COMPRESSED:
         body, bits = codec.compress_body(body)
         sys_flag |= bits
