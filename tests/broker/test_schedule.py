@@ -27,10 +27,6 @@ from rocketstream.store import Message, MessageStore, StoreConfig
 from rocketstream.store.write.messages import PutMessageResult, PutMessageStatus
 
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:   # tests.realstore is imported as a package from the repository root
-    sys.path.insert(0, str(REPO))
-
-from tests.realstore.conftest import real_stores  # noqa: E402,F401  (the real 4.9.8 stores fixture)
 SCHED = codec.SCHEDULE_TOPIC
 LEVELS = "1s 2s"
 
@@ -263,14 +259,6 @@ def test_offset_file_layout_and_round_trip(tmp_path):
         assert "f.json" in str(e.value)
         if where is not None:
             assert e.value.position == where
-
-
-def test_real_broker_offset_file_round_trips(real_stores):
-    """The file 4.9.8 wrote is what we write for the same table, byte for byte."""
-    for rs in real_stores.values():
-        raw = (rs.root / "config" / "delayOffset.json").read_text()
-        table = load_delay_offsets(raw)
-        assert table and dump_delay_offsets(table) == raw
 
 
 def test_stop_persists_and_a_restart_resumes(tmp_path):
