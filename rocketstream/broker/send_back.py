@@ -33,16 +33,17 @@ from __future__ import annotations
 
 import logging
 import random
+from functools import partial
 from typing import Any, Protocol
 
 from rocketstream import codec
 from rocketstream.errors import HeaderFieldError, StoreError
-from rocketstream.remoting.codes import ResponseCode
+from rocketstream.remoting.codes import RequestCode, ResponseCode
 from rocketstream.remoting.command import RemotingCommand
 from rocketstream.store.write.messages import Message, PutMessageResult
 
 __all__ = ["send_back", "retry_topic", "dlq_topic", "RETRY_GROUP_TOPIC_PREFIX", "DLQ_GROUP_TOPIC_PREFIX",
-           "PROPERTY_RETRY_TOPIC", "PROPERTY_ORIGIN_MESSAGE_ID", "PERM_READ", "PERM_WRITE"]
+           "PROPERTY_RETRY_TOPIC", "PROPERTY_ORIGIN_MESSAGE_ID", "PERM_READ", "PERM_WRITE", "register"]
 
 log = logging.getLogger(__name__)
 
@@ -153,3 +154,8 @@ def send_back(controller: _Controller, channel: object, request: RemotingCommand
     log.warning("CONSUMER_SEND_MSG_BACK group %s offset %d: put to %s failed: %s %s", group, offset, topic,
                 result.status.name, result.reason)
     return request.response(ResponseCode.SYSTEM_ERROR, result.status.name)
+
+
+def register(controller: Any) -> None:
+    """Register CONSUMER_SEND_MSG_BACK (36) on ``controller.server``."""
+    controller.server.register(RequestCode.CONSUMER_SEND_MSG_BACK, partial(send_back, controller))
