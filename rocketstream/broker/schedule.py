@@ -40,7 +40,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +47,11 @@ from rocketstream import codec
 from rocketstream.codec.fastjson import FastjsonParser, decode_text, dump_fastjson
 from rocketstream.errors import OffsetFileError, StoreError
 from rocketstream.fsutil import fsync_dir, write_atomic, write_synced_tmp
-from rocketstream.remoting.codes import RequestCode, ResponseCode
-from rocketstream.remoting.command import RemotingCommand
 from rocketstream.store.message_store import MessageStore
 from rocketstream.store.write.messages import Message, PutMessageResult, PutMessageStatus
 
 __all__ = ["ScheduleMessageService", "message_timeup", "load_delay_offsets", "dump_delay_offsets",
-           "DELAY_OFFSET_FILE", "RMQ_SYS_TRANS_HALF_TOPIC", "get_all_delay_offset", "register"]
+           "DELAY_OFFSET_FILE", "RMQ_SYS_TRANS_HALF_TOPIC"]
 
 log = logging.getLogger(__name__)
 
@@ -254,8 +251,8 @@ class ScheduleMessageService:
         return dict(self._table)
 
     def encode(self) -> str:
-        """The table as ``encode()`` (not pretty) gives it: the GET_ALL_DELAY_OFFSET (45) response body,
-        ``{"offsetTable":{1:40,2:12}}`` (fastjson: bare integer keys)."""
+        """The table as Java's ``encode()`` (not pretty) gives it, ``{"offsetTable":{1:40,2:12}}`` (fastjson:
+        bare integer keys) - what GET_ALL_DELAY_OFFSET (45, admin.py) answers with."""
         return '{"offsetTable":{' + ",".join(f"{k}:{self._table[k]}" for k in sorted(self._table)) + "}}"
 
     def persist(self) -> None:
@@ -433,14 +430,3 @@ class ScheduleMessageService:
         return {f"scheduleMessageOffset_{level}":
                 f"{offset},{self.store.max_offset(codec.SCHEDULE_TOPIC, level - 1)}"
                 for level, offset in sorted(self._table.items())}
-
-
-def get_all_delay_offset(controller: Any, channel: object, request: RemotingCommand) -> RemotingCommand:
-    """GET_ALL_DELAY_OFFSET (45), as AdminBrokerProcessor.getAllDelayOffset: the offset table in the body."""
-    body = controller.schedule.encode()
-    return request.response(ResponseCode.SUCCESS, body=body.encode("utf-8"))
-
-
-def register(controller: Any) -> None:
-    """Register GET_ALL_DELAY_OFFSET (45) on ``controller.server`` (answered from ``controller.schedule``)."""
-    controller.server.register(RequestCode.GET_ALL_DELAY_OFFSET, partial(get_all_delay_offset, controller))

@@ -359,22 +359,18 @@ def test_sigkill_loses_no_due_message(tmp_path):
                                                              2: store.max_offset(SCHED, 1)})
 
 
-def test_get_all_delay_offset_and_registration(tmp_path):
+def test_encode_and_registration(tmp_path):
     from types import SimpleNamespace
 
-    from rocketstream.broker import schedule, send_back
-    from rocketstream.remoting.codes import RequestCode, ResponseCode
-    from rocketstream.remoting.command import RemotingCommand
+    from rocketstream.broker import send_back
+    from rocketstream.remoting.codes import RequestCode
 
     with open_store(tmp_path / "s") as store:
         put_delayed(store, 2, level=2)
         svc = service(store)
+        assert svc.encode() == '{"offsetTable":{}}'
         svc.deliver_due(2, now_ms=2**62)
+        assert svc.encode() == '{"offsetTable":{2:2}}'   # Java's encode(): GET_ALL_DELAY_OFFSET's body
         registered: dict[int, object] = {}
-        ctl = SimpleNamespace(schedule=svc, server=SimpleNamespace(register=registered.__setitem__))
-        schedule.register(ctl)
-        send_back.register(ctl)
-        assert set(registered) == {RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.CONSUMER_SEND_MSG_BACK}
-        req = RemotingCommand.request(RequestCode.GET_ALL_DELAY_OFFSET)
-        resp = registered[RequestCode.GET_ALL_DELAY_OFFSET](None, req)
-        assert resp.code == ResponseCode.SUCCESS and resp.body == b'{"offsetTable":{2:2}}'
+        send_back.register(SimpleNamespace(server=SimpleNamespace(register=registered.__setitem__)))
+        assert set(registered) == {RequestCode.CONSUMER_SEND_MSG_BACK}
