@@ -38,6 +38,8 @@ class Message:
     sys_flag: int = 0
     # RECONSUMETIMES of the record: set by a broker storing a retry (SendMessageProcessor.consumerSendMsgBack)
     reconsume_times: int = 0
+    # properties exactly as a broker received them (SendMessageProcessor): no WAIT or UNIQ_KEY added
+    as_sent: bool = False
 
 
 class PutMessageStatus(enum.Enum):
@@ -134,6 +136,19 @@ class GetMessageResult:
     messages: list[MessageRecord] = field(default_factory=list)
 
 
+@dataclass
+class RawMessageResult:
+    """``getMessage`` for the wire: the stored record bytes of the messages found (``buffers``, in
+    queue order) instead of decoded records."""
+
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffers: list[bytes] = field(default_factory=list)
+    total_bytes: int = 0
+
+
 class IllegalMessage(Exception):
     """Internal: a message the store refuses; carries the put status to report."""
 
@@ -193,9 +208,12 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
         props[codec.PROPERTY_TAGS] = msg.tags
     if msg.keys:
         props[codec.PROPERTY_KEYS] = msg.keys if isinstance(msg.keys, str) else " ".join(msg.keys)
-    props.setdefault(codec.PROPERTY_WAIT, "true")
-    uniq = props.get(codec.PROPERTY_UNIQ_KEY) or codec.new_uniq_key()
-    props[codec.PROPERTY_UNIQ_KEY] = uniq
+    if msg.as_sent:
+        uniq = props.get(codec.PROPERTY_UNIQ_KEY) or ""
+    else:
+        props.setdefault(codec.PROPERTY_WAIT, "true")
+        uniq = props.get(codec.PROPERTY_UNIQ_KEY) or codec.new_uniq_key()
+        props[codec.PROPERTY_UNIQ_KEY] = uniq
     delay = msg.delay_level or _int_property(props, codec.PROPERTY_DELAY)
     if delay > 0 and tran in (codec.TRANSACTION_NOT_TYPE, codec.TRANSACTION_COMMIT):
         if batch:
