@@ -7,8 +7,7 @@ which owns every admin code) cannot be imported; once it is merged this file can
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from rocketstream.broker.context import BrokerContext
 from rocketstream.broker.topic_manager import SYSTEM_TOPICS, TopicConfig, validate_topic
 from rocketstream.codec.fastjson import FrozenObject
 from rocketstream.remoting import json_body
@@ -16,13 +15,10 @@ from rocketstream.remoting.channel import Channel
 from rocketstream.remoting.codes import RequestCode, ResponseCode
 from rocketstream.remoting.command import RemotingCommand
 
-if TYPE_CHECKING:
-    from rocketstream.broker.controller import BrokerController
-
 __all__ = ["register"]
 
 
-async def update_and_create_topic(controller: BrokerController, channel: Channel,
+async def update_and_create_topic(controller: BrokerContext, channel: Channel,
                                   req: RemotingCommand) -> RemotingCommand:
     topic = req.field("topic")
     if topic == controller.config.broker_cluster_name:
@@ -41,7 +37,7 @@ async def update_and_create_topic(controller: BrokerController, channel: Channel
     return req.response(ResponseCode.SUCCESS)
 
 
-def get_consume_stats(controller: BrokerController, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+def get_consume_stats(controller: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
     group = req.field("consumerGroup")
     topic = req.field("topic", required=False)
     topics = [topic] if topic else sorted(controller.offsets.topics_of_group(group))
@@ -64,7 +60,7 @@ def get_consume_stats(controller: BrokerController, channel: Channel, req: Remot
     return req.response(ResponseCode.SUCCESS, body=json_body.dumps({"consumeTps": 0.0, "offsetTable": table}))
 
 
-def register(controller: BrokerController) -> None:
+def register(controller: BrokerContext) -> None:
     controller.server.register(RequestCode.UPDATE_AND_CREATE_TOPIC,
                                lambda ch, req: update_and_create_topic(controller, ch, req))
     controller.server.register(RequestCode.GET_CONSUME_STATS, lambda ch, req: get_consume_stats(controller, ch, req))

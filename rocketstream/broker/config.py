@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rocketstream.codec import HostAddress
 from rocketstream.errors import StoreConfigError
+from rocketstream.store.files.durable import os_errors
 from rocketstream.store.meta.config import (
     BUILTIN_BROKER_CONF,
     DEFAULT_DELAY_LEVELS,
@@ -25,7 +26,6 @@ from rocketstream.store.meta.config import (
     parse_properties,
     resolve_sizes,
 )
-from rocketstream.store.files.durable import os_errors
 
 __all__ = ["BrokerConfig", "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "PERM_PRIORITY"]
 

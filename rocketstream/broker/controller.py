@@ -31,11 +31,11 @@ from dataclasses import replace
 from typing import Any
 
 from rocketstream.broker import client_manager, locks, pull, queries, send
-from rocketstream.broker.client_manager import ConsumerManager, ProducerManager
 from rocketstream.broker.config import BrokerConfig
-from rocketstream.broker.locks import RebalanceLockManager
+from rocketstream.broker.consumer_manager import ConsumerManager, ProducerManager
+from rocketstream.broker.hold import PullRequestHoldService
 from rocketstream.broker.offset_manager import BrokerOffsetManager
-from rocketstream.broker.pull import PullRequestHoldService
+from rocketstream.broker.rebalance_lock import RebalanceLockManager
 from rocketstream.broker.subscription_group import SubscriptionGroupManager
 from rocketstream.broker.topic_manager import TopicConfigManager
 from rocketstream.errors import RemotingError, RocketStreamError
@@ -64,10 +64,12 @@ class BrokerController:
         self.topics: TopicConfigManager = None  # type: ignore[assignment]
         self.offsets: BrokerOffsetManager = None  # type: ignore[assignment]
         self.subscription_groups: SubscriptionGroupManager = None  # type: ignore[assignment]
-        self.consumers = ConsumerManager(self)
+        self.consumers = ConsumerManager(config, lambda: self.subscription_groups, self.spawn)
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
-        self.pull_holds = PullRequestHoldService(self)
+        self.pull_holds = PullRequestHoldService(
+            lambda topic, queue_id, start, end: self.store.read_cq_units(topic, queue_id, start, end),
+            lambda req: pull.execute_when_wakeup(self, req))
         self.schedule: Any = None          # ScheduleMessageService (the "sched" helper's), when present
         self.boot_timestamp = int(time.time() * 1000)
         self._services: list[tuple[Callable[[], Awaitable[None]], str]] = []
@@ -111,6 +113,7 @@ class BrokerController:
         await self.server.start()
         if self.server.port != self.config.listen_port:   # port 0: the one the OS gave us
             self.config = replace(self.config, listen_port=self.server.port)
+            self.consumers.config = self.config
         try:
             store_cfg = self.config.message_store_config()
             self.store = MessageStore.open(store_cfg.store_path_root_dir, config=store_cfg, create=True)

@@ -19,25 +19,21 @@ offset piggy-backed on a pull (COMMIT_OFFSET bit) is stored on the first run onl
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Collection
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from rocketstream.broker.client_manager import SubscriptionData, build_subscription
 from rocketstream.broker.config import PERM_READ
+from rocketstream.broker.consumer_manager import SubscriptionData, build_subscription
+from rocketstream.broker.context import BrokerContext
+from rocketstream.broker.hold import PullRequest
 from rocketstream.errors import RemotingError
 from rocketstream.remoting.channel import Channel
 from rocketstream.remoting.codes import RequestCode, ResponseCode
 from rocketstream.remoting.command import RemotingCommand
 from rocketstream.store.write.messages import GetMessageStatus
 
-if TYPE_CHECKING:
-    from rocketstream.broker.controller import BrokerController
-
-__all__ = ["PullHeader", "PullRequestHoldService", "process_pull", "register", "FLAG_COMMIT_OFFSET",
+__all__ = ["PullHeader", "process_pull", "execute_when_wakeup", "register", "FLAG_COMMIT_OFFSET",
            "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "FLAG_CLASS_FILTER", "FLAG_LITE_PULL"]
 
 log = logging.getLogger("rocketstream.broker")
@@ -89,13 +85,14 @@ def _header(next_begin: int, lo: int, hi: int, suggest: int = MASTER_ID) -> dict
     return {"suggestWhichBrokerId": suggest, "nextBeginOffset": next_begin, "minOffset": lo, "maxOffset": hi}
 
 
-def process_pull(controller: BrokerController, channel: Channel, request: RemotingCommand,
+def process_pull(controller: BrokerContext, channel: Channel, request: RemotingCommand,
                  allow_suspend: bool) -> RemotingCommand | None:
     """``PullMessageProcessor.processRequest``; None when the request was held (long polling)."""
     h = PullHeader.decode(request)
     cfg = controller.config
     if not cfg.broker_permission & PERM_READ:
-        return request.response(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] pulling message is forbidden")
+        return request.response(ResponseCode.NO_PERMISSION,
+                                f"the broker[{cfg.broker_ip1}] pulling message is forbidden")
     sgc = controller.subscription_groups.find_or_create(h.consumer_group, cfg.auto_create_subscription_group)
     if sgc is None:
         return request.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -169,105 +166,16 @@ def _host_of(channel: Channel) -> str:
     return channel.addr
 
 
-@dataclass(eq=False)
-class PullRequest:
-    """A held pull (``PullRequest``): the request, its connection, where it waits and until when."""
-
-    channel: Channel
-    request: RemotingCommand
-    topic: str
-    queue_id: int
-    offset: int
-    codes: Collection[int] | None      # tags codes of the filter; None = all
-    deadline: float                    # time.monotonic()
-    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
-
-
-class PullRequestHoldService:
-    """Held pulls by (topic, queueId) (``PullRequestHoldService`` / ``ManyPullRequest``). Each has its own
-    timer for the hold time; puts wake them through :meth:`notify_message_arriving`."""
-
-    def __init__(self, controller: BrokerController) -> None:
-        self.controller = controller
-        self.held: dict[tuple[str, int], list[PullRequest]] = {}
-
-    def suspend(self, req: PullRequest) -> None:
-        """``suspendPullRequest``."""
-        self.held.setdefault((req.topic, req.queue_id), []).append(req)
-        loop = asyncio.get_running_loop()
-        req.timer = loop.call_at(loop.time() + max(0.0, req.deadline - time.monotonic()), self._expire, req)
-
-    def count(self) -> int:
-        return sum(len(v) for v in self.held.values())
-
-    def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int) -> None:
-        """``notifyMessageArriving``: re-run the held pulls of (topic, queueId) that wait below
-        ``max_offset``; one whose filter matches nothing new stays held until its hold time ends."""
-        waiting = self.held.get((topic, queue_id))
-        if not waiting:
-            return
-        keep: list[PullRequest] = []
-        for req in waiting:
-            if req.channel.closed:
-                self._cancel(req)
-                continue
-            if max_offset <= req.offset or not self._matches(req, max_offset):
-                keep.append(req)
-                continue
-            self._cancel(req)
-            self._execute(req)
-        if keep:
-            self.held[(topic, queue_id)] = keep
-        else:
-            self.held.pop((topic, queue_id), None)
-
-    def _matches(self, req: PullRequest, max_offset: int) -> bool:
-        """Whether a unit in [req.offset, max_offset) passes the request's tags-code filter
-        (``isMatchedByConsumeQueue`` on the arriving message)."""
-        if req.codes is None:
-            return True
-        units = self.controller.store.read_cq_units(req.topic, req.queue_id, req.offset, max_offset)
-        codes = req.codes
-        for raw in units["tags_code"].tolist():
-            code = raw & 0xFFFFFFFF
-            if (code - (1 << 32) if code >= 1 << 31 else code) in codes:
-                return True
-        return False
-
-    def _cancel(self, req: PullRequest) -> None:
-        if req.timer is not None:
-            req.timer.cancel()
-            req.timer = None
-
-    def _expire(self, req: PullRequest) -> None:
-        """The hold time is over: answer with whatever the queue holds now."""
-        req.timer = None
-        key = (req.topic, req.queue_id)
-        waiting = self.held.get(key)
-        if waiting is None or req not in waiting:
-            return
-        waiting.remove(req)
-        if not waiting:
-            self.held.pop(key, None)
-        if not req.channel.closed:
-            self._execute(req)
-
-    def _execute(self, req: PullRequest) -> None:
-        """``executeRequestWhenWakeup``: run the pull again without suspension and answer it."""
-        try:
-            response = process_pull(self.controller, req.channel, req.request, allow_suspend=False)
-        except Exception as exc:   # the held request gets the SYSTEM_ERROR a direct run would have given
-            log.exception("executeRequestWhenWakeup run failed for %s", req.channel.addr)
-            response = req.request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-        if response is None:
-            return
-        self.controller.spawn(_send(req.channel, response), "pull-wakeup")
-
-    def stop(self) -> None:
-        for waiting in self.held.values():
-            for req in waiting:
-                self._cancel(req)
-        self.held.clear()
+def execute_when_wakeup(controller: BrokerContext, req: PullRequest) -> None:
+    """``executeRequestWhenWakeup``: run the held pull again without suspension and answer it with its
+    original opaque."""
+    try:
+        response = process_pull(controller, req.channel, req.request, allow_suspend=False)
+    except Exception as exc:   # the held request gets the SYSTEM_ERROR a direct run would have given
+        log.exception("executeRequestWhenWakeup run failed for %s", req.channel.addr)
+        response = req.request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+    if response is not None:
+        controller.spawn(_send(req.channel, response), "pull-wakeup")
 
 
 async def _send(channel: Channel, response: RemotingCommand) -> None:
@@ -277,7 +185,7 @@ async def _send(channel: Channel, response: RemotingCommand) -> None:
         log.debug("could not answer a held pull on %s: %s", channel.addr, exc)
 
 
-def register(controller: BrokerController) -> None:
+def register(controller: BrokerContext) -> None:
     def pull(channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
         return process_pull(controller, channel, request, allow_suspend=True)
 

@@ -9,17 +9,16 @@ them on the client).
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
+from rocketstream.broker.context import BrokerContext
 from rocketstream.errors import StoreError
 from rocketstream.remoting.channel import Channel
 from rocketstream.remoting.codes import RequestCode, ResponseCode
 from rocketstream.remoting.command import RemotingCommand
 from rocketstream.store.files.index_file import MAX_TIMESTAMP
-
-if TYPE_CHECKING:
-    from rocketstream.broker.controller import BrokerController
 
 __all__ = ["register"]
 
@@ -29,7 +28,7 @@ UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"   # MixAll.UNIQUE_MSG_QUERY_FLAG
 DEFAULT_QUERY_MAX_NUM = 32                     # MessageStoreConfig.defaultQueryMaxNum
 
 
-def query_consumer_offset(controller: BrokerController, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+def query_consumer_offset(controller: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
     """A committed offset; else 0 for a queue that still holds its first message (minOffset <= 0:
     ``checkInDiskByConsumeOffset`` is false, every message counts as in memory here); else 22."""
     group, topic, queue_id = req.field("consumerGroup"), req.field("topic"), req.int_field("queueId")
@@ -41,7 +40,7 @@ def query_consumer_offset(controller: BrokerController, channel: Channel, req: R
     return req.response(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
 
-def update_consumer_offset(controller: BrokerController, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+def update_consumer_offset(controller: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
     """Usually oneway (the client's 5-s persist): the channel never answers a oneway request."""
     group, topic = req.field("consumerGroup"), req.field("topic")
     queue_id, offset = req.int_field("queueId"), req.int_field("commitOffset")
@@ -49,7 +48,7 @@ def update_consumer_offset(controller: BrokerController, channel: Channel, req: 
     return req.response(ResponseCode.SUCCESS)
 
 
-def search_offset_by_timestamp(controller: BrokerController, channel: Channel,
+def search_offset_by_timestamp(controller: BrokerContext, channel: Channel,
                                req: RemotingCommand) -> RemotingCommand:
     """4.9.8: ``getOffsetInQueueByTime`` (exact match, else the nearer neighbour). A 5.x client's
     ``boundaryType`` (LOWER / UPPER) selects 5.x's boundary search instead."""
@@ -63,23 +62,23 @@ def search_offset_by_timestamp(controller: BrokerController, channel: Channel,
     return req.response(ResponseCode.SUCCESS, fields={"offset": offset})
 
 
-def get_max_offset(controller: BrokerController, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+def get_max_offset(controller: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
     offset = controller.store.max_offset(req.field("topic"), req.int_field("queueId"))
     return req.response(ResponseCode.SUCCESS, fields={"offset": offset})
 
 
-def get_min_offset(controller: BrokerController, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+def get_min_offset(controller: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
     offset = controller.store.min_offset(req.field("topic"), req.int_field("queueId"))
     return req.response(ResponseCode.SUCCESS, fields={"offset": offset})
 
 
-def get_earliest_msg_storetime(controller: BrokerController, channel: Channel,
+def get_earliest_msg_storetime(controller: BrokerContext, channel: Channel,
                                req: RemotingCommand) -> RemotingCommand:
     ts = controller.store.earliest_store_time(req.field("topic"), req.int_field("queueId"))
     return req.response(ResponseCode.SUCCESS, fields={"timestamp": ts})
 
 
-def view_message_by_id(controller: BrokerController, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+def view_message_by_id(controller: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
     """The one record at the commit-log ``offset`` (decoded from an offsetMsgId), bytes as stored."""
     offset = req.int_field("offset")
     raw = controller.store.raw_record(offset)
@@ -88,7 +87,7 @@ def view_message_by_id(controller: BrokerController, channel: Channel, req: Remo
     return req.response(ResponseCode.SUCCESS, body=raw)
 
 
-def query_message(controller: BrokerController, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+def query_message(controller: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
     """``QueryMessageProcessor.queryMessage``: the records of ``topic`` with ``key`` (a UNIQ_KEY when
     the request carries ``_UNIQUE_KEY_QUERY=true``, then at most ``defaultQueryMaxNum``) stored in
     [beginTimestamp, endTimestamp], concatenated; 22 when there is none."""
@@ -99,7 +98,7 @@ def query_message(controller: BrokerController, channel: Channel, req: RemotingC
     if unique:
         max_num = DEFAULT_QUERY_MAX_NUM
     store = controller.store
-    header = {"indexLastUpdateTimestamp": store.commit_log.last_store_timestamp,
+    header: dict[str, object] = {"indexLastUpdateTimestamp": store.commit_log.last_store_timestamp,
               "indexLastUpdatePhyoffset": store.commit_log_max_offset()}
     records = []
     if max_num > 0 and key:
@@ -116,8 +115,8 @@ def query_message(controller: BrokerController, channel: Channel, req: RemotingC
     return req.response(ResponseCode.SUCCESS, fields=header, body=b"".join(bodies))
 
 
-def register(controller: BrokerController) -> None:
-    table = {
+def register(controller: BrokerContext) -> None:
+    table: dict[int, Callable[[BrokerContext, Channel, RemotingCommand], RemotingCommand]] = {
         RequestCode.QUERY_CONSUMER_OFFSET: query_consumer_offset,
         RequestCode.UPDATE_CONSUMER_OFFSET: update_consumer_offset,
         RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: search_offset_by_timestamp,
@@ -128,4 +127,9 @@ def register(controller: BrokerController) -> None:
         RequestCode.QUERY_MESSAGE: query_message,
     }
     for code, fn in table.items():
-        controller.server.register(code, lambda ch, req, fn=fn: fn(controller, ch, req))
+        controller.server.register(code, functools.partial(_call, fn, controller))
+
+
+def _call(fn: Callable[[BrokerContext, Channel, RemotingCommand], RemotingCommand], controller: BrokerContext,
+          channel: Channel, request: RemotingCommand) -> RemotingCommand:
+    return fn(controller, channel, request)

@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from rocketstream import codec
 from rocketstream.broker.config import PERM_READ, PERM_WRITE
+from rocketstream.broker.context import BrokerContext
 from rocketstream.broker.topic_manager import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
@@ -36,9 +36,6 @@ from rocketstream.remoting.channel import Channel
 from rocketstream.remoting.codes import RequestCode, ResponseCode
 from rocketstream.remoting.command import RemotingCommand
 from rocketstream.store.write.messages import Message, PutMessageResult, PutMessageStatus
-
-if TYPE_CHECKING:
-    from rocketstream.broker.controller import BrokerController
 
 __all__ = ["SendHeader", "register", "send_message", "born_host_of", "FAQ_APPLY_TOPIC"]
 
@@ -115,7 +112,7 @@ def _decode_props(text: str | None, field_name: str) -> dict[str, str]:
         raise HeaderFieldError(field_name, f"is not a properties string: {exc}") from exc
 
 
-def _response(controller: BrokerController, request: RemotingCommand, code: int, remark: str | None = None,
+def _response(controller: BrokerContext, request: RemotingCommand, code: int, remark: str | None = None,
               fields: dict[str, object] | None = None) -> RemotingCommand:
     """Every send response carries MSG_REGION and TRACE_ON (the producer reads them without a null check)."""
     ext: dict[str, object] = dict(fields or {})
@@ -124,7 +121,7 @@ def _response(controller: BrokerController, request: RemotingCommand, code: int,
     return request.response(code, remark, fields=ext)
 
 
-def _msg_check(controller: BrokerController, channel: Channel, request: RemotingCommand,
+def _msg_check(controller: BrokerContext, channel: Channel, request: RemotingCommand,
                header: SendHeader) -> tuple[TopicConfig | None, RemotingCommand | None]:
     """``AbstractSendMessageProcessor.msgCheck``: the topic config, or the error response."""
     cfg = controller.config
@@ -140,7 +137,8 @@ def _msg_check(controller: BrokerController, channel: Channel, request: Remoting
                                f"Sending message to topic[{header.topic}] is forbidden.")
     tc = topics.get(header.topic)
     if tc is None:
-        sys_flag = 0   # TopicSysFlag.buildSysFlag: FLAG_UNIT 1 for unit-mode topics, FLAG_UNIT_SUB 2 for their retry topics
+        # TopicSysFlag.buildSysFlag: FLAG_UNIT 1 for unit-mode topics, FLAG_UNIT_SUB 2 for their retry topics
+        sys_flag = 0
         if header.unit_mode:
             sys_flag = 2 if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else 1
         tc = topics.create_in_send(header.topic, header.default_topic, channel.addr, header.default_topic_queue_nums,
@@ -157,7 +155,7 @@ def _msg_check(controller: BrokerController, channel: Channel, request: Remoting
     return tc, None
 
 
-def _retry_and_dlq(controller: BrokerController, request: RemotingCommand, header: SendHeader,
+def _retry_and_dlq(controller: BrokerContext, request: RemotingCommand, header: SendHeader,
                    msg: Message) -> tuple[int | None, RemotingCommand | None]:
     """``handleRetryAndDLQ`` for ``%RETRY%<group>`` topics: at ``maxReconsumeTimes`` (the header's when
     the client is >= V3_4_9, else the group's ``retryMaxTimes``) the message goes to ``%DLQ%<group>``.
@@ -183,7 +181,7 @@ def _retry_and_dlq(controller: BrokerController, request: RemotingCommand, heade
     return random.randrange(99999999) % DLQ_NUMS_PER_GROUP, None
 
 
-def _put_response(controller: BrokerController, request: RemotingCommand, result: PutMessageResult,
+def _put_response(controller: BrokerContext, request: RemotingCommand, result: PutMessageResult,
                   queue_id: int) -> RemotingCommand:
     """``handlePutMessageResult``."""
     status = result.status
@@ -207,7 +205,7 @@ def _put_response(controller: BrokerController, request: RemotingCommand, result
     return _response(controller, request, ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR" + reason)
 
 
-def send_message(controller: BrokerController, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+def send_message(controller: BrokerContext, channel: Channel, request: RemotingCommand) -> RemotingCommand:
     """Codes 10 and 310 (one message) and 320 (a batch)."""
     header = SendHeader.decode(request)
     tc, error = _msg_check(controller, channel, request, header)
@@ -243,7 +241,7 @@ def send_message(controller: BrokerController, channel: Channel, request: Remoti
     return _put_response(controller, request, result, queue_id)
 
 
-def _send_batch(controller: BrokerController, channel: Channel, request: RemotingCommand, header: SendHeader,
+def _send_batch(controller: BrokerContext, channel: Channel, request: RemotingCommand, header: SendHeader,
                 tc: TopicConfig, queue_id: int, sys_flag: int, batch_props: dict[str, str]) -> RemotingCommand:
     """``sendBatchMessage``: the body is ``MessageDecoder.encodeMessages``' concatenation; the batch's own
     properties (header ``i``: ``WAIT``) and ``CLUSTER`` are appended to each inner message's
@@ -279,6 +277,6 @@ def _send_batch(controller: BrokerController, channel: Channel, request: Remotin
     return _put_response(controller, request, result, queue_id)
 
 
-def register(controller: BrokerController) -> None:
+def register(controller: BrokerContext) -> None:
     for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
         controller.server.register(code, lambda ch, req: send_message(controller, ch, req))

@@ -10,8 +10,7 @@ from pathlib import Path
 
 from rocketstream import codec
 from rocketstream.broker import BrokerConfig, BrokerController
-from rocketstream.remoting import Channel, RemotingCommand, RequestCode, connect
-from rocketstream.remoting import json_body
+from rocketstream.remoting import Channel, RemotingCommand, RequestCode, connect, json_body
 from rocketstream.store import StoreConfig
 
 SUSPEND, SUBSCRIPTION, COMMIT = 0x2, 0x4, 0x1

@@ -7,7 +7,7 @@ import asyncio
 import time
 
 from rocketstream import codec
-from rocketstream.broker.locks import MessageQueue, RebalanceLockManager
+from rocketstream.broker.rebalance_lock import MessageQueue, RebalanceLockManager
 from rocketstream.remoting import RemotingCommand, RequestCode, ResponseCode, connect, json_body
 from tests.broker.brokerutil import broker, client, heartbeat, records, send_v2
 from tests.broker.conftest import start_serve, stop_serve

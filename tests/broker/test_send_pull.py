@@ -170,7 +170,7 @@ def test_offset_too_small_after_retention(tmp_path):
         async with broker(tmp_path, store_config=small) as b:
             b.topics.create("R", 1, 1, 6)
             ch = await client(b)
-            for i in range(100):
+            for _i in range(100):
                 assert (await ch.invoke(send_v2("R", bytes(200), queue_id=0))).code == 0
             b.store.delete_expired_files(reserved_hours=0)
             lo = b.store.min_offset("R", 0)
@@ -211,7 +211,8 @@ def test_long_polling_answers_on_arrival_and_at_the_timeout(tmp_path):
             assert 0.65 <= waited < 1.5, waited
             # a held pull whose filter does not match what arrives stays held
             t0 = time.monotonic()
-            waiting = asyncio.ensure_future(consumer.invoke(pull("g", "L", 0, 1, suspend_ms=800, subscription="TagA"), 5))
+            held = pull("g", "L", 0, 1, suspend_ms=800, subscription="TagA")
+            waiting = asyncio.ensure_future(consumer.invoke(held, 5))
             await asyncio.sleep(0.2)
             await producer.invoke(send_v2("L", b"other", tags="TagB", queue_id=0))
             await asyncio.sleep(0.2)
