@@ -33,6 +33,9 @@ EXAMPLES = {
     "demo": "rocketstream demo",
     "namesrv": "rocketstream namesrv --listen 127.0.0.1:9876\n"
     "  RMQ_NAMESRV_ADDR=127.0.0.1:9876 rocketmq-4.9.8/bin/broker   # a Java broker registers with it",
+    "broker": "rocketstream broker --store ./storage --listen 127.0.0.1:10911 --namesrv 127.0.0.1:9876",
+    "serve": "rocketstream serve   # name server 127.0.0.1:9876 + broker 127.0.0.1:10911 on ./storage\n"
+    "  rocketmq-4.9.8/bin/smoke --namesrv 127.0.0.1:9876   # a Java client against it",
 }
 
 PRODUCE_BATCH = 256
@@ -352,6 +355,54 @@ def cmd_namesrv(args: argparse.Namespace) -> int:
     return 0
 
 
+def _broker_config(args: argparse.Namespace):
+    """broker.conf (--conf, $ROCKETSTREAM_CONF, ./conf/broker.conf, else the built-in defaults) with the
+    command line's settings over it."""
+    from rocketstream.broker import BrokerConfig
+    from rocketstream.remoting.server import parse_listen
+    from rocketstream.store.meta.config import default_broker_conf
+
+    config = BrokerConfig.from_conf(default_broker_conf())
+    listen = parse_listen(args.listen, config.listen_port) if args.listen else None
+    return config.with_overrides(store=args.store, listen=listen, namesrv_addr=getattr(args, "namesrv", None),
+                                 broker_name=getattr(args, "broker_name", None))
+
+
+def _logging() -> None:
+    import logging
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rocketstream.broker import run_broker
+
+    config = _broker_config(args)
+    _logging()
+    asyncio.run(run_broker(config))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rocketstream.broker import run_broker
+    from rocketstream.namesrv import NamesrvConfig
+    from rocketstream.remoting.server import parse_listen
+
+    config = _broker_config(args)
+    host, port = parse_listen(args.namesrv_listen, 9876)
+    if not config.namesrv_addr:   # the broker registers with the name server of this process
+        from dataclasses import replace
+
+        config = replace(config, namesrv_addr=f"{host}:{port}")
+    _logging()
+    asyncio.run(run_broker(config, namesrv_config=NamesrvConfig(host=host, port=port)))
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------
 # parser
 
@@ -425,6 +476,18 @@ def build_parser() -> argparse.ArgumentParser:
             "SIGTERM; --store is not used.")
     p.add_argument("--listen", default="127.0.0.1:9876", help="HOST:PORT to bind (default 127.0.0.1:9876)")
     p.add_argument("--kv-config", type=Path, default=None, help="persist KV config here (default: in memory)")
+    p = add("broker", cmd_broker, "Run a RocketMQ broker over the store (Java clients and mqadmin work against it) "
+            "until SIGTERM; it registers with the name servers of --namesrv (or namesrvAddr of broker.conf).")
+    p.add_argument("--listen", default=None,
+                   help="HOST:PORT to bind and advertise (default brokerIP1:listenPort of broker.conf, "
+                        "127.0.0.1:10911)")
+    p.add_argument("--namesrv", default=None, help="name server address(es), 'host:port;host:port'")
+    p.add_argument("--broker-name", default=None, help="brokerName (default: broker.conf's, broker-a)")
+    p = add("serve", cmd_serve, "Run a name server and a broker over the store in one process until SIGTERM "
+            "(default: the embedded store ./storage, 127.0.0.1:9876 and 127.0.0.1:10911).")
+    p.add_argument("--listen", default=None,
+                   help="broker HOST:PORT (default brokerIP1:listenPort of broker.conf, 127.0.0.1:10911)")
+    p.add_argument("--namesrv-listen", default="127.0.0.1:9876", help="name server HOST:PORT (default 127.0.0.1:9876)")
     return parser
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from rocketstream.remoting.channel import Channel, RequestHandler, unsupported
 from rocketstream.remoting.command import MAX_FRAME_LENGTH, RemotingCommand
 
-__all__ = ["RemotingServer", "parse_listen"]
+__all__ = ["RemotingServer", "RequestHook", "parse_listen"]
 
 log = logging.getLogger("rocketstream.remoting")
 
@@ -37,9 +37,15 @@ def parse_listen(text: str, default_port: int) -> tuple[str, int]:
     return host, value
 
 
+RequestHook = Callable[[Channel, RemotingCommand], "RemotingCommand | None"]
+
+
 class RemotingServer:
     """``server.register(code, fn)``; ``fn(channel, request)`` returns a response, ``None`` (no
-    answer) or an awaitable of one. Unregistered codes go to ``default_processor`` or get code 3."""
+    answer) or an awaitable of one. Unregistered codes go to ``default_processor`` or get code 3.
+
+    ``request_hooks`` run before any processor (``RPCHook.doBeforeRequest``, e.g. ACL): a hook that
+    returns a response answers the request with it and the processor is not called."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, name: str = "remoting",
                  max_frame: int = MAX_FRAME_LENGTH, idle_timeout_s: float | None = SERVER_CHANNEL_MAX_IDLE_S) -> None:
@@ -52,6 +58,7 @@ class RemotingServer:
         self.default_processor: RequestHandler | None = None
         self.channels: set[Channel] = set()
         self.close_listeners: list[Callable[[Channel], None]] = []
+        self.request_hooks: list[RequestHook] = []
         self._server: asyncio.base_events.Server | None = None
         self._idle_task: asyncio.Task | None = None
 
@@ -72,6 +79,10 @@ class RemotingServer:
         return self
 
     def _dispatch(self, channel: Channel, request: RemotingCommand):
+        for hook in self.request_hooks:
+            refused = hook(channel, request)
+            if refused is not None:
+                return refused
         processor = self.processors.get(request.code, self.default_processor)
         if processor is None:
             return unsupported(request)

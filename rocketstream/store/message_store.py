@@ -77,6 +77,7 @@ from rocketstream.store.write.messages import (
     Message,
     PutMessageResult,
     PutMessageStatus,
+    RawMessageResult,
     prepare,
 )
 from rocketstream.store.write.put_batch import PreparedList, prepare_batch
@@ -132,6 +133,9 @@ class MessageStore:
         self._closed = False
         self._dispatcher: Dispatcher | None = None
         self._queries = StoreQueries(root, config, self.commit_log, self._queue)
+        # called after every put with (topic, queue_id, new max offset) of the queue that received messages
+        # (the delay rewrite applied): ReputMessageService's NotifyMessageArrivingListener, in-process
+        self.put_listeners: list[Callable[[str, int, int], None]] = []
 
     # --- opening ------------------------------------------------------------------------------
     @classmethod
@@ -284,6 +288,27 @@ class MessageStore:
         return self._queries.get_message(group, topic, queue_id, offset, max_msg_nums, tags)
 
     get_message.__doc__ = StoreQueries.get_message.__doc__
+
+    def get_message_raw(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                        tags_codes: Collection[int] | None = None) -> RawMessageResult:
+        return self._queries.get_message_raw(topic, queue_id, offset, max_msg_nums, tags_codes)
+
+    get_message_raw.__doc__ = StoreQueries.get_message_raw.__doc__
+
+    def raw_record(self, commit_log_offset: int) -> bytes | None:
+        return self._queries.raw_record(commit_log_offset)
+
+    raw_record.__doc__ = StoreQueries.raw_record.__doc__
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int:
+        return self._queries.earliest_store_time(topic, queue_id)
+
+    earliest_store_time.__doc__ = StoreQueries.earliest_store_time.__doc__
+
+    def store_time_at(self, topic: str, queue_id: int, offset: int) -> int:
+        return self._queries.store_time_at(topic, queue_id, offset)
+
+    store_time_at.__doc__ = StoreQueries.store_time_at.__doc__
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         return self._queries.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
@@ -470,6 +495,10 @@ class MessageStore:
             # RocketMQ's clean service runs on a timer; with no background thread, a roll is our tick:
             # files older than fileReservedTime go (never the last one), queue minimums follow.
             self.delete_expired_files()
+        if batch.dispatch and self.put_listeners:
+            new_max = result.queue_offset + batch.count
+            for listener in list(self.put_listeners):
+                listener(batch.topic, batch.queue_id, new_max)
         host = self.config.store_host
         msg_ids: list[str] | Callable[[], list[str]]
         offset_ids: list[str] | Callable[[], list[str]]

@@ -65,6 +65,24 @@ class TopicConfigTable:
         self.save()
         return True
 
+    def put(self, topic: str, entry: dict[str, Any]) -> None:
+        """Set the TopicConfig fields of ``topic`` (a broker's ``updateTopicConfig``), bump the data
+        version and save."""
+        self.table[topic] = dict(entry)
+        self._bump_and_save()
+
+    def remove(self, topic: str) -> bool:
+        """Drop ``topic`` (``deleteTopicConfig``); True when it was there."""
+        if self.table.pop(topic, None) is None:
+            return False
+        self._bump_and_save()
+        return True
+
+    def _bump_and_save(self) -> None:
+        self.data_version = {"counter": int(self.data_version.get("counter", 0)) + 1,
+                             "timestamp": time.time_ns() // 1_000_000}
+        self.save()
+
     def save(self) -> None:
         text = json.dumps({"dataVersion": self.data_version, "topicConfigTable": self.table}, indent="\t",
                           sort_keys=True)

@@ -23,7 +23,7 @@ from rocketstream.codec import MessageRecord
 from rocketstream.errors import CorruptStoreError, OptionError, StoreError
 from rocketstream.store.files import index_file
 from rocketstream.store.maintenance import layout as layouts
-from rocketstream.store.write.messages import GetMessageResult, GetMessageStatus
+from rocketstream.store.write.messages import GetMessageResult, GetMessageStatus, RawMessageResult
 
 _KEY_SEPARATOR = " "   # MessageConst.KEY_SEPARATOR
 
@@ -117,6 +117,108 @@ class StoreQueries:
             status = GetMessageStatus.FOUND
             next_phy_file_start = -1
         return result(status, offset + examined, msgs)
+
+    # --- getMessage for the wire (PullMessageProcessor) -----------------------------------------
+    def get_message_raw(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                        tags_codes: Collection[int] | None = None) -> RawMessageResult:
+        """``DefaultMessageStore.getMessage`` as the broker's PullMessageProcessor calls it: the same
+        statuses, next offsets and transfer limits as :meth:`get_message`, but the result is the stored
+        record bytes (slices of the commit-log mapping, nothing decoded) and the filter is the tags code
+        only (``ExpressionMessageFilter.isMatchedByConsumeQueue``: ``codeSet.contains((int) tagsCode)``),
+        as the Java broker filters; the client completes the filter on the TAGS string.
+
+        ``tags_codes``: None = every message (subscription ``*``). Each record's TOTALSIZE and
+        PHYSICALOFFSET are checked against its consume-queue unit (two integers, not a decode).
+        """
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return RawMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        lo, hi = cq.min_offset(), cq.max_offset()
+
+        def result(status: GetMessageStatus, next_offset: int) -> RawMessageResult:
+            return RawMessageResult(status, next_offset, lo, hi)
+
+        if hi == 0:
+            return result(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0)
+        if offset < lo:
+            return result(GetMessageStatus.OFFSET_TOO_SMALL, lo)
+        if offset == hi:
+            return result(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset)
+        if offset > hi:
+            return result(GetMessageStatus.OFFSET_OVERFLOW_BADLY, hi)
+        file_end = cq.file_end_index(offset)
+        if cq.queue.find(offset * codec.CQ_UNIT_SIZE) is None:
+            return result(GetMessageStatus.OFFSET_FOUND_NULL, file_end)
+        cfg = self.config
+        limit = max(cfg.max_filter_message_bytes, max_msg_nums * codec.CQ_UNIT_SIZE) // codec.CQ_UNIT_SIZE
+        units = cq.raw_units(offset, min(file_end, hi, offset + limit))
+        cl = self.commit_log
+        cl_min = cl.min_offset()
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        buffers: list[bytes] = []
+        size_sum = 0
+        next_phy_file_start = -1
+        examined = len(units)
+        max_bytes = cfg.max_transfer_bytes_on_message_in_memory
+        max_count = cfg.max_transfer_count_on_message_in_memory
+        for i, (phys, size, code) in enumerate(units.tolist()):
+            if buffers and (len(buffers) >= max_msg_nums or size_sum + size > max_bytes
+                            or len(buffers) > max_count - 1):   # DefaultMessageStore.isTheBatchFull
+                examined = i
+                break
+            if phys < next_phy_file_start:
+                continue
+            if tags_codes is not None and _java_int(code) not in tags_codes:
+                continue
+            mf = cl.find_file(phys) if phys >= cl_min else None
+            if mf is None:
+                if not buffers:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_phy_file_start = phys - phys % cl.file_size + cl.file_size
+                continue
+            buffers.append(_record_bytes(mf, phys, size))
+            size_sum += size
+            status = GetMessageStatus.FOUND
+            next_phy_file_start = -1
+        out = result(status, offset + examined)
+        out.buffers = buffers
+        out.total_bytes = size_sum
+        return out
+
+    def raw_record(self, phys: int) -> bytes | None:
+        """The stored bytes of the record at commit-log offset ``phys`` (``selectOneMessageByOffset``:
+        the size read from the record's own TOTALSIZE); None when no record starts there."""
+        cl = self.commit_log
+        if phys < cl.min_offset() or phys >= cl.max_offset():
+            return None
+        mf = cl.find_file(phys)
+        if mf is None:
+            return None
+        pos = phys - mf.file_from_offset
+        if pos + codec.POS_SYS_FLAG > mf.file_size:
+            return None
+        total, magic = codec.INT32_PAIR.unpack_from(mf.mm, pos)
+        if magic not in (codec.MAGIC_V1, codec.MAGIC_V2) or total <= codec.POS_SYS_FLAG \
+                or pos + total > mf.file_size:
+            return None
+        (stored_phys,) = codec.INT64.unpack_from(mf.mm, pos + codec.POS_PHYSICAL_OFFSET)
+        if stored_phys != phys:
+            return None
+        return mf.mm[pos:pos + total]
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int:
+        """``getEarliestMessageTime``: store time of the message at the queue's min offset, -1 if none."""
+        cq = self._queue(topic, queue_id)
+        if cq is None or cq.max_offset() <= cq.min_offset():
+            return -1
+        return self.commit_log.store_timestamp_at(cq.unit(cq.min_offset())[0])
+
+    def store_time_at(self, topic: str, queue_id: int, offset: int) -> int:
+        """``getMessageStoreTimeStamp``: store time of the message at queue ``offset``, -1 if none."""
+        cq = self._queue(topic, queue_id)
+        if cq is None or not cq.min_offset() <= offset < cq.max_offset():
+            return -1
+        return self.commit_log.store_timestamp_at(cq.unit(offset)[0])
 
     # --- search by time -----------------------------------------------------------------------
     def _unit_time(self, cq: ConsumeQueue, index: int, cl_min: int) -> int:
@@ -312,3 +414,24 @@ class StoreQueries:
                                                 f"{scan.problem}", path=scan.problem_path, offset=scan.end)
             offset = mf.end_offset
         return [cl.read_record(o) for o in offsets]
+
+
+def _java_int(code: int) -> int:
+    """``tagsCode.intValue()``: the low 32 bits of the unit's tagsCode as a signed int."""
+    code &= 0xFFFFFFFF
+    return code - (1 << 32) if code >= 1 << 31 else code
+
+
+def _record_bytes(mf: MappedFile, phys: int, size: int) -> bytes:
+    """The ``size`` bytes of the record at ``phys``; its TOTALSIZE and PHYSICALOFFSET must agree with
+    the consume-queue unit that pointed here (never hand a client bytes that are not that record)."""
+    pos = phys - mf.file_from_offset
+    if size <= codec.POS_SYS_FLAG or pos + size > mf.file_size:
+        raise CorruptStoreError(f"consume-queue unit (offset {phys}, size {size}) leaves the commit-log file",
+                                path=mf.path, offset=phys)
+    (total,) = codec.INT32.unpack_from(mf.mm, pos)
+    (stored_phys,) = codec.INT64.unpack_from(mf.mm, pos + codec.POS_PHYSICAL_OFFSET)
+    if total != size or stored_phys != phys:
+        raise CorruptStoreError(f"record header (TOTALSIZE {total}, PHYSICALOFFSET {stored_phys}) does not match "
+                                f"its consume-queue unit (size {size}, offset {phys})", path=mf.path, offset=phys)
+    return mf.mm[pos:pos + size]

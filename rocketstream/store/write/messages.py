@@ -38,11 +38,13 @@ class Message:
     sys_flag: int = 0
     # RECONSUMETIMES of the record: set by a broker storing a retry (SendMessageProcessor.consumerSendMsgBack)
     reconsume_times: int = 0
-    # A broker-made copy of a stored record (ScheduleMessageService.messageTimeup, the send-back copy), stored
-    # as given: ``properties`` unchanged (no UNIQ_KEY or WAIT added), the body never compressed, and only
-    # ``delay_level`` delays it - a DELAY property is data. 4.9.8 encodes a due message's properties string
-    # before it clears DELAY in the map, so the re-delivered record keeps DELAY (and REAL_TOPIC/REAL_QID)
-    # but is not delayed again.
+    # Properties and body exactly as a broker received them (SendMessageProcessor): no WAIT or UNIQ_KEY
+    # added, the body never compressed (the producer decides); a DELAY property still delays.
+    as_sent: bool = False
+    # A broker-made copy of a stored record (ScheduleMessageService.messageTimeup, the send-back copy): stored
+    # as ``as_sent`` is, except that only ``delay_level`` delays it - a DELAY property is data. 4.9.8 encodes a
+    # due message's properties string before it clears DELAY in the map, so the re-delivered record keeps
+    # DELAY (and REAL_TOPIC/REAL_QID) but is not delayed again.
     broker_copy: bool = False
 
 
@@ -140,6 +142,19 @@ class GetMessageResult:
     messages: list[MessageRecord] = field(default_factory=list)
 
 
+@dataclass
+class RawMessageResult:
+    """``getMessage`` for the wire: the stored record bytes of the messages found (``buffers``, in
+    queue order) instead of decoded records."""
+
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffers: list[bytes] = field(default_factory=list)
+    total_bytes: int = 0
+
+
 class IllegalMessage(Exception):
     """Internal: a message the store refuses; carries the put status to report."""
 
@@ -200,8 +215,11 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
     if msg.keys:
         props[codec.PROPERTY_KEYS] = msg.keys if isinstance(msg.keys, str) else " ".join(msg.keys)
     if msg.broker_copy:
-        uniq = props.get(codec.PROPERTY_UNIQ_KEY, "")
+        uniq = props.get(codec.PROPERTY_UNIQ_KEY) or ""
         delay = msg.delay_level
+    elif msg.as_sent:
+        uniq = props.get(codec.PROPERTY_UNIQ_KEY) or ""
+        delay = msg.delay_level or _int_property(props, codec.PROPERTY_DELAY)
     else:
         props.setdefault(codec.PROPERTY_WAIT, "true")
         uniq = props.get(codec.PROPERTY_UNIQ_KEY) or codec.new_uniq_key()
@@ -217,7 +235,7 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
         topic, queue_id = codec.SCHEDULE_TOPIC, delay - 1
     if batch and tran:
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
-    if not batch and not msg.broker_copy and compress_over is not None and len(body) >= compress_over \
+    if not batch and not (msg.broker_copy or msg.as_sent) and compress_over is not None and len(body) >= compress_over \
             and not sys_flag & codec.FLAG_COMPRESSED:
         body, bits = codec.compress_body(body)
         sys_flag |= bits

@@ -30,6 +30,8 @@ def prepare_batch(msgs: Sequence[Message], queue_id: int, *, store_host: HostAdd
                   max_message_size: int) -> ColumnBatch | None:
     """The batch encoded from columns, or None when the general rules are needed."""
     n = len(msgs)
+    if any(m.as_sent or m.broker_copy for m in msgs):   # kept as given by a broker: the general rules
+        return None
     bodies, tags, keys, props, flags, delays, born_ts, born_hosts, sys_flags, reconsumes = (
         list(c) for c in zip(*map(_FIELDS, msgs), strict=True))
     if set(map(type, props)) != {dict} or any(props) or any(delays) or any(sys_flags) or any(reconsumes) \

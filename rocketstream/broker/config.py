@@ -1,0 +1,185 @@
+"""``BrokerConfig``: the broker's settings from a broker.conf in RocketMQ's property names
+(``BrokerConfig``, ``NettyServerConfig``, ``MessageStoreConfig``), read with the store's
+``java.util.Properties`` parser (store/meta/config.py).
+
+Precedence, lowest first: RocketMQ's defaults (the dataclass defaults below), the broker.conf, then
+what the command line says (``--listen``, ``--namesrv``, ``--broker-name``, ``--store``:
+:meth:`BrokerConfig.with_overrides`). Unknown properties are ignored, as ``MixAll.properties2Object``
+ignores them; a known one whose value does not parse is refused with a StoreConfigError naming it
+(RocketMQ would silently keep its default).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from rocketstream.codec import HostAddress
+from rocketstream.errors import StoreConfigError
+from rocketstream.store.files.durable import os_errors
+from rocketstream.store.meta.config import (
+    BUILTIN_BROKER_CONF,
+    DEFAULT_DELAY_LEVELS,
+    StoreConfig,
+    parse_properties,
+    resolve_sizes,
+)
+
+__all__ = ["BrokerConfig", "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "PERM_PRIORITY"]
+
+# PermName
+PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 0x8, 0x4, 0x2, 0x1
+
+_INT = re.compile(r"[+-]?\d+")
+
+# property name -> (attribute, kind); kind: "str", "int", "bool"
+_PROPERTIES: dict[str, tuple[str, str]] = {
+    "brokerName": ("broker_name", "str"),
+    "brokerClusterName": ("broker_cluster_name", "str"),
+    "brokerId": ("broker_id", "int"),
+    "brokerIP1": ("broker_ip1", "str"),
+    "listenPort": ("listen_port", "int"),
+    "namesrvAddr": ("namesrv_addr", "str"),
+    "autoCreateTopicEnable": ("auto_create_topic_enable", "bool"),
+    "autoCreateSubscriptionGroup": ("auto_create_subscription_group", "bool"),
+    "longPollingEnable": ("long_polling_enable", "bool"),
+    "shortPollingTimeMills": ("short_polling_time_mills", "int"),
+    "messageDelayLevel": ("message_delay_level", "str"),
+    "aclEnable": ("acl_enable", "bool"),
+    "defaultTopicQueueNums": ("default_topic_queue_nums", "int"),
+    "flushDiskType": ("flush_disk_type", "str"),
+    "brokerPermission": ("broker_permission", "int"),
+    "maxTransferCountOnMessageInMemory": ("max_transfer_count_on_message_in_memory", "int"),
+    "maxTransferBytesOnMessageInMemory": ("max_transfer_bytes_on_message_in_memory", "int"),
+    "regionId": ("region_id", "str"),
+    "traceTopicEnable": ("trace_topic_enable", "bool"),
+    "msgTraceTopicName": ("msg_trace_topic_name", "str"),
+    "registerNameServerPeriod": ("register_name_server_period", "int"),
+    "flushConsumerOffsetInterval": ("flush_consumer_offset_interval", "int"),
+    "notifyConsumerIdsChangedEnable": ("notify_consumer_ids_changed_enable", "bool"),
+    "clusterTopicEnable": ("cluster_topic_enable", "bool"),
+    "brokerTopicEnable": ("broker_topic_enable", "bool"),
+    "flushIntervalCommitLog": ("flush_interval_commit_log", "int"),
+    "channelExpiredTimeout": ("channel_expired_timeout", "int"),
+}
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """The broker's settings; field names are the snake_case of RocketMQ's property names."""
+
+    broker_name: str = "broker-a"
+    broker_cluster_name: str = "DefaultCluster"
+    broker_id: int = 0
+    broker_ip1: str = "127.0.0.1"
+    listen_port: int = 10911
+    namesrv_addr: str | None = None                 # ";"-separated
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    acl_enable: bool = False
+    default_topic_queue_nums: int = 8               # BrokerConfig.defaultTopicQueueNums (TBW102's queues)
+    store_path_root_dir: Path = Path("storage")
+    flush_disk_type: str = "ASYNC_FLUSH"
+    broker_permission: int = PERM_READ | PERM_WRITE
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_memory: int = 262144
+    region_id: str = "DefaultRegion"                # MixAll.DEFAULT_TRACE_REGION_ID
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
+    register_name_server_period: int = 30000        # ms
+    flush_consumer_offset_interval: int = 5000      # ms
+    notify_consumer_ids_changed_enable: bool = True
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    flush_interval_commit_log: int = 500            # ms, FlushRealTimeService's period (ASYNC_FLUSH)
+    channel_expired_timeout: int = 120000           # ms, ConsumerManager/ProducerManager CHANNEL_EXPIRED_TIMEOUT
+    conf_path: Path | None = field(default=None, compare=False)
+    store_config: StoreConfig | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "store_path_root_dir", Path(self.store_path_root_dir))
+        if not 0 <= self.listen_port <= 65535:
+            raise StoreConfigError(f"listenPort must be 0..65535, got {self.listen_port}")
+        if self.short_polling_time_mills <= 0:
+            raise StoreConfigError(f"shortPollingTimeMills must be > 0, got {self.short_polling_time_mills}")
+        if self.default_topic_queue_nums <= 0:
+            raise StoreConfigError(f"defaultTopicQueueNums must be > 0, got {self.default_topic_queue_nums}")
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in (self.namesrv_addr or "").split(";") if a.strip()]
+
+    @classmethod
+    def from_conf(cls, path: str | Path | None) -> BrokerConfig:
+        """Settings from a broker.conf (None: RocketMQ's defaults, store settings from the built-in file)."""
+        if path is None:
+            store = StoreConfig.from_broker_conf(BUILTIN_BROKER_CONF) if BUILTIN_BROKER_CONF.is_file() else None
+            return cls(store_config=store)
+        path = Path(path)
+        with os_errors("cannot read broker config", path, error=StoreConfigError):
+            text = path.read_bytes().decode("latin-1")   # Properties.load(InputStream): ISO-8859-1
+        props = parse_properties(text, path=path)
+        kw: dict[str, object] = {"conf_path": path}
+        for key, (attr, kind) in _PROPERTIES.items():
+            if key not in props:
+                continue
+            value = props[key]
+            if kind == "int":
+                if _INT.fullmatch(value) is None:
+                    raise StoreConfigError(f"option {key}: not an integer: {value!r}", path=path)
+                kw[attr] = int(value)
+            elif kind == "bool":
+                kw[attr] = value.lower() == "true"   # Boolean.parseBoolean
+            else:
+                kw[attr] = value
+        store = StoreConfig.from_broker_conf(path)
+        kw["store_path_root_dir"] = store.store_path_root_dir
+        kw["store_config"] = store
+        try:
+            return cls(**kw)  # type: ignore[arg-type]  # each value was converted to its field's type above
+        except StoreConfigError as exc:
+            raise StoreConfigError(str(exc), path=path) from exc
+
+    def with_overrides(self, *, store: Path | None = None, listen: tuple[str, int] | None = None,
+                       namesrv_addr: str | None = None, broker_name: str | None = None) -> BrokerConfig:
+        """The command line's settings over the file's (``--store``, ``--listen``, ``--namesrv``, ``--broker-name``)."""
+        kw: dict[str, object] = {}
+        if store is not None:
+            kw["store_path_root_dir"] = Path(store)
+        if listen is not None:
+            kw["broker_ip1"], kw["listen_port"] = listen
+        if namesrv_addr is not None:
+            kw["namesrv_addr"] = namesrv_addr
+        if broker_name is not None:
+            kw["broker_name"] = broker_name
+        return replace(self, **kw)  # type: ignore[arg-type]  # keys are field names with checked types
+
+    def message_store_config(self) -> StoreConfig:
+        """The store settings for this broker's store: the broker.conf's store options, this broker's
+        name, root and store host (``brokerIP1:listenPort``, what clients reach and offsetMsgIds carry);
+        an existing store keeps its own mapped-file sizes."""
+        base = self.store_config or StoreConfig()
+        root = self.store_path_root_dir.expanduser()
+        if not root.is_absolute():
+            root = Path(os.getcwd()) / root
+        cfg = replace(base, store_path_root_dir=root, broker_name=self.broker_name,
+                      flush_disk_type=self.flush_disk_type, message_delay_level=self.message_delay_level,
+                      store_host=HostAddress(self.broker_ip1, self.listen_port),
+                      max_transfer_count_on_message_in_memory=self.max_transfer_count_on_message_in_memory,
+                      max_transfer_bytes_on_message_in_memory=self.max_transfer_bytes_on_message_in_memory)
+        if base.store_path_root_dir.resolve() != root.resolve():
+            # another store than the broker.conf's: retention and layout settings belong to that one
+            cfg = replace(cfg, file_reserved_time_hours=None, delete_when=None, layout_settings=(), conf_path=None)
+        return resolve_sizes(root, cfg, explicit=False)
+
+    def describe(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("store_config",)}
