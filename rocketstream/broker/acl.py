@@ -499,12 +499,13 @@ def load_acl_file(path: Path | str) -> AclRules:
 
 class _AclSettings(Protocol):
     store_path_root_dir: Any
+    acl_plain_file: str | None
 
 
 def resolve_acl_file(config: _AclSettings) -> Path:
     """Where the broker reads its ACL file (see the module docstring)."""
     root = Path(config.store_path_root_dir)
-    explicit = getattr(config, "acl_plain_file", None)
+    explicit = config.acl_plain_file
     if explicit:
         p = Path(os.path.expanduser(str(explicit)))
         return p if p.is_absolute() else root / p

@@ -48,6 +48,7 @@ _PROPERTIES: dict[str, tuple[str, str]] = {
     "shortPollingTimeMills": ("short_polling_time_mills", "int"),
     "messageDelayLevel": ("message_delay_level", "str"),
     "aclEnable": ("acl_enable", "bool"),
+    "aclPlainFile": ("acl_plain_file", "str"),
     "defaultTopicQueueNums": ("default_topic_queue_nums", "int"),
     "flushDiskType": ("flush_disk_type", "str"),
     "brokerPermission": ("broker_permission", "int"),
@@ -82,6 +83,7 @@ class BrokerConfig:
     short_polling_time_mills: int = 1000
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     acl_enable: bool = False
+    acl_plain_file: str | None = None               # plain_acl.yml (acl.py: default <store>/conf/plain_acl.yml)
     default_topic_queue_nums: int = 8               # BrokerConfig.defaultTopicQueueNums (TBW102's queues)
     store_path_root_dir: Path = Path("storage")
     flush_disk_type: str = "ASYNC_FLUSH"

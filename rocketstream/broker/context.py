@@ -12,6 +12,7 @@ from rocketstream.broker.consumer_manager import ConsumerManager, ProducerManage
 from rocketstream.broker.hold import PullRequestHoldService
 from rocketstream.broker.offset_manager import BrokerOffsetManager
 from rocketstream.broker.rebalance_lock import RebalanceLockManager
+from rocketstream.broker.stats import BrokerStats
 from rocketstream.broker.subscription_group import SubscriptionGroupManager
 from rocketstream.broker.topic_manager import TopicConfigManager
 from rocketstream.remoting.server import RemotingServer, RequestHook
@@ -33,6 +34,7 @@ class BrokerContext(Protocol):
     locks: RebalanceLockManager
     pull_holds: PullRequestHoldService
     schedule: Any
+    stats: BrokerStats
 
     @property
     def broker_addr(self) -> str: ...

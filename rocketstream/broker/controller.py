@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
-import importlib.util
 import logging
 import signal
 import time
@@ -30,12 +28,14 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
-from rocketstream.broker import client_manager, locks, pull, queries, send
+from rocketstream.broker import acl, admin, client_manager, locks, pull, queries, send, send_back
 from rocketstream.broker.config import BrokerConfig
 from rocketstream.broker.consumer_manager import ConsumerManager, ProducerManager
 from rocketstream.broker.hold import PullRequestHoldService
 from rocketstream.broker.offset_manager import BrokerOffsetManager
 from rocketstream.broker.rebalance_lock import RebalanceLockManager
+from rocketstream.broker.schedule import ScheduleMessageService
+from rocketstream.broker.stats import BrokerStats
 from rocketstream.broker.subscription_group import SubscriptionGroupManager
 from rocketstream.broker.topic_manager import TopicConfigManager
 from rocketstream.errors import RemotingError, RocketStreamError
@@ -64,13 +64,14 @@ class BrokerController:
         self.topics: TopicConfigManager = None  # type: ignore[assignment]
         self.offsets: BrokerOffsetManager = None  # type: ignore[assignment]
         self.subscription_groups: SubscriptionGroupManager = None  # type: ignore[assignment]
+        self.stats = BrokerStats()
         self.consumers = ConsumerManager(config, lambda: self.subscription_groups, self.spawn)
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
         self.pull_holds = PullRequestHoldService(
             lambda topic, queue_id, start, end: self.store.read_cq_units(topic, queue_id, start, end),
             lambda req: pull.execute_when_wakeup(self, req))
-        self.schedule: Any = None          # ScheduleMessageService (the "sched" helper's), when present
+        self.schedule: ScheduleMessageService | None = None   # made by _wire_modules at start
         self.boot_timestamp = int(time.time() * 1000)
         self._services: list[tuple[Callable[[], Awaitable[None]], str]] = []
         self._service_tasks: list[asyncio.Task] = []
@@ -130,9 +131,7 @@ class BrokerController:
             self.store.put_listeners.append(self.on_put)
             for module in (send, pull, queries, client_manager, locks):
                 module.register(self)
-            self._wire_optional_modules()
-            if RequestCode.GET_BROKER_RUNTIME_INFO not in self.server.processors:
-                self.server.register(RequestCode.GET_BROKER_RUNTIME_INFO, self._runtime_info_fallback)
+            self._wire_modules()
             self.add_service(self._flush_service, "flush-commitlog")
             self.add_service(self._persist_service, "persist-offsets")
             self.add_service(self._register_service, "register-broker")
@@ -147,39 +146,14 @@ class BrokerController:
             raise
         return self
 
-    def _wire_optional_modules(self) -> None:
-        # ---- modules of the other helpers: wired here when present (the lead finishes this at merge) ----
-        # schedule.py: ScheduleMessageService(store, delay_levels_ms, config_dir) with load/start/stop/persist
-        if _present("rocketstream.broker.schedule"):
-            schedule = importlib.import_module("rocketstream.broker.schedule")
-            self.schedule = schedule.ScheduleMessageService(self.store, self.store.config.delay_levels_ms,
-                                                            self.store.root / "config")
-            self.schedule.load()
-        # send_back.py: send_back(controller, channel, request) -> RemotingCommand for code 36
-        if _present("rocketstream.broker.send_back"):
-            send_back = importlib.import_module("rocketstream.broker.send_back")
-            if hasattr(send_back, "register"):
-                send_back.register(self)
-            else:
-                self.server.register(RequestCode.CONSUMER_SEND_MSG_BACK,
-                                     lambda ch, req: send_back.send_back(self, ch, req))
-        # admin.py owns every admin code; until it is merged, admin_minimal.py answers what bin/smoke needs
-        if _present("rocketstream.broker.admin"):
-            importlib.import_module("rocketstream.broker.admin").register(self)
-        else:
-            from rocketstream.broker import admin_minimal
-
-            admin_minimal.register(self)
-        # acl.py: adds its request hook when aclEnable
-        if _present("rocketstream.broker.acl"):
-            importlib.import_module("rocketstream.broker.acl").register(self)
-        # ---- end of the other helpers' modules ----
-
-    def _runtime_info_fallback(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        """GET_BROKER_RUNTIME_INFO with the keys clients branch on (admin.py answers the full table)."""
-        table = {"brokerVersionDesc": BROKER_VERSION_DESC, "brokerVersion": "409",
-                 "bootTimestamp": str(self.boot_timestamp)}
-        return req.response(ResponseCode.SUCCESS, body=json_body.dumps({"table": table}))
+    def _wire_modules(self) -> None:
+        """The processors that are not the core's: retry/delay, admin codes, ACL."""
+        self.schedule = ScheduleMessageService(self.store, self.store.config.delay_levels_ms,
+                                               self.store.root / "config")
+        self.schedule.load()
+        send_back.register(self)
+        admin.register(self)
+        acl.register(self)   # adds its request hook when aclEnable
 
     async def stop(self) -> None:
         """Clean stop: unregister, stop services and the server, persist, close the store."""
@@ -238,7 +212,7 @@ class BrokerController:
                 if self.subscription_groups.data_version != groups_version:
                     self.subscription_groups.persist()
                     groups_version = dict(self.subscription_groups.data_version)
-                if self.schedule is not None and hasattr(self.schedule, "persist"):
+                if self.schedule is not None:
                     self.schedule.persist()
             except RocketStreamError:
                 log.exception("persisting consumer offsets failed")
@@ -302,9 +276,6 @@ class BrokerController:
             except RemotingError as exc:
                 log.warning("unregisterBroker from name server %s failed: %s", addr, exc)
 
-
-def _present(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
 
 
 async def run_broker(config: BrokerConfig, *, namesrv_config: Any = None, ready_line: bool = True) -> None:

@@ -150,6 +150,7 @@ def process_pull(controller: BrokerContext, channel: Channel, request: RemotingC
     response: RemotingCommand | None
     if code == ResponseCode.SUCCESS:
         response = request.response(code, status.name, fields=fields, body=b"".join(result.buffers))
+        controller.stats.on_get(h.consumer_group, h.topic, len(result.buffers))
     elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and has_suspend:
         hold_ms = h.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
         controller.pull_holds.suspend(PullRequest(channel, request, h.topic, h.queue_id, h.queue_offset,

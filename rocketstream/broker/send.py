@@ -187,9 +187,12 @@ def _put_response(controller: BrokerContext, request: RemotingCommand, result: P
     status = result.status
     if status is PutMessageStatus.PUT_OK or status is PutMessageStatus.FLUSH_DISK_TIMEOUT:
         code = ResponseCode.SUCCESS if status is PutMessageStatus.PUT_OK else ResponseCode.FLUSH_DISK_TIMEOUT
+        controller.stats.on_put(request.field("b", required=False) or request.field("topic", required=False) or "",
+                                result.count, result.wrote_bytes)
         return _response(controller, request, code, None, {
             "msgId": ",".join(result.offset_msg_ids), "queueId": queue_id, "queueOffset": result.queue_offset})
     reason = f" ({result.reason})" if result.reason else ""
+    controller.stats.on_put_failed(request.field("b", required=False) or request.field("topic", required=False) or "")
     if status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED:
         return _response(controller, request, ResponseCode.SYSTEM_ERROR,
                          "create mapped file failed, server is busy or broken." + reason)

@@ -77,7 +77,7 @@ def acl_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def hook(acl_file: Path) -> acl.AclHook:
-    return acl.AclHook(SimpleNamespace(store_path_root_dir=acl_file.parents[1], acl_enable=True))
+    return acl.AclHook(SimpleNamespace(store_path_root_dir=acl_file.parents[1], acl_enable=True, acl_plain_file=None))
 
 
 def chan(addr: str = LOCAL) -> SimpleNamespace:
@@ -314,8 +314,8 @@ def test_bad_files_name_file_and_field(tmp_path: Path, text: str, field: str | N
 
 def test_missing_file_and_locations(tmp_path: Path) -> None:
     with pytest.raises(AclConfigError, match="not found"):
-        acl.AclHook(SimpleNamespace(store_path_root_dir=tmp_path, acl_enable=True))
-    cfg = SimpleNamespace(store_path_root_dir=tmp_path)
+        acl.AclHook(SimpleNamespace(store_path_root_dir=tmp_path, acl_enable=True, acl_plain_file=None))
+    cfg = SimpleNamespace(store_path_root_dir=tmp_path, acl_plain_file=None)
     assert acl.resolve_acl_file(cfg) == tmp_path / "conf" / "plain_acl.yml"
     assert acl.resolve_acl_file(SimpleNamespace(store_path_root_dir=tmp_path, acl_plain_file="x/a.yml")) == \
         tmp_path / "x" / "a.yml"
@@ -330,10 +330,10 @@ def test_missing_file_and_locations(tmp_path: Path) -> None:
 
 def test_register_only_when_enabled(acl_file: Path) -> None:
     root = acl_file.parents[1]
-    off = SimpleNamespace(config=SimpleNamespace(acl_enable=False, store_path_root_dir=root), request_hooks=[])
+    off = SimpleNamespace(config=SimpleNamespace(acl_enable=False, store_path_root_dir=root, acl_plain_file=None), request_hooks=[])
     acl.register(off)
     assert off.request_hooks == []
-    on = SimpleNamespace(config=SimpleNamespace(acl_enable=True, store_path_root_dir=root), request_hooks=[])
+    on = SimpleNamespace(config=SimpleNamespace(acl_enable=True, store_path_root_dir=root, acl_plain_file=None), request_hooks=[])
     acl.register(on)
     assert len(on.request_hooks) == 1 and isinstance(on.request_hooks[0], acl.AclHook)
     assert on.request_hooks[0](chan(), send_v2("topicB", sk="bad-secret")).remark == SIGNATURE_FAILED
