@@ -11,31 +11,36 @@ Offsets committed by other processes (issue 11)
 -----------------------------------------------
 A Java broker rewrites the file from memory every 5 s and so silently drops what other processes
 committed meanwhile. We chose the **merge** (not routing local-mode commits through the broker: the
-local-mode writers keep working with or without a broker running). The rule, per
-``(topic@group, queueId)`` entry:
+local-mode writers keep working with or without a broker running). Per ``(topic@group, queueId)``
+entry, newest wins, with "newest" decided by the order of observations, never by comparing clocks:
 
-* *Base.* We keep a copy of the file's content as we last saw it (at ``load``, at each check below,
-  and after our own ``persist``), with the signature (inode, size, mtime, ctime) of that version.
-* *Checks.* Every ``commit_offset``, ``query_offset``, ``clone_offset``, ``remove_offset`` and the other
-  readers first ``stat`` the file (one syscall; at most once per ``check_interval_s``, default 0 = every
-  call); ``persist`` always re-reads it, holding the same exclusive lock file as the other writers.
-  When the signature changed, the new version is read and every entry whose value differs from the
-  base (changed, appeared, or removed) is an *external change*, made after the previous check.
-* *Newest wins.* An external change is newer than every broker update made before the previous check,
-  so it replaces the in-memory value. The only updates it can race with are broker updates stamped
-  *after* the previous check; each such update carries its wall-clock time, and the external change
-  the file's mtime (the time its writer replaced the file): the later one wins, a tie goes to the
-  file. With the default ``check_interval_s=0`` every broker update runs a check first and counts as
-  made at that check, so no broker update is ever stamped after the previous check: the order is
-  exact, and clocks are not compared at all.
-* *Persist* merges the way a check does, under the lock, then writes the in-memory table (unless it
-  equals what is on disk) and makes the written version the new base; groups and topics that
-  appeared on disk are in memory by then, so nothing another process committed is dropped.
+* *Base.* We keep the file's content as we last saw it (at ``load``, at each check, after our own
+  ``persist``) and the :class:`FileSignature` (inode, size, mtime, ctime) of that version.
+* *Checks.* Every call (``commit_offset``, ``query_offset``, ``table``, ``clone_offset``, ``remove_offset``
+  ...) first ``stat``-s the file: one syscall, about 3 microseconds. When the signature changed, the
+  new version is read and every entry whose value differs from the base (changed, appeared, removed)
+  is an *external change*. ``persist`` makes the same check, re-reading the file under the exclusive
+  lock file the other writers hold while they write.
+* *Order.* A broker update counts as made at the check that opens its call. An external change found
+  by a check was written after the previous check, so after every broker update made so far: it
+  replaces the in-memory value. A broker update made after that check replaces it in turn. So each
+  entry ends up with the value of its latest commit, whichever process made it. (An external write
+  landing in the microseconds between a call's check and its update counts as the later one.)
+* *Persist* then writes the in-memory table (unless the file already says exactly that) and makes the
+  written version the new base. Groups, topics and queues that appeared on disk are in memory by then:
+  nothing another process committed is dropped, and nothing the broker committed is either.
+
+We considered stamping broker updates with their wall-clock time, checking the file only on the 5 s
+tick and comparing the stamps with the file's mtime. That is strictly less precise (the mtime is the
+newest of possibly several external versions, so an older external commit carried along by a newer
+file would beat a broker commit made in between) and saves only the ``stat`` per call.
 
 Limits, by construction: a change is a *difference* from the base, so an external commit that
-rewrites the value the file already held is invisible and does not override a newer in-memory
-value of that entry; in throttled mode (``check_interval_s > 0``) mtime granularity (a clock tick)
-decides races closer than that; a file that vanishes is no change (``persist`` writes it again).
+rewrites the value the file already held is invisible and does not override a newer in-memory value
+of that entry; a file that vanishes is no change (``persist`` writes it again). Two versions could
+share a signature only if an inode number were reused with the same size and times; our writers
+(:func:`~rocketstream.store.meta.offsets.replace_offset_file`) give every version a strictly later
+nanosecond mtime, which rules that out.
 
 Bad files: ``load`` follows ``ConfigManager.load`` (main file, else ``.bak``); when both are unusable it
 raises :class:`OffsetFileError` naming the file and nothing is written. A main file that changes into
@@ -47,7 +52,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -72,7 +76,6 @@ __all__ = ["BrokerOffsetManager", "TOPIC_GROUP_SEPARATOR"]
 log = logging.getLogger(__name__)
 
 TOPIC_GROUP_SEPARATOR = "@"  # ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR
-Entry = tuple[str, int]  # ("topic@group", queueId)
 
 
 def _split(key: str) -> list[str]:
@@ -91,14 +94,12 @@ class BrokerOffsetManager:
         self,
         store_root: str | Path,
         *,
-        check_interval_s: float = 0.0,
         min_offset_in_queue: Callable[[str, int], int] | None = None,
     ) -> None:
         self.config_dir = Path(store_root) / "config"
         self.path = self.config_dir / CONSUMER_OFFSET_FILE
         self.bak_path = self.config_dir / (CONSUMER_OFFSET_FILE + ".bak")
         self.lock_path = self.config_dir / (CONSUMER_OFFSET_FILE + ".lock")
-        self.check_interval_ns = int(check_interval_s * 1e9)
         self.min_offset_in_queue = min_offset_in_queue
         self._lock = threading.RLock()
         self._table: dict[str, dict[int, int]] = {}
@@ -107,8 +108,6 @@ class BrokerOffsetManager:
         self._main_ok = False  # that version parsed (it may become the next .bak)
         self._disk_error: OffsetFileError | None = None  # a changed main file that did not parse
         self._data_version: dict[str, object] | None = None  # 5.x documents only
-        self._checked_ns = -(2**63)  # monotonic time of the last check
-        self._stamps: dict[Entry, int] = {}  # broker updates since the last check -> wall time (ns)
 
     # ---------------------------------------------------------------------------------------- loading
 
@@ -128,8 +127,6 @@ class BrokerOffsetManager:
             self._main_ok = main_raw is not None
             self._disk_error = None
             self._data_version = doc.data_version if doc is not None else None
-            self._stamps.clear()
-            self._checked_ns = time.monotonic_ns()
 
     # -------------------------------------------------------------------------------------- broker API
 
@@ -137,12 +134,10 @@ class BrokerOffsetManager:
         """Set the group's next offset of one queue (``commitOffset``); a decrease is logged, as in Java."""
         key = topic + TOPIC_GROUP_SEPARATOR + group
         with self._lock:
-            checked = self._maybe_check()
+            self._check()
             queues = self._table.setdefault(key, {})
             old = queues.get(queue_id)
             queues[queue_id] = offset
-            if not checked:
-                self._stamps[(key, queue_id)] = time.time_ns()
         if old is not None and offset < old:
             log.warning("[NOTIFYME]update consumer offset less than store. clientHost=%s, key=%s, queueId=%d, "
                         "requestOffset=%d, storeOffset=%d", client_host, key, queue_id, offset, old)
@@ -150,52 +145,43 @@ class BrokerOffsetManager:
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed next offset, -1 when the group has none for this queue (``queryOffset``)."""
         with self._lock:
-            self._maybe_check()
+            self._check()
             return self._table.get(topic + TOPIC_GROUP_SEPARATOR + group, {}).get(queue_id, -1)
 
     def table(self) -> dict[str, dict[int, int]]:
         """A copy of ``"topic@group" -> {queueId: offset}``."""
         with self._lock:
-            self._maybe_check()
+            self._check()
             return _copy(self._table)
 
     def topics_of_group(self, group: str) -> set[str]:
         """``whichTopicByConsumer``: topics of two-part keys ``topic@group``."""
         with self._lock:
-            self._maybe_check()
+            self._check()
             return {parts[0] for parts in map(_split, self._table) if len(parts) == 2 and parts[1] == group}
 
     def groups_of_topic(self, topic: str) -> set[str]:
         """``whichGroupByTopic``: groups of two-part keys ``topic@group``."""
         with self._lock:
-            self._maybe_check()
+            self._check()
             return {parts[1] for parts in map(_split, self._table) if len(parts) == 2 and parts[0] == topic}
 
     def remove_offset(self, group: str) -> None:
         """Drop every two-part ``topic@group`` entry of ``group`` (``removeOffset``)."""
         with self._lock:
-            checked = self._maybe_check()
-            now = time.time_ns()
+            self._check()
             for key in [k for k in self._table if len(_split(k)) == 2 and _split(k)[1] == group]:
-                queues = self._table.pop(key)
-                if not checked:
-                    self._stamps.update({(key, q): now for q in queues})
+                del self._table[key]
                 log.warning("clean group offset %s", key)
 
     def clone_offset(self, src_group: str, dst_group: str, topic: str) -> None:
         """Replace ``dst_group``'s offsets on ``topic`` by a copy of ``src_group``'s (``cloneOffset``);
         nothing happens when the source has none."""
         with self._lock:
-            checked = self._maybe_check()
+            self._check()
             src = self._table.get(topic + TOPIC_GROUP_SEPARATOR + src_group)
-            if src is None:
-                return
-            dst_key = topic + TOPIC_GROUP_SEPARATOR + dst_group
-            old = self._table.get(dst_key, {})
-            self._table[dst_key] = dict(src)
-            if not checked:
-                now = time.time_ns()
-                self._stamps.update({(dst_key, q): now for q in set(old) | set(src)})
+            if src is not None:
+                self._table[topic + TOPIC_GROUP_SEPARATOR + dst_group] = dict(src)
 
     def query_min_offset_in_all_group(
         self,
@@ -241,7 +227,6 @@ class BrokerOffsetManager:
                 read = read_offset_file(self.path)
                 if read.signature != self._sig:
                     self._observe(read)
-                self._checked(time.monotonic_ns())
                 if self._disk_error is not None:
                     raise OffsetFileError(f"not persisting the broker's offsets over a file that does not "
                                           f"parse: {self._disk_error}", path=self.path,
@@ -259,24 +244,14 @@ class BrokerOffsetManager:
 
     # --------------------------------------------------------------------------------- disk changes
 
-    def _maybe_check(self) -> bool:
-        """Run a check when due; True when it ran (the caller's update then counts as made at it)."""
-        now = time.monotonic_ns()
-        if self.check_interval_ns and now - self._checked_ns < self.check_interval_ns:
-            return False
+    def _check(self) -> None:
+        """Take in the file's new version, if there is one (the update that follows counts as later)."""
         sig = file_signature(self.path)
         if sig != self._sig and sig is not None:
             self._observe(read_offset_file(self.path))
-        self._checked(now)
-        return True
-
-    def _checked(self, now_ns: int) -> None:
-        """A check is complete: every broker update so far is older than any change found later."""
-        self._checked_ns = now_ns
-        self._stamps.clear()
 
     def _observe(self, read: OffsetFileRead) -> None:
-        """Take in a new version of the file: merge its changes against the base (newest wins)."""
+        """Take in a new version of the file: its changes against the base are newer than memory."""
         if read.raw is None or read.signature is None:
             return  # the file is gone: no change to take in (persist writes it again); keep the base
         try:
@@ -289,7 +264,6 @@ class BrokerOffsetManager:
             self._main_ok = False
             return
         disk = doc.table
-        mtime_ns = read.signature.mtime_ns
         for key in self._base.keys() | disk.keys():
             base_q, disk_q = self._base.get(key, {}), disk.get(key, {})
             if base_q == disk_q:
@@ -298,9 +272,6 @@ class BrokerOffsetManager:
                 value = disk_q.get(queue_id)
                 if base_q.get(queue_id) == value:
                     continue
-                stamp = self._stamps.get((key, queue_id))
-                if stamp is not None and stamp > mtime_ns:
-                    continue  # the broker's update raced with this one and is the later
                 if value is None:
                     queues = self._table.get(key)
                     if queues is not None:

@@ -271,9 +271,19 @@ def replace_offset_file(path: Path, text: str, previous: bytes | None) -> None:
     so is the backup.
     ``previous`` is the main file's content only when it parsed, so a corrupt file never overwrites a
     good backup.
+
+    The new version's mtime is set to the wall clock in nanoseconds, and past the replaced version's
+    mtime when the clock says otherwise: so versions written here have strictly increasing mtimes and
+    never share a :class:`FileSignature` even when an inode number is reused (a running broker
+    detects other processes' commits by the signature, and orders racing ones by the mtime).
     """
     with os_errors("cannot write offset file", path):
         tmp = write_synced_tmp(path, text.encode("utf-8"))
+        stamp = time.time_ns()
+        current = file_signature(path)
+        if current is not None and stamp <= current.mtime_ns:
+            stamp = current.mtime_ns + 1
+        os.utime(tmp, ns=(stamp, stamp))
         if previous is not None:
             # the backup too goes through a temporary file: written in place, a kill mid-copy
             # left an empty or torn .bak (found by the offset-persist crash campaign)
