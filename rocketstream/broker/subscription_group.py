@@ -157,7 +157,7 @@ class SubscriptionGroupManager:
         self._lock = threading.RLock()
         self._table: dict[str, SubscriptionGroupConfig] = {}  # insertion order, as the Java table saw it
         self._extra: dict[str, Any] = {}  # unknown top-level fields
-        self.data_version: dict[str, int] = {"counter": 0, "timestamp": _now_ms()}
+        self.data_version: dict[str, Any] = {"counter": 0, "timestamp": _now_ms()}  # 5.x: + stateVersion
         for group in _BUILT_IN_GROUPS:
             self._table[group] = SubscriptionGroupConfig(group)
 
@@ -177,7 +177,7 @@ class SubscriptionGroupManager:
             self._extra = extra
 
     def _parse(self, text: bytes, *, path: object) -> tuple[dict[str, SubscriptionGroupConfig],
-                                                             dict[str, int] | None, dict[str, Any]]:
+                                                             dict[str, Any] | None, dict[str, Any]]:
         doc = parse_fastjson(text, path=path)
         if not isinstance(doc, dict):
             raise OffsetFileError("the document is not an object", path=path)
@@ -190,7 +190,7 @@ class SubscriptionGroupManager:
                 raise OffsetFileError(f"subscription group key {key!r} is not a string", path=path)
             table[key] = SubscriptionGroupConfig.from_json(cfg, path=path, key=key)
         version = doc.get("dataVersion")
-        checked_version: dict[str, int] | None = None
+        checked_version: dict[str, Any] | None = None
         if version is not None:
             if not isinstance(version, dict) or not all(
                     isinstance(version.get(k), int) and not isinstance(version.get(k), bool)
@@ -260,8 +260,7 @@ class SubscriptionGroupManager:
         """The file's text, as the Java broker writes it."""
         with self._lock:
             doc: dict[str, Any] = dict(self._extra)
-            doc["dataVersion"] = {"counter": self.data_version["counter"],
-                                  "timestamp": self.data_version["timestamp"]}
+            doc["dataVersion"] = {k: self.data_version[k] for k in sorted(self.data_version)}
             doc["subscriptionGroupTable"] = {g: c.to_json() for g, c in self.all().items()}
             return dump_fastjson({k: doc[k] for k in sorted(doc)})
 
@@ -284,7 +283,8 @@ class SubscriptionGroupManager:
 
     def _next_version(self) -> None:
         """``DataVersion.nextVersion``: counter + 1, timestamp now."""
-        self.data_version = {"counter": self.data_version["counter"] + 1, "timestamp": _now_ms()}
+        self.data_version = {**self.data_version, "counter": self.data_version["counter"] + 1,
+                             "timestamp": _now_ms()}
 
 
 def _now_ms() -> int:
