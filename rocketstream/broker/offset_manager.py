@@ -55,7 +55,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from rocketstream.errors import OffsetFileError
+from rocketstream.errors import OffsetFileError, OptionError
 from rocketstream.store.files.durable import os_errors
 from rocketstream.store.meta.offsets import (
     CONSUMER_OFFSET_FILE,
@@ -76,6 +76,8 @@ __all__ = ["BrokerOffsetManager", "TOPIC_GROUP_SEPARATOR"]
 log = logging.getLogger(__name__)
 
 TOPIC_GROUP_SEPARATOR = "@"  # ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 def _split(key: str) -> list[str]:
@@ -131,7 +133,15 @@ class BrokerOffsetManager:
     # -------------------------------------------------------------------------------------- broker API
 
     def commit_offset(self, client_host: str, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Set the group's next offset of one queue (``commitOffset``); a decrease is logged, as in Java."""
+        """Set the group's next offset of one queue (``commitOffset``); a decrease is logged, as in Java.
+
+        A queue id outside int32 or an offset outside int64 raises :class:`OptionError` naming the
+        header field: written, it would make the file unreadable (Java's header parsing refuses them).
+        """
+        if isinstance(queue_id, bool) or not isinstance(queue_id, int) or not _INT32[0] <= queue_id <= _INT32[1]:
+            raise OptionError("queueId", "must be an int32", queue_id)
+        if isinstance(offset, bool) or not isinstance(offset, int) or not _INT64[0] <= offset <= _INT64[1]:
+            raise OptionError("commitOffset", "must be an int64", offset)
         key = topic + TOPIC_GROUP_SEPARATOR + group
         with self._lock:
             self._check()

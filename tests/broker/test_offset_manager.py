@@ -7,7 +7,6 @@ ConsumerOffsetManager` users (Spark local mode, the CLI), in this process or in 
 from __future__ import annotations
 
 import multiprocessing
-import os
 import shutil
 import tempfile
 import time
@@ -18,15 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketstream.broker.offset_manager import BrokerOffsetManager
-from rocketstream.errors import OffsetFileError
+from rocketstream.errors import OffsetFileError, OptionError
 from rocketstream.store.meta.offsets import (
     ConsumerOffsetManager,
     dump_consumer_offsets,
     load_consumer_offset_document,
     load_consumer_offsets,
 )
-
-REAL_STORES = Path(os.environ.get("ROCKETSTREAM_REAL_STORES", "/nonexistent"))
+from tests.broker.realconfig import real_config_dir
 
 
 def _file(root: Path) -> Path:
@@ -44,19 +42,8 @@ def _broker(root: Path) -> BrokerOffsetManager:
 
 
 @pytest.fixture(scope="module")
-def real_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """config/ of a store the real 4.9.8 broker wrote (generated like tests/realstore's fixture)."""
-    if (REAL_STORES / "clean" / "store" / "config").is_dir():
-        return REAL_STORES / "clean" / "store" / "config"
-    from tests.realbroker import make_store, peers
-
-    try:
-        peers.find_dist()
-        peers.find_java()
-    except peers.JavaUnavailable as e:
-        pytest.skip(f"real RocketMQ 4.9.8 stores cannot be generated: {e}")
-    stores = make_store.generate(tmp_path_factory.mktemp("real-stores"), ("clean",), log=lambda s: None)
-    return Path(stores["clean"].root) / "config"
+def real_config() -> Path:
+    return real_config_dir()
 
 
 # ------------------------------------------------------------------------------- RocketMQ semantics
@@ -128,6 +115,15 @@ def test_commit_query_and_java_table_operations(tmp_path: Path) -> None:
     assert "t@g@broadcast" in m.table(), "removeOffset drops two-part keys only"
     m.persist()
     assert _disk(tmp_path) == m.table()
+
+
+def test_out_of_range_commits_are_refused_naming_the_field(tmp_path: Path) -> None:
+    m = _broker(tmp_path)
+    with pytest.raises(OptionError, match="queueId"):
+        m.commit_offset("h", "g", "t", 2**31, 1)
+    with pytest.raises(OptionError, match="commitOffset"):
+        m.commit_offset("h", "g", "t", 0, 2**63)
+    assert m.table() == {}
 
 
 def test_min_offset_filter_uses_the_groups_second_key_part(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -15,8 +14,8 @@ from rocketstream.broker.subscription_group import (
 )
 from rocketstream.codec.fastjson import parse_fastjson
 from rocketstream.errors import OffsetFileError
+from tests.broker.realconfig import real_config_dir
 
-REAL_STORES = Path(os.environ.get("ROCKETSTREAM_REAL_STORES", "/nonexistent"))
 BUILT_IN = {"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PULL",
             "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER"}
 DEFAULTS_JSON = {"brokerId": 0, "consumeBroadcastEnable": True, "consumeEnable": True, "consumeFromMinEnable": True,
@@ -25,19 +24,8 @@ DEFAULTS_JSON = {"brokerId": 0, "consumeBroadcastEnable": True, "consumeEnable":
 
 
 @pytest.fixture(scope="module")
-def real_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """config/ of a store the real 4.9.8 broker wrote (generated like tests/realstore's fixture)."""
-    if (REAL_STORES / "clean" / "store" / "config").is_dir():
-        return REAL_STORES / "clean" / "store" / "config"
-    from tests.realbroker import make_store, peers
-
-    try:
-        peers.find_dist()
-        peers.find_java()
-    except peers.JavaUnavailable as e:
-        pytest.skip(f"real RocketMQ 4.9.8 stores cannot be generated: {e}")
-    stores = make_store.generate(tmp_path_factory.mktemp("real-stores"), ("clean",), log=lambda s: None)
-    return Path(stores["clean"].root) / "config"
+def real_config() -> Path:
+    return real_config_dir()
 
 
 def _manager(root: Path) -> SubscriptionGroupManager:
