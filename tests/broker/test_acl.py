@@ -330,10 +330,12 @@ def test_missing_file_and_locations(tmp_path: Path) -> None:
 
 def test_register_only_when_enabled(acl_file: Path) -> None:
     root = acl_file.parents[1]
-    off = SimpleNamespace(config=SimpleNamespace(acl_enable=False, store_path_root_dir=root, acl_plain_file=None), request_hooks=[])
+    off = SimpleNamespace(config=SimpleNamespace(acl_enable=False, store_path_root_dir=root, acl_plain_file=None),
+                          request_hooks=[])
     acl.register(off)
     assert off.request_hooks == []
-    on = SimpleNamespace(config=SimpleNamespace(acl_enable=True, store_path_root_dir=root, acl_plain_file=None), request_hooks=[])
+    on = SimpleNamespace(config=SimpleNamespace(acl_enable=True, store_path_root_dir=root, acl_plain_file=None),
+                         request_hooks=[])
     acl.register(on)
     assert len(on.request_hooks) == 1 and isinstance(on.request_hooks[0], acl.AclHook)
     assert on.request_hooks[0](chan(), send_v2("topicB", sk="bad-secret")).remark == SIGNATURE_FAILED

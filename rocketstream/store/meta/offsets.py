@@ -51,7 +51,19 @@ __all__ = [
     "ConsumerOffsetManager",
     "LocalOffsetStore",
     "default_local_offset_dir",
+    "FileSignature",
+    "OffsetFileRead",
+    "load_with_bak",
+    "file_signature",
+    "read_offset_file",
+    "load_consumer_offset_file",
+    "exclusive_lock",
+    "replace_offset_file",
+    "next_data_version",
+    "CONSUMER_OFFSET_FILE",
 ]
+
+CONSUMER_OFFSET_FILE = "consumerOffset.json"  # under <store_root>/config; lock and .bak beside it
 
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
@@ -209,7 +221,7 @@ def _read_bytes(path: Path) -> bytes | None:
     return None
 
 
-def _load_with_bak(path: Path, parse: Callable[..., T]) -> tuple[T | None, bytes | None]:
+def load_with_bak(path: Path, parse: Callable[..., T]) -> tuple[T | None, bytes | None]:
     """RocketMQ's load rule: main file; if missing, empty or unparsable, the ``.bak`` next to it.
 
     Returns (value, main_bytes): value None when neither file exists; main_bytes is the main file's
@@ -241,7 +253,7 @@ def _load_with_bak(path: Path, parse: Callable[..., T]) -> tuple[T | None, bytes
 
 
 @contextmanager
-def _exclusive_lock(lock_path: Path) -> Iterator[None]:
+def exclusive_lock(lock_path: Path) -> Iterator[None]:
     with os_errors("cannot open lock file", lock_path):
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -251,7 +263,7 @@ def _exclusive_lock(lock_path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock; the kernel does it too if we are killed
 
 
-def _replace_file(path: Path, text: str, previous: bytes | None) -> None:
+def replace_offset_file(path: Path, text: str, previous: bytes | None) -> None:
     """4.9.8's string2File, made crash safe: .tmp (fsynced), previous content to .bak (via .bak.tmp),
     rename.
 
@@ -259,15 +271,85 @@ def _replace_file(path: Path, text: str, previous: bytes | None) -> None:
     so is the backup.
     ``previous`` is the main file's content only when it parsed, so a corrupt file never overwrites a
     good backup.
+
+    The new version's mtime is set to the wall clock in nanoseconds, and past the replaced version's
+    mtime when the clock says otherwise: so versions written here have strictly increasing mtimes and
+    never share a :class:`FileSignature` even when an inode number is reused (a running broker
+    detects other processes' commits by the signature, and orders racing ones by the mtime).
     """
     with os_errors("cannot write offset file", path):
         tmp = write_synced_tmp(path, text.encode("utf-8"))
+        stamp = time.time_ns()
+        current = file_signature(path)
+        if current is not None and stamp <= current.mtime_ns:
+            stamp = current.mtime_ns + 1
+        os.utime(tmp, ns=(stamp, stamp))
         if previous is not None:
             # the backup too goes through a temporary file: written in place, a kill mid-copy
             # left an empty or torn .bak (found by the offset-persist crash campaign)
             write_atomic(path.with_name(path.name + ".bak"), previous)
         os.replace(tmp, path)
         fsync_dir(path.parent)
+
+
+class FileSignature(NamedTuple):
+    """What ``stat`` says about one version of a file. Every writer replaces the offset file by a rename,
+    so a new version has a new inode while the old one is still linked: a changed signature means a
+    new version, an equal one (on the same path) the version seen before."""
+
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+
+def _signature(st: os.stat_result) -> FileSignature:
+    return FileSignature(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def file_signature(path: Path) -> FileSignature | None:
+    """The file's current :class:`FileSignature`; None when it does not exist (one ``stat`` call)."""
+    with os_errors("cannot stat offset file", path, missing_ok=True):
+        return _signature(os.stat(path))
+    return None
+
+
+class OffsetFileRead(NamedTuple):
+    raw: bytes | None  # None: the file does not exist
+    signature: FileSignature | None  # of exactly the version ``raw`` was read from
+
+
+def read_offset_file(path: Path) -> OffsetFileRead:
+    """Read the main file and the signature of the same version (fstat of the open descriptor).
+
+    Readers need no lock: writers replace the file by a rename, so the descriptor sees one whole version.
+    """
+    with os_errors("cannot read offset file", path, missing_ok=True):
+        with open(path, "rb") as f:
+            sig = _signature(os.fstat(f.fileno()))
+            return OffsetFileRead(f.read(), sig)
+    return OffsetFileRead(None, None)
+
+
+def load_consumer_offset_file(path: Path) -> tuple[ConsumerOffsetDocument | None, bytes | None]:
+    """consumerOffset.json with RocketMQ's fallback to ``.bak`` (``ConfigManager.load``/``loadBak``).
+
+    Returns (document, main_bytes) as :func:`load_with_bak`: document None when neither file exists,
+    main_bytes None unless the main file is what parsed. Both files unusable: :class:`OffsetFileError`.
+    """
+    return load_with_bak(path, load_consumer_offset_document)
+
+
+def next_data_version(version: Mapping[str, object] | None) -> dict[str, object] | None:
+    """A 5.x document's ``dataVersion`` advanced as ``DataVersion.nextVersion`` does; None stays None
+    (4.x documents have no version)."""
+    if version is None:
+        return None
+    advanced = dict(version)
+    counter = _as_int(advanced.get("counter"), _INT64)
+    advanced["counter"] = counter + 1 if counter is not None else 1
+    advanced["timestamp"] = int(time.time() * 1000)
+    return advanced
 
 
 # ----------------------------------------------------------------------------------- broker offsets
@@ -288,7 +370,7 @@ class ConsumerOffsetManager:
         self.read_only = read_only
 
     def _load(self) -> tuple[ConsumerOffsetDocument, bytes | None]:
-        doc, raw = _load_with_bak(self.path, load_consumer_offset_document)
+        doc, raw = load_consumer_offset_file(self.path)
         return (doc or ConsumerOffsetDocument({}, None)), raw
 
     def table(self) -> dict[str, dict[int, int]]:
@@ -349,19 +431,14 @@ class ConsumerOffsetManager:
     def _rewrite(self, apply: Callable[[dict[str, dict[int, int]]], None]) -> None:
         with os_errors("cannot create config directory", self.config_dir):
             self.config_dir.mkdir(parents=True, exist_ok=True)
-        with _exclusive_lock(self.lock_path):
+        with exclusive_lock(self.lock_path):
             doc, raw = self._load()
             table = {k: dict(v) for k, v in doc.table.items()}
             apply(table)
             if table == doc.table and (raw is not None or not self.path.exists()):
                 return  # nothing changed, and the main file is healthy (or there is none to heal)
-            version = None
-            if doc.data_version is not None:  # 5.x document: advance its version as the broker would
-                version = dict(doc.data_version)
-                counter = _as_int(version.get("counter"), _INT64)
-                version["counter"] = counter + 1 if counter is not None else 1
-                version["timestamp"] = int(time.time() * 1000)
-            _replace_file(self.path, dump_consumer_offsets(table, data_version=version), raw)
+            version = next_data_version(doc.data_version)  # 5.x: advance it as the broker would
+            replace_offset_file(self.path, dump_consumer_offsets(table, data_version=version), raw)
 
 
 def _table_key(group: str, topic: str) -> str:
@@ -389,7 +466,7 @@ class LocalOffsetStore:
 
     def read(self) -> dict[MessageQueueKey, int]:
         """Offsets from offsets.json, else its .bak; {} when neither exists."""
-        return _load_with_bak(self.path, load_local_offsets)[0] or {}
+        return load_with_bak(self.path, load_local_offsets)[0] or {}
 
     def read_offset(self, mq: object) -> int:
         """Offset of one queue (MessageQueueKey, tuple or MessageQueue-like), -1 when absent."""
@@ -400,8 +477,8 @@ class LocalOffsetStore:
         updates = {_mq_key(mq): _check_int("offset", off, _INT64) for mq, off in offsets.items()}
         with os_errors("cannot create offset directory", self.dir):
             self.dir.mkdir(parents=True, exist_ok=True)
-        with _exclusive_lock(self.path.with_name("offsets.json.lock")):
-            current, raw = _load_with_bak(self.path, load_local_offsets)
+        with exclusive_lock(self.path.with_name("offsets.json.lock")):
+            current, raw = load_with_bak(self.path, load_local_offsets)
             table = dict(current or {})
             table.update(updates)
-            _replace_file(self.path, dump_local_offsets(dict(sorted(table.items()))), raw)
+            replace_offset_file(self.path, dump_local_offsets(dict(sorted(table.items()))), raw)
