@@ -66,6 +66,11 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  *       Producer-side delayed messages (setDelayTimeLevel) to a waiting push consumer: each arrives
  *       no earlier than its level's delay (minus 150 ms) and no later than 6 s after it.
  *
+ *   seed NS TOPIC GROUP [--count 40]
+ *       Sends COUNT messages (keys SEED-i, tags TagA/TagB alternating), consumes them all with a push
+ *       consumer of GROUP and shuts it down (offsets committed); prints the msgIds by key - the data
+ *       the mqadmin tests look at.
+ *
  * Every line on stdout is one JSON object: {"event": ...} progress lines, and a final
  * {"mode": ..., "result": "PASS"|"FAIL", "failures": [...], ...}. Exit status 0 = PASS,
  * 1 = FAIL, 2 = usage/unexpected error. Common option: --timeout-s 60.
@@ -133,6 +138,7 @@ public final class BrokerScenarios {
             case "broadcast": broadcast(); break;
             case "timestamp": timestamp(); break;
             case "delay": delay(); break;
+            case "seed": seed(); break;
             default:
                 System.err.println("unknown mode " + mode);
                 return 2;
@@ -739,6 +745,42 @@ public final class BrokerScenarios {
         if (!done) {
             failures.add("timed out");
         }
+    }
+
+    // --- seed ----------------------------------------------------------------------------------
+    private void seed() throws Exception {
+        int count = intOpt("count", 40);
+        DefaultMQProducer producer = producer();
+        Map<String, String> ids = new TreeMap<>();
+        Map<String, Integer> perQueue = new TreeMap<>();
+        for (int i = 0; i < count; i++) {
+            String key = "SEED-" + i;
+            Message m = new Message(topic, i % 2 == 0 ? "TagA" : "TagB", key, ("seed " + i).getBytes(StandardCharsets.UTF_8));
+            SendResult r = producer.send(m);
+            if (r.getSendStatus() != SendStatus.SEND_OK) {
+                failures.add("send " + key + ": " + r.getSendStatus());
+            }
+            ids.put(key, r.getMsgId());
+            perQueue.merge(Integer.toString(r.getMessageQueue().getQueueId()), 1, Integer::sum);
+        }
+        producer.shutdown();
+        Set<String> got = ConcurrentHashMap.newKeySet();
+        DefaultMQPushConsumer consumer = pushConsumer(group, "s1", MessageModel.CLUSTERING);
+        consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            for (MessageExt m : msgs) {
+                got.add(m.getKeys());
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        consumer.start();
+        if (!waitFor(() -> got.size() >= count)) {
+            failures.add("consumed " + got.size() + "/" + count);
+        }
+        // shutdown() persists the consumed offsets to the broker (UPDATE_CONSUMER_OFFSET)
+        consumer.shutdown();
+        result.put("count", count);
+        result.put("msg_ids", ids);
+        result.put("per_queue", perQueue);
     }
 
     // --- helpers ---------------------------------------------------------------------------------

@@ -112,6 +112,7 @@ public final class LoadGen {
         for (long i = 0; i < warmup; i++) {
             callOnce(p, topic, body, batchSize, errors, firstError);
         }
+        long warmupMsgs = (warmup - errors.get()) * batchSize;
         emit(event("warmed-up", "calls", warmup, "errors", errors.get()));
         errors.set(0);
 
@@ -163,6 +164,7 @@ public final class LoadGen {
         r.put("batch", batchSize);
         r.put("msgs", msgs);
         r.put("calls", done);
+        r.put("warmup_msgs", warmupMsgs);
         r.put("errors", errors.get());
         r.put("first_error", firstError[0]);
         r.put("seconds", round(secs));
