@@ -17,6 +17,8 @@ import java.util.function.BooleanSupplier;
 
 import com.alibaba.fastjson.JSON;
 import com.alibaba.fastjson.serializer.SerializerFeature;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.PullResult;
@@ -25,6 +27,8 @@ import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
+import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -70,6 +74,11 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  *       Sends COUNT messages (keys SEED-i, tags TagA/TagB alternating), consumes them all with a push
  *       consumer of GROUP and shuts it down (offsets committed); prints the msgIds by key - the data
  *       the mqadmin tests look at.
+ *
+ *   acl NS TOPIC GROUP [--ak RocketMQ] [--sk 12345678] [--expect ok|denied]
+ *       A producer with AclClientRPCHook(ak, sk) sends one message; if accepted, a pull consumer with
+ *       the same credentials pulls the topic. Reports the send status or the broker's response code
+ *       and remark; fails when the outcome is not --expect.
  *
  * Every line on stdout is one JSON object: {"event": ...} progress lines, and a final
  * {"mode": ..., "result": "PASS"|"FAIL", "failures": [...], ...}. Exit status 0 = PASS,
@@ -139,6 +148,7 @@ public final class BrokerScenarios {
             case "timestamp": timestamp(); break;
             case "delay": delay(); break;
             case "seed": seed(); break;
+            case "acl": acl(); break;
             default:
                 System.err.println("unknown mode " + mode);
                 return 2;
@@ -781,6 +791,66 @@ public final class BrokerScenarios {
         result.put("count", count);
         result.put("msg_ids", ids);
         result.put("per_queue", perQueue);
+    }
+
+    // --- acl -----------------------------------------------------------------------------------
+    private void acl() throws Exception {
+        String ak = opt.getOrDefault("ak", "RocketMQ");
+        String sk = opt.getOrDefault("sk", "12345678");
+        String expect = opt.getOrDefault("expect", "ok");
+        AclClientRPCHook hook = new AclClientRPCHook(new SessionCredentials(ak, sk));
+        DefaultMQProducer p = new DefaultMQProducer("P_" + group, hook);
+        p.setNamesrvAddr(ns);
+        p.setInstanceName("acl-producer");
+        p.setSendMsgTimeout(15000);
+        p.setRetryTimesWhenSendFailed(0);
+        p.start();
+        boolean sent = false;
+        try {
+            SendResult r = p.send(new Message(topic, "TagAcl", "ACL-1", "acl".getBytes(StandardCharsets.UTF_8)));
+            sent = r.getSendStatus() == SendStatus.SEND_OK;
+            result.put("send_status", r.getSendStatus().toString());
+        } catch (MQBrokerException e) {
+            result.put("send_response_code", e.getResponseCode());
+            result.put("send_error", e.getErrorMessage());
+        } catch (MQClientException e) {
+            // "Send [1] times, still failed": the broker's answer is the cause
+            Throwable cause = e.getCause();
+            if (cause instanceof MQBrokerException) {
+                result.put("send_response_code", ((MQBrokerException) cause).getResponseCode());
+                result.put("send_error", ((MQBrokerException) cause).getErrorMessage());
+            } else {
+                result.put("send_response_code", e.getResponseCode());
+                result.put("send_error", String.valueOf(cause != null ? cause : e.getErrorMessage()));
+            }
+        }
+        p.shutdown();
+        result.put("sent", sent);
+        if (sent) {
+            DefaultMQPullConsumer c = new DefaultMQPullConsumer(group, hook);
+            c.setNamesrvAddr(ns);
+            c.setInstanceName("acl-consumer");
+            c.start();
+            int found = 0;
+            try {
+                for (MessageQueue mq : c.fetchSubscribeMessageQueues(topic)) {
+                    PullResult pr = c.pull(mq, "*", 0, 32, 5000);
+                    if (pr.getPullStatus() == PullStatus.FOUND) {
+                        found += pr.getMsgFoundList().size();
+                    }
+                }
+            } catch (MQBrokerException e) {
+                result.put("pull_response_code", e.getResponseCode());
+                result.put("pull_error", e.getErrorMessage());
+            }
+            c.shutdown();
+            result.put("pulled", found);
+        }
+        if (expect.equals("ok") && !sent) {
+            failures.add("send with " + ak + " was rejected: " + result.get("send_error"));
+        } else if (expect.equals("denied") && sent) {
+            failures.add("send with " + ak + " (expected to be denied) was accepted");
+        }
     }
 
     // --- helpers ---------------------------------------------------------------------------------
