@@ -88,9 +88,10 @@ def start_ours(home: Path, conf: dict[str, str] | None = None) -> BrokerTarget:
     home.mkdir(parents=True, exist_ok=True)
     conf_file = home / "broker.conf"
     conf_file.write_text("".join(f"{k}={v}\n" for k, v in (conf or SCENARIO_CONF).items()))
-    port, ns_port = peers.free_port(), peers.free_port()
+    port, ns_port = peers.free_port((0, 1)), peers.free_port()
     log = home / "rocketstream-serve.log"
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("ROCKETSTREAM_CONF", None)
     proc = peers._spawn([sys.executable, "-m", "rocketstream.cli", "serve", "--store", str(home / "store"),
                          "--listen", f"{peers.BIND}:{port}", "--namesrv-listen", f"{peers.BIND}:{ns_port}",
                          "--conf", str(conf_file)], env, log)
