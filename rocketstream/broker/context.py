@@ -17,6 +17,7 @@ from rocketstream.broker.subscription_group import SubscriptionGroupManager
 from rocketstream.broker.topic_manager import TopicConfigManager
 from rocketstream.remoting.server import RemotingServer, RequestHook
 from rocketstream.store.message_store import MessageStore
+from rocketstream.store.write.messages import Message, PutMessageResult
 
 __all__ = ["BrokerContext"]
 
@@ -42,6 +43,8 @@ class BrokerContext(Protocol):
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> Any: ...
 
     def add_service(self, fn: Any, name: str) -> None: ...
+
+    def put_message(self, msg: Message, queue_id: int) -> PutMessageResult: ...
 
     def on_put(self, topic: str, queue_id: int, max_offset: int) -> None: ...
 

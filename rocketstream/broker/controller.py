@@ -46,6 +46,7 @@ from rocketstream.remoting.codes import RequestCode, ResponseCode
 from rocketstream.remoting.command import RemotingCommand
 from rocketstream.remoting.server import RemotingServer, RequestHook
 from rocketstream.store.message_store import MessageStore
+from rocketstream.store.write.messages import Message, PutMessageResult
 
 __all__ = ["BrokerController", "run_broker"]
 
@@ -103,6 +104,11 @@ class BrokerController:
         self._services.append((fn, name))
         if self._running:
             self._service_tasks.append(asyncio.get_running_loop().create_task(fn(), name=name))  # type: ignore[arg-type]
+
+    def put_message(self, msg: Message, queue_id: int) -> PutMessageResult:
+        """A put made by the broker itself (send-back copies); held pulls wake through the store's put
+        listener (:meth:`on_put`) as for every put."""
+        return self.store.put_message(msg, queue_id)
 
     def on_put(self, topic: str, queue_id: int, max_offset: int) -> None:
         """The store's put listener (``NotifyMessageArrivingListener``): wake the pulls held on the

@@ -67,7 +67,7 @@ public class KillPeer {
         consumer.setNamesrvAddr(ns);
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.subscribe(topic, "*");
-        consumer.registerMessageListener((MessageListenerConcurrently) (List<MessageExt> msgs, var ctx) -> {
+        consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
             synchronized (log) {
                 for (MessageExt m : msgs) {
                     log.println("GOT " + m.getKeys() + " " + m.getQueueId() + " " + m.getQueueOffset());
