@@ -442,6 +442,25 @@ class IndexWriter:
             return None
         return f.end_phy
 
+    def keys_done_at_end(self) -> int:
+        """How many keys of the record at endPhyOffset the index holds: a crash (or a deleted file)
+        may have left a record's keys half put; replay puts the rest. Counted in the newest file, or in
+        the one before when the newest holds no entry yet (it was created for that record's next key)."""
+        f = self.current
+        if f is None:
+            return 0
+        from rocketstream.store.files.index_file import IndexFile
+
+        if f.index_count > 1:
+            return _count_at(np.frombuffer(f.mm, dtype=ENTRY_DTYPE, count=f.index_count - 1,
+                                           offset=f.geometry.entry_base + INDEX_SIZE), f.end_phy)
+        if len(self.paths) < 2:
+            return 0
+        slots, entries = self._configured
+        kw = {k: v for k, v in (("max_hash_slot_num", slots), ("max_index_num", entries)) if v is not None}
+        with IndexFile(self.paths[-2], **kw) as older:
+            return _count_at(older.entries(), f.end_phy)
+
     # --- putting --------------------------------------------------------------------------------
     def _file(self) -> IndexFileWriter:
         """IndexService.getAndCreateLastIndexFile: the newest file, or a new one when it is full."""
@@ -514,9 +533,10 @@ class IndexWriter:
         names, where = batch_keys(topic, uniq_keys, keys, offsets)
         self.put(names, where, store_timestamp)
 
-    def replay(self, records: Iterable[tuple[int, int, int, str, dict[str, str]]]) -> int:
+    def replay(self, records: Iterable[tuple[int, int, int, str, dict[str, str]]], skip_at_end: int = 0) -> int:
         """buildIndex for records read back from the commit log: (offset, sys_flag, store time, topic,
-        properties) each, ascending; returns how many keys were put."""
+        properties) each, ascending; returns how many keys were put. ``skip_at_end``: keys of the
+        record at endPhyOffset already indexed (``keys_done_at_end``)."""
         names: list[str] = []
         where: list[int] = []
         times: list[int] = []
@@ -526,6 +546,8 @@ class IndexWriter:
             if offset < end_phy or sys_flag & codec.TRANSACTION_MASK == codec.TRANSACTION_ROLLBACK:
                 continue
             ks = record_keys(topic, props.get(codec.PROPERTY_UNIQ_KEY), props.get(codec.PROPERTY_KEYS))
+            if offset == end_phy and skip_at_end:
+                ks = ks[skip_at_end:]
             names += ks
             where += [offset] * len(ks)
             times += [ts] * len(ks)
@@ -562,6 +584,12 @@ class IndexWriter:
             self.current.flush()
             self.current.close()
             self.current = None
+
+
+def _count_at(entries: np.ndarray, offset: int) -> int:
+    phy = entries["phy_offset"]
+    n = len(phy)
+    return n - int(np.searchsorted(phy.astype(np.int64), offset, side="left")) if n else 0
 
 
 def _scalar_hash(key: str) -> int:

@@ -16,7 +16,7 @@ from rocketstream.errors import CorruptStoreError
 from rocketstream.store.files.checkpoint import StoreCheckpoint
 from rocketstream.store.files.commit_log import CommitLog
 from rocketstream.store.files.consume_queue import ConsumeQueue
-from rocketstream.store.files.index_writer import IndexWriter
+from rocketstream.store.files.index_writer import IndexWriter, record_keys
 from rocketstream.store.maintenance.layout import LMQ_PREFIX
 from rocketstream.store.write.dispatch import Dispatcher, is_dispatchable
 
@@ -128,16 +128,21 @@ def rebuild_index(cl: CommitLog, index: IndexWriter, end: int) -> int:
     indexed from its first record). Returns the number of keys put."""
     cl_min = cl.queue.min_offset()
     last = index.resume_offset()
+    done = 0
     if last is None or last < cl_min:
         start = cl_min
     elif last >= end:
         return 0
     else:
         try:
-            start = last + cl.read_record(last).total_size
+            size = cl.read_record(last).total_size
         except CorruptStoreError:   # no record starts there: its whole file again (puts below last are skipped)
             mf = cl.find_file(last)
             start = cl_min if mf is None else max(mf.file_from_offset, cl_min)
+        else:
+            # the record at endPhyOffset again when some of its keys are missing (a crash, a deleted file)
+            done = index.keys_done_at_end()
+            start = last if done < _key_count(cl, last) else last + size
     if start >= end:
         return 0
 
@@ -147,9 +152,18 @@ def rebuild_index(cl: CommitLog, index: IndexWriter, end: int) -> int:
                 break
             yield head.offset, head.sys_flag, head.store_timestamp, head.topic, head.properties()
 
-    put = index.replay(records())
+    put = index.replay(records(), skip_at_end=done)
     log.info("index: %d keys of the records in [%d, %d) indexed from the commit log", put, start, end)
     return put
+
+
+def _key_count(cl: CommitLog, offset: int) -> int:
+    """Keys IndexService.buildIndex puts for the record at ``offset``."""
+    rec = cl.read_record(offset)
+    if rec.sys_flag & codec.TRANSACTION_MASK == codec.TRANSACTION_ROLLBACK:
+        return 0
+    props = rec.properties
+    return len(record_keys(rec.topic, props.get(codec.PROPERTY_UNIQ_KEY), props.get(codec.PROPERTY_KEYS)))
 
 
 def _unit_starts(queues: list[ConsumeQueue], start: int) -> np.ndarray | None:
