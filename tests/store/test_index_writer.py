@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_index_file import IndexBuilder
 
 from rocketstream import codec
 from rocketstream.store import Message, MessageStore, StoreConfig
@@ -32,6 +31,7 @@ from rocketstream.store.files.index_writer import (
     key_hashes,
 )
 from rocketstream.store.maintenance.layout import index_files
+from test_index_file import IndexBuilder
 
 T0 = 1_700_000_000_000
 REPO = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def test_scalar_and_vectorized_puts_write_what_putkey_writes(tmp_path_factory, i
     # in three batches, so chains also run through entries of an earlier batch
     cut = [0, len(rows) // 3, 2 * len(rows) // 3, len(rows)]
     fitted_many = 0
-    for a, b in zip(cut, cut[1:]):
+    for a, b in zip(cut, cut[1:], strict=False):
         part = rows[a:b]
         if part:
             fitted_many += many.put_many(key_hashes([k for k, _, _ in part]), np.array([p for _, p, _ in part]),
@@ -142,7 +142,7 @@ def test_roll_creates_files_continuing_the_full_one_and_moves_index_msg_timestam
     headers = _headers(tmp_path)
     assert len(headers) == 5                       # 9 entries per file (indexCount stops at maxIndexNum)
     assert [h[5] for h in headers] == [10, 10, 10, 10, 5]
-    for older, newer in zip(headers, headers[1:]):
+    for older, newer in zip(headers, headers[1:], strict=False):
         assert older[3] < newer[2] or older[3] == newer[2] - 10   # end / begin offsets follow on
     # the first entry of a new file: its begin values are its own, its timeDiff counts from the old end
     assert headers[1][0] == T0 + 9_000 and headers[1][2] == 90

@@ -106,7 +106,7 @@ def key_hashes(keys: Sequence[str]) -> Int64Array:
         col = np.arange(len(units), dtype=np.int64) - np.repeat(ends - lens, lens) + pad
         matrix[np.repeat(np.arange(n), lens), col] = units
     powers = np.array([pow(31, width - 1 - j, 2**32) for j in range(width)], dtype=np.uint32)
-    h = np.abs(matrix.dot(powers).view(np.int32).astype(np.int64))
+    h: Int64Array = np.abs(matrix.dot(powers).view(np.int32).astype(np.int64))
     h[h > _INT_MAX] = 0
     return h
 
@@ -125,6 +125,18 @@ def batch_keys(topic: str, uniq_keys: Sequence[str | None], keys: Sequence[str |
     out: list[str] = []
     where: list[int] = []
     prefix = topic + "#"
+    n = len(offsets)
+    if None not in uniq_keys:   # the common batch: list comprehensions instead of the loop below
+        uniq = [prefix + u for u in uniq_keys]   # type: ignore[operator]
+        if keys is None:
+            return uniq, list(offsets)
+        if None not in keys and "" not in keys and KEY_SEPARATOR not in "".join(keys):   # type: ignore[arg-type]
+            out = [""] * (2 * n)
+            out[0::2] = uniq
+            out[1::2] = [prefix + k for k in keys]   # type: ignore[operator]
+            where = [0] * (2 * n)
+            where[0::2] = where[1::2] = list(offsets)
+            return out, where
     if keys is None:
         for u, off in zip(uniq_keys, offsets, strict=True):
             if u is not None:
