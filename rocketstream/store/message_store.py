@@ -16,9 +16,13 @@ ours.
 
 Layouts are checked before anything is opened (layout.py): DLedger, multi-path commit logs,
 BatchConsumeQueue and RocksDB stores are refused; consumequeue_ext/ and LMQ stores open read-only
-only. A writer never creates a store over a root that holds store data without commitlog/. A writer
-that appends to a store with ``index/`` leaves ``abort`` and the checkpoint so that Java's next start
-re-indexes what it appended (layout.py has the reasoning and the RocketMQ facts).
+only. A writer never creates a store over a root that holds store data without commitlog/.
+
+A writer keeps ``index/`` as RocketMQ's IndexService does (files/index_writer.py), unless the store's
+broker.conf says ``messageIndexEnable=false``: every put indexes its records' UNIQ_KEY and KEYS, a
+full file rolls over, recovery removes entries beyond the commit log's end and indexes what follows
+the last indexed record. That holds for a real broker's store too: its index files are continued in
+their own geometry, byte-compatible, so a Java broker started after a clean close reads them as its own.
 
 Readers (``read_only=True``) take no lock and write nothing. They find the end of each consume
 queue by scanning for the first unit with size 0 (a writer publishes a batch by writing its first
@@ -53,6 +57,7 @@ from rocketstream.store.files import index_file
 from rocketstream.store.files.checkpoint import StoreCheckpoint
 from rocketstream.store.files.commit_log import CommitLog, EncodedBatch
 from rocketstream.store.files.consume_queue import ConsumeQueue
+from rocketstream.store.files.index_writer import IndexWriter
 from rocketstream.store.files.lock import StoreLock, warn_if_locked
 from rocketstream.store.maintenance import layout as layouts
 from rocketstream.store.maintenance.check import CheckReport, check_store
@@ -118,9 +123,7 @@ class MessageStore:
         self.config = config
         self.read_only = read_only
         self.foreign = foreign   # store files we did not create (no config/rocketstream.json): see module doc
-        self._index_dir = layout is not None and layout.index is not None
-        self._abort_at_open = False
-        self._index_kept = False   # _keep_index ran: abort stays after close
+        self.index: IndexWriter | None = None   # writer with messageIndexEnable: index/ kept up to date
         self.broker_name = config.broker_name
         self.commit_log = CommitLog(root, config.mapped_file_size_commit_log, read_only=read_only,
                                     store_host=config.store_host)
@@ -154,7 +157,9 @@ class MessageStore:
                     config = StoreConfig(broker_name=conf.broker_name,
                                          file_reserved_time_hours=conf.file_reserved_time_hours,
                                          delete_when=conf.delete_when, layout_settings=conf.layout_settings,
-                                         conf_path=conf.conf_path)
+                                         message_index_enable=conf.message_index_enable,
+                                         max_hash_slot_num=conf.max_hash_slot_num,
+                                         max_index_num=conf.max_index_num, conf_path=conf.conf_path)
             else:
                 config = StoreConfig.from_broker_conf(default_broker_conf())
         root = Path(root if root is not None else config.store_path_root_dir)
@@ -194,18 +199,19 @@ class MessageStore:
         try:
             if not self.foreign and not (self.root / SETTINGS_FILE).exists():
                 save_settings(self.root, self.config)   # a store we create: ours from now on
-            abnormal = self._abort_at_open = (self.root / "abort").exists()
+            abnormal = (self.root / "abort").exists()
             self.commit_log.load()
             for topic, queue_id in self._queue_dirs():
                 self._load_queue(topic, queue_id)
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint", read_only=False)
-            if self._index_dir and abnormal:
-                # records behind this abort may still wait for Java's re-indexing: recovery must not move
-                # the checkpoint past them (layout.py)
-                self.checkpoint.freeze_recovery_point()
-            self._dispatcher = Dispatcher(self._queue_for_dispatch, self.checkpoint, self.effective_delay_levels())
+            if self.config.message_index_enable:
+                self.index = IndexWriter(self.root, self.checkpoint, max_hash_slot_num=self.config.max_hash_slot_num,
+                                         max_index_num=self.config.max_index_num)
+                self.index.load(abnormal=abnormal)
+            self._dispatcher = Dispatcher(self._queue_for_dispatch, self.checkpoint, self.effective_delay_levels(),
+                                          self.index)
             recover(self.commit_log, list(self._queues.values()), self._dispatcher, self.checkpoint,
-                    abnormal=abnormal, check_crc=self.config.check_crc_on_recover)
+                    abnormal=abnormal, check_crc=self.config.check_crc_on_recover, index=self.index)
             cl_min = self.commit_log.queue.min_offset()
             for (topic, queue_id), cq in self._queues.items():
                 self.commit_log.topic_queue_table[f"{topic}-{queue_id}"] = cq.max_offset()
@@ -215,6 +221,8 @@ class MessageStore:
                 self.delete_expired_files()   # a writer that was down for a while catches up on retention
             (self.root / "abort").touch()
         except BaseException:
+            if self.index is not None:
+                self.index.close()
             self._store_lock.release()
             raise
 
@@ -231,17 +239,6 @@ class MessageStore:
         """Automatic retention (on open and on a roll): our own stores always, foreign ones only when
         retention settings were given explicitly."""
         return not self.foreign or self.config.retention_configured
-
-    def _keep_index(self, first_store_timestamp: int) -> None:
-        """Before the first append to a store with index/: make Java's next start index what we append
-        (layout.py: indexMsgTimestamp, frozen recovery point, abort left in place)."""
-        assert self.checkpoint is not None   # opened by _start_writer
-        if not self._abort_at_open:
-            newest = layouts.sync_index_end_timestamp(self.root)
-            if newest > self.checkpoint.index_msg_timestamp:
-                self.checkpoint.index_msg_timestamp = newest
-        self.checkpoint.freeze_recovery_point(below=first_store_timestamp)
-        self._index_kept = True
 
     def _queue_dirs(self) -> list[tuple[str, int]]:
         base = self.root / "consumequeue"
@@ -347,12 +344,14 @@ class MessageStore:
                                    "the broker.conf of this store", path=self.root)
         hours = self.config.reserved_hours if reserved_hours is None else reserved_hours
         with self._lock:
-            return delete_expired_files(self.commit_log, list(self._queues.values()), hours, now_ms)
+            deleted = delete_expired_files(self.commit_log, list(self._queues.values()), hours, now_ms)
+            if deleted and self.index is not None:   # IndexService.deleteExpiredFile(commit-log min offset)
+                deleted += self.index.delete_expired(self.commit_log.queue.min_offset())
+            return deleted
 
     # --- closing ------------------------------------------------------------------------------
     def close(self) -> None:
-        """Writer: flush, write the checkpoint, remove ``abort`` (kept for Java's re-indexing in a store
-        with index/ that we appended to or found aborted: layout.py), unlock. Idempotent."""
+        """Writer: flush, write the checkpoint, close the index, remove ``abort``, unlock. Idempotent."""
         if self._closed:
             return
         try:
@@ -360,11 +359,12 @@ class MessageStore:
                 self.flush()
                 assert self.checkpoint is not None   # opened by _start_writer
                 self.checkpoint.close()
-                if not (self._index_kept or (self._index_dir and self._abort_at_open)):
-                    try:
-                        os.unlink(self.root / "abort")
-                    except FileNotFoundError:
-                        pass
+                if self.index is not None:
+                    self.index.close()
+                try:
+                    os.unlink(self.root / "abort")
+                except FileNotFoundError:
+                    pass
         finally:
             self._closed = True
             self.commit_log.release()
@@ -480,8 +480,6 @@ class MessageStore:
             self.topic_config.ensure(topic, max(queue_id + 1, have or self.config.default_topic_queue_nums))
         files_before = len(self.commit_log.queue.files)
         now = _now_ms()
-        if self._index_dir and not self._index_kept:
-            self._keep_index(now)
         result = self.commit_log.append(batch, now)
         # both made by _start_writer; _check_writable refused readers before any put got here
         assert self._dispatcher is not None and self.checkpoint is not None
@@ -521,6 +519,8 @@ class MessageStore:
             self.commit_log.flush()
             for cq in self._queues.values():
                 cq.flush()
+            if self.index is not None:
+                self.index.flush()
             ts = self.commit_log.last_store_timestamp
             assert self.checkpoint is not None   # opened by _start_writer (_check_writable refused readers)
             if ts:

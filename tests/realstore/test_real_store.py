@@ -566,9 +566,16 @@ def test_query_message_matches_java_client_for_every_key(ro_store, oracle):
     fail_if(errors[:10])
 
 
-def test_query_message_after_writer_finds_keys_java_did_not_index(written):
-    """Our writer appends without writing IndexFiles: its records are found by scanning the commit log
-    after the index's endPhyOffset ("rocketstream produce" gives message i the key key-i)."""
+def test_query_message_after_writer_finds_keys_through_the_index(written):
+    """Our writer continues the broker's index files: its records are in them, nothing is left for the
+    tail scan ("rocketstream produce" gives message i the key key-i)."""
+    from rocketstream.store.files.index_file import IndexService
+    from rocketstream.store.maintenance.layout import index_files
+
+    with MessageStore.open(written.root, read_only=True) as s, IndexService(index_files(written.root)) as ix:
+        last = s.query_message(NEW_TOPIC, "key-2")[0]
+        assert ix.indexed_end() == last.physical_offset
+        assert ix.query_offset(NEW_TOPIC, "key-2", 64).phy_offsets == [last.physical_offset]
     code, out, err = run_cli("query-msg", "--store", str(written.root), "--topic", NEW_TOPIC, "--key", "key-1",
                              "--json")
     assert code == 0, err

@@ -15,6 +15,9 @@ UNIQ = "AB" * 16
 def small_config(root: Path, **kw) -> StoreConfig:
     kw.setdefault("mapped_file_size_commit_log", CL_SIZE)
     kw.setdefault("mapped_file_size_consume_queue", CQ_SIZE)
+    # small index files (RocketMQ's default ones are 420 MB, sparse): tests that read every file stay fast
+    kw.setdefault("max_hash_slot_num", 1000)
+    kw.setdefault("max_index_num", 4000)
     return StoreConfig(root, **kw)
 
 

@@ -297,56 +297,54 @@ def test_read_only_layouts_refuse_a_writer_with_the_reason(tmp_path, build, sett
     assert tree(root) == before
 
 
-# --- 5. index/: Java's next start re-indexes what we appended --------------------------------------
-def _index_file(root: Path, end_ts: int) -> Path:
-    """An IndexFile header (IndexHeader: begin/end timestamp, begin/end phy offset, slots, count)."""
-    (root / "index").mkdir(exist_ok=True)
-    path = root / "index" / "20240101000000000"
-    path.write_bytes(struct.pack(">qqqqii", end_ts - 1000, end_ts, 0, 100, 1, 2) + bytes(200))
-    return path
-
-
+# --- 5. index/: our writer continues the broker's index files ----------------------------------------
 def _checkpoint(root: Path) -> tuple[int, int, int]:
     return struct.unpack_from(">qqq", (root / "checkpoint").read_bytes())
 
 
-def test_append_to_a_store_with_index_leaves_java_a_reindex(tmp_path):
+def _index_end(root: Path) -> int:
+    (path,) = sorted((root / "index").iterdir())
+    return struct.unpack_from(">q", path.read_bytes()[:40], 24)[0]
+
+
+def test_append_to_a_store_with_index_continues_its_index(tmp_path):
+    """The writer indexes what it appends in the existing file (its geometry: 1000 slots here, not
+    RocketMQ's default) and leaves no ``abort``: Java's next start is normal and reads the index."""
     root = foreign_store(tmp_path / "s")
-    physic0, logics0, index0 = _checkpoint(root)
-    end_ts = logics0 - 10
-    _index_file(root, end_ts)
-    before = int(time.time() * 1000)
+    index0 = _checkpoint(root)[2]
     with MessageStore.open(root) as st:
         r = st.put_message(Message("New", b"x", keys="mine"), 0)
-    physic, logics, index = _checkpoint(root)
-    assert (root / "abort").exists(), "Java's next start must be abnormal to index our message"
-    assert index == end_ts                                 # no index file of Java's is destroyed
-    assert min(physic, logics) < r.store_timestamp         # recovery starts at or before our record
-    assert min(physic, logics) <= max(physic0, logics0) and before <= r.store_timestamp
-    with MessageStore.open(root) as st:                    # our next writer: abnormal recovery, keeps all
-        assert st.max_offset("New", 0) == 1 and st.max_offset("T", 0) == 50
-        st.put_message(Message("New", b"y"), 0)
-    assert (root / "abort").exists() and _checkpoint(root) == (physic, logics, index)
+    assert not (root / "abort").exists()
+    assert _checkpoint(root)[2] == index0                  # moves only when a full file rolls over
+    assert len(list((root / "index").iterdir())) == 1 and _index_end(root) == r.physical_offset
+    with MessageStore.open(root, read_only=True) as st:
+        assert [m.physical_offset for m in st.query_message("New", "mine")] == [r.physical_offset]
+        assert [m.keys for m in st.query_message("T", "k7")] == ["k7"]
 
 
 def test_no_append_to_a_store_with_index_leaves_it_as_it_was(tmp_path):
     root = foreign_store(tmp_path / "s")
-    _index_file(root, 1)
     cp = _checkpoint(root)
+    (index,) = (root / "index").iterdir()
+    before = index.read_bytes()
     with MessageStore.open(root) as st:
         assert st.max_offset("T", 0) == 50
-    assert not (root / "abort").exists() and _checkpoint(root) == cp
+    assert not (root / "abort").exists() and _checkpoint(root) == cp and index.read_bytes() == before
 
 
-def test_found_abort_with_index_is_kept_and_the_index_timestamp_untouched(tmp_path):
+def test_found_abort_with_index_recovers_and_completes_the_index(tmp_path):
+    """A crashed broker's store: recovery keeps its sound index file, and indexes what it lacks."""
     root = foreign_store(tmp_path / "s")
-    _index_file(root, int(time.time() * 1000))
-    cp = _checkpoint(root)
-    (root / "abort").touch()     # a crashed broker: its index files are not trusted by Java either
+    (index,) = (root / "index").iterdir()
+    raw = bytearray(index.read_bytes())
+    count = struct.unpack_from(">i", raw, 36)[0]
+    (root / "abort").touch()
     with MessageStore.open(root) as st:
-        st.put_message(Message("New", b"x"), 0)
-    assert (root / "abort").exists()
-    assert _checkpoint(root)[2] == cp[2] and min(_checkpoint(root)[:2]) <= min(cp[:2])
+        st.put_message(Message("New", b"x", keys="mine"), 0)
+    assert not (root / "abort").exists()
+    assert struct.unpack_from(">i", index.read_bytes(), 36)[0] == count + 2    # UNIQ_KEY and "mine"
+    with MessageStore.open(root, read_only=True) as st:
+        assert [m.keys for m in st.query_message("New", "mine")] == ["mine"]
 
 
 # --- 6. zero-length last file, 5.x checkpoint ------------------------------------------------------

@@ -2,8 +2,7 @@
 
 * physicMsgTimestamp: store time of the last commit-log message known flushed;
 * logicsMsgTimestamp: store time of the last message written to a consume queue;
-* indexMsgTimestamp: we keep no index files; preserved as found, except that a writer appending to a
-  store with ``index/`` raises it to the index files' newest end time (layout.py says why).
+* indexMsgTimestamp: end time of the last full index file, set when it rolls over (index_writer.py).
 
 RocketMQ 5.x adds masterFlushedOffset (24) and confirmPhyOffset (32); we write single fields in place
 through the mapping, so every other byte of the page, those fields included, is left as found.

@@ -77,6 +77,11 @@ class EncodedBatch(Protocol):
     def uniq_keys(self) -> list[str]:
         """The records' UNIQ_KEYs (msg ids), in order; may be called after the put, or never."""
 
+    def index_keys(self) -> tuple[Sequence[str | None], Sequence[str | None] | None]:
+        """What ``IndexService.buildIndex`` indexes of each record: its UNIQ_KEY and its KEYS property
+        (None where a record has none; the second item None when no record has KEYS). Nothing for a
+        ROLLBACK record (all None)."""
+
     def encode(self, physical_offset: int, queue_offset: int, store_timestamp: int) -> bytes:
         """The records as stored: the first at ``physical_offset`` with ``queue_offset``, the following
         ones after it (queue offsets counting up when ``dispatch``)."""

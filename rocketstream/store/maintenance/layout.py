@@ -32,31 +32,9 @@ other commit-log directories   ``readOnlyCommitLogStorePaths``
 * Detection works from the files alone; a broker.conf (``StoreConfig.layout_settings``) adds the
   settings, so ``enableDLegerCommitLog=true`` is refused even before the broker wrote anything.
 
-**index/** is in every real broker's store (``messageIndexEnable`` defaults to true) and we do not write
-IndexFiles yet, so a writer keeps Java's index correct by making Java's next start rebuild it. Facts
-(RocketMQ 4.9.8): ``DefaultMessageStore.load`` computes ``lastExitOK = !abort exists`` and calls
-``IndexService.load(lastExitOK)``, which destroys the index files whose ``endTimestamp`` is newer than the
-checkpoint's ``indexMsgTimestamp`` only when ``lastExitOK`` is false; ``CommitLog.recoverAbnormally``
-then re-dispatches every record from the newest commit-log file whose first record's store time is
-``<= StoreCheckpoint.getMinTimestamp()`` (``min(physic, logics) - 3 s``), and
-``CommitLogDispatcherBuildIndex`` -> ``IndexService.buildIndex`` indexes each record at or beyond the last
-index file's ``endPhyOffset``. A normal start re-dispatches nothing (reput starts at the consume queues'
-max physical offset), so a message we appended would never be indexed. Hence, when a writer first
-appends to a store that has ``index/`` (``MessageStore._keep_index``):
-
-1. after a clean previous exit (no ``abort`` at open) the index files are fsynced and the checkpoint's
-   ``indexMsgTimestamp`` is raised to their newest ``endTimestamp``, so Java's abnormal start keeps every
-   index file it wrote (without this, the current index file would be destroyed and, with
-   ``messageIndexSafe=false``, the keys of messages before the recovery start file lost); when
-   ``abort`` was already there it is left as found (Java would distrust those files anyway);
-2. ``physicMsgTimestamp`` / ``logicsMsgTimestamp`` are lowered below our first append's store time and
-   then frozen for the writer's life (``StoreCheckpoint.freeze_recovery_point``), so Java's abnormal
-   recovery starts at or before our first record;
-3. ``abort`` stays after close, so Java's next start is abnormal and indexes what we appended. A writer
-   that found ``abort`` keeps it too (whoever left it, the records behind it still need indexing).
-
-A writer that appended nothing to a store whose last exit was clean removes ``abort`` as usual. Our own
-next writer open then runs abnormal recovery from that checkpoint: correct, and slower by the scan.
+**index/** is in every real broker's store (``messageIndexEnable`` defaults to true); a writer continues it
+with files/index_writer.py (``IndexService.buildIndex`` byte for byte, in the existing files' geometry),
+so a Java broker started after our clean close reads it as its own (docs/store-format.md, "Index files").
 """
 
 from __future__ import annotations
@@ -67,7 +45,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocketstream.errors import NotAStoreError, UnsupportedLayoutError
-from rocketstream.store.files.durable import os_errors
 from rocketstream.store.meta.config import StoreConfig, data_files
 
 log = logging.getLogger(__name__)
@@ -75,7 +52,6 @@ log = logging.getLogger(__name__)
 LMQ_PREFIX = "%LMQ%"            # MixAll.LMQ_PREFIX
 MULTI_PATH_SPLITTER = ","       # MessageStoreConfig.MULTI_PATH_SPLITTER default
 _ROCKSDB_MARKERS = ("CURRENT", "IDENTITY")
-_INDEX_HEADER_END_TIMESTAMP = slice(8, 16)   # IndexHeader: beginTimestamp(8) endTimestamp(8) ...
 
 
 def _entries(directory: Path) -> list[str]:
@@ -241,23 +217,3 @@ def index_files(root: Path) -> list[Path]:
     """Files of ``index/`` in IndexService.load's order (names sorted)."""
     directory = root / "index"
     return [directory / n for n in _entries(directory) if (directory / n).is_file()]
-
-
-def sync_index_end_timestamp(root: Path) -> int:
-    """fsync every index file and return the newest header ``endTimestamp`` (0 when there is none).
-
-    The fsync makes "this file is complete" (what raising indexMsgTimestamp tells Java) true on disk:
-    Java does not flush the current index file at shutdown (IndexService.shutdown is empty)."""
-    newest = 0
-    for path in index_files(root):
-        header = b""
-        with os_errors("cannot read index file", path, missing_ok=True):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                header = os.pread(fd, 16, 0)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        if len(header) == 16:
-            newest = max(newest, int.from_bytes(header[_INDEX_HEADER_END_TIMESTAMP], "big", signed=True))
-    return newest

@@ -1,19 +1,22 @@
 """Writer start-up discipline (``DefaultMessageStore.load``/``recover``): commit-log recovery
 (normal from the third-to-last file; abnormal from the file the checkpoint points at), consume-queue
-repair forward from the commit log, and the reput catch-up. The ``lock`` file is ``files/lock.py``.
+repair forward from the commit log, the reput catch-up, and the index catch-up (``rebuild_index``).
+The ``lock`` file is ``files/lock.py``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
 from rocketstream import codec
+from rocketstream.errors import CorruptStoreError
 from rocketstream.store.files.checkpoint import StoreCheckpoint
 from rocketstream.store.files.commit_log import CommitLog
 from rocketstream.store.files.consume_queue import ConsumeQueue
+from rocketstream.store.files.index_writer import IndexWriter, record_keys
 from rocketstream.store.maintenance.layout import LMQ_PREFIX
 from rocketstream.store.write.dispatch import Dispatcher, is_dispatchable
 
@@ -39,7 +42,7 @@ def _repair_tail(cq: ConsumeQueue, cl_min: int, scanned_from: int, records: tupl
 
 
 def recover(cl: CommitLog, queues: Iterable[ConsumeQueue], dispatcher: Dispatcher, checkpoint: StoreCheckpoint,
-            *, abnormal: bool, check_crc: bool) -> int:
+            *, abnormal: bool, check_crc: bool, index: IndexWriter | None = None) -> int:
     """Recover the commit log and the consume queues; returns the commit-log end offset.
 
     The commit log is cut only where a record fails the checks ``CommitLog.checkMessageAndReturnSize``
@@ -53,6 +56,9 @@ def recover(cl: CommitLog, queues: Iterable[ConsumeQueue], dispatcher: Dispatche
     disagreeing unit is cut; then every queue that ends before records the scan saw for it — cut,
     lost, or abnormal shutdown — is re-dispatched from its own end (the reput catch-up of
     ``DefaultMessageStore.recover``).
+
+    ``index``: entries pointing at or beyond the recovered end are removed, then every record after
+    the last one indexed is indexed (``rebuild_index``).
     """
     queues = list(queues)
     for cq in queues:
@@ -62,6 +68,8 @@ def recover(cl: CommitLog, queues: Iterable[ConsumeQueue], dispatcher: Dispatche
         for cq in queues:          # no commit log at all: every unit would dangle (Java destroyLogics)
             cq.queue.truncate_dirty(-1)
             cq.min_logic_offset = cq.max_physic_offset = 0
+        if index is not None:
+            index.truncate(0, lambda offset: 0)
         return 0
     if abnormal:
         min_ts = checkpoint.min_timestamp()
@@ -84,6 +92,8 @@ def recover(cl: CommitLog, queues: Iterable[ConsumeQueue], dispatcher: Dispatche
         log.warning("commit log %s: %s at offset %d; recovery cuts the commit log there (%d bytes)",
                     scan.problem_path, scan.problem, process, cl.queue.max_offset() - process)
     cl.queue.truncate_dirty(process)
+    if index is not None:
+        index.truncate(process, cl.store_timestamp_at)
     records = scan.validated()
     repaired = [cq for cq in queues if _repair_tail(cq, cl_min, scan_start, records)]
     if repaired or max((cq.max_physic_offset for cq in queues), default=0) > process:
@@ -106,7 +116,54 @@ def recover(cl: CommitLog, queues: Iterable[ConsumeQueue], dispatcher: Dispatche
         reput = min(reput, max(cq.max_physic_offset, cl_min))
     if reput < process:
         _replay(cl, dispatcher, queues, reput, process)
+    if index is not None:
+        rebuild_index(cl, index, process)
     return process
+
+
+def rebuild_index(cl: CommitLog, index: IndexWriter, end: int) -> int:
+    """Index every record in the commit log after the last one the index holds, up to ``end``
+    (Java re-dispatches them after an abnormal exit, ``CommitLogDispatcherBuildIndex``; a store whose
+    writer kept no index - an older rocketstream, or a broker with messageIndexEnable=false - is
+    indexed from its first record). Returns the number of keys put."""
+    cl_min = cl.queue.min_offset()
+    last = index.resume_offset()
+    done = 0
+    if last is None or last < cl_min:
+        start = cl_min
+    elif last >= end:
+        return 0
+    else:
+        try:
+            size = cl.read_record(last).total_size
+        except CorruptStoreError:   # no record starts there: its whole file again (puts below last are skipped)
+            mf = cl.find_file(last)
+            start = cl_min if mf is None else max(mf.file_from_offset, cl_min)
+        else:
+            # the record at endPhyOffset again when some of its keys are missing (a crash, a deleted file)
+            done = index.keys_done_at_end()
+            start = last if done < _key_count(cl, last) else last + size
+    if start >= end:
+        return 0
+
+    def records() -> Iterator[tuple[int, int, int, str, dict[str, str]]]:
+        for head in cl.scan(start, check_crc=False):
+            if head.offset >= end:
+                break
+            yield head.offset, head.sys_flag, head.store_timestamp, head.topic, head.properties()
+
+    put = index.replay(records(), skip_at_end=done)
+    log.info("index: %d keys of the records in [%d, %d) indexed from the commit log", put, start, end)
+    return put
+
+
+def _key_count(cl: CommitLog, offset: int) -> int:
+    """Keys IndexService.buildIndex puts for the record at ``offset``."""
+    rec = cl.read_record(offset)
+    if rec.sys_flag & codec.TRANSACTION_MASK == codec.TRANSACTION_ROLLBACK:
+        return 0
+    props = rec.properties
+    return len(record_keys(rec.topic, props.get(codec.PROPERTY_UNIQ_KEY), props.get(codec.PROPERTY_KEYS)))
 
 
 def _unit_starts(queues: list[ConsumeQueue], start: int) -> np.ndarray | None:

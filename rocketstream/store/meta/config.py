@@ -77,6 +77,11 @@ class StoreConfig:
     max_transfer_count_on_message_in_memory: int = 32
     max_filter_message_bytes: int = 16000
     default_topic_queue_nums: int = 4
+    # index/ (IndexService): messageIndexEnable; maxHashSlotNum / maxIndexNum, None = not configured (new
+    # index files then take the existing files' geometry, else RocketMQ's 5,000,000 / 20,000,000)
+    message_index_enable: bool = True
+    max_hash_slot_num: int | None = None
+    max_index_num: int | None = None
     # the LAYOUT_SETTINGS a broker.conf gave, as (key, value) pairs; conf_path: where they came from
     layout_settings: tuple[tuple[str, str], ...] = ()
     conf_path: Path | None = field(default=None, compare=False)
@@ -93,6 +98,9 @@ class StoreConfig:
         if cq < CQ_UNIT_SIZE or cq % CQ_UNIT_SIZE:
             raise StoreConfigError(f"mappedFileSizeConsumeQueue must be a positive multiple of {CQ_UNIT_SIZE}, "
                                    f"got {cq}")
+        for name, value in (("maxHashSlotNum", self.max_hash_slot_num), ("maxIndexNum", self.max_index_num)):
+            if value is not None and not 0 < value < 2**31:
+                raise StoreConfigError(f"{name} must be a positive int, got {value}")
         if self.message_delay_level != DEFAULT_DELAY_LEVELS:
             object.__setattr__(self, "delay_levels_ms", parse_delay_levels(self.message_delay_level))
 
@@ -117,9 +125,10 @@ class StoreConfig:
 
     def without_broker_settings(self, root: Path, broker_name: str) -> StoreConfig:
         """This config for another store root: the sizes and client-side options stay, the settings that
-        belong to the configured broker's store (retention, layout) do not."""
+        belong to the configured broker's store (retention, layout, index) do not."""
         return replace(self, store_path_root_dir=Path(root), broker_name=broker_name,
-                       file_reserved_time_hours=None, delete_when=None, layout_settings=(), conf_path=None)
+                       file_reserved_time_hours=None, delete_when=None, layout_settings=(), conf_path=None,
+                       message_index_enable=True, max_hash_slot_num=None, max_index_num=None)
 
     @classmethod
     def from_broker_conf(cls, path: str | Path) -> StoreConfig:
@@ -154,7 +163,9 @@ class StoreConfig:
                                 ("compressMsgBodyOverHowmuch", "compress_msg_body_over", int),
                                 ("maxMessageSize", "max_message_size", int),
                                 ("maxTransferBytesOnMessageInMemory", "max_transfer_bytes_on_message_in_memory", int),
-                                ("maxTransferCountOnMessageInMemory", "max_transfer_count_on_message_in_memory", int)):
+                                ("maxTransferCountOnMessageInMemory", "max_transfer_count_on_message_in_memory", int),
+                                ("maxHashSlotNum", "max_hash_slot_num", int),
+                                ("maxIndexNum", "max_index_num", int)):
             if key in props:
                 kw[attr] = number(key, kind)
         if "deleteWhen" in props:
@@ -162,6 +173,8 @@ class StoreConfig:
         kw["layout_settings"] = tuple((k, props[k]) for k in LAYOUT_SETTINGS if k in props)
         if "flushDiskType" in props:
             kw["flush_disk_type"] = props["flushDiskType"]
+        if "messageIndexEnable" in props:
+            kw["message_index_enable"] = props["messageIndexEnable"].lower() == "true"
         if "checkCRCOnRecover" in props:
             kw["check_crc_on_recover"] = props["checkCRCOnRecover"].lower() == "true"
         if "messageDelayLevel" in props:

@@ -1,10 +1,11 @@
-"""CommitLog -> ConsumeQueue dispatch (``ReputMessageService``, ``CommitLogDispatcherBuildConsumeQueue``): one
-20-byte unit per dispatchable record.
+"""CommitLog -> ConsumeQueue and index dispatch (``ReputMessageService``, ``CommitLogDispatcherBuildConsumeQueue``,
+``CommitLogDispatcherBuildIndex``): one 20-byte unit per dispatchable record, and its keys in ``index/``.
 
 The put path dispatches synchronously right after the commit-log bytes are in the mapping, so there
 is no reput thread; recovery replays records through ``dispatch_head`` (idempotent, as
-``ConsumeQueue.putMessagePositionInfo`` is).
-PREPARED and ROLLBACK records get no unit.
+``ConsumeQueue.putMessagePositionInfo`` is) and rebuilds the index separately (recovery.py).
+PREPARED and ROLLBACK records get no unit; ROLLBACK records are not indexed (PREPARED ones are, as
+``IndexService.buildIndex`` does).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rocketstream.codec import CQ_DTYPE
 from rocketstream.store.files.checkpoint import StoreCheckpoint
 from rocketstream.store.files.commit_log import AppendResult, EncodedBatch, RecordHead
 from rocketstream.store.files.consume_queue import ConsumeQueue
+from rocketstream.store.files.index_writer import IndexWriter
 
 
 def is_dispatchable(sys_flag: int) -> bool:
@@ -35,8 +37,9 @@ def tags_code_of(topic: str, properties: dict[str, str], store_timestamp: int,
 
 class Dispatcher:
     def __init__(self, get_queue: Callable[[str, int], ConsumeQueue], checkpoint: StoreCheckpoint | None,
-                 delay_levels: Sequence[int] | Mapping[int, int]) -> None:
+                 delay_levels: Sequence[int] | Mapping[int, int], index: IndexWriter | None = None) -> None:
         self._get_queue = get_queue
+        self.index = index   # None: messageIndexEnable=false
         self._checkpoint = checkpoint
         self._delay_levels = delay_levels
 
@@ -44,9 +47,16 @@ class Dispatcher:
         return tags_code_of(topic, properties, store_timestamp, self._delay_levels)
 
     def dispatch_append(self, batch: EncodedBatch, result: AppendResult) -> None:
-        """Units for one appended batch (same topic and queue), written with one CQ put."""
-        if not batch.dispatch:
-            return
+        """Units for one appended batch (same topic and queue), written with one CQ put; then its keys."""
+        if batch.dispatch:
+            self._put_units(batch, result)
+        if self.index is not None:
+            uniq, keys = batch.index_keys()
+            offsets = (np.add(result.starts, result.physical_offset).tolist() if batch.count > 1
+                       else [result.physical_offset])
+            self.index.put_records(batch.topic, uniq, keys, offsets, result.store_timestamp)
+
+    def _put_units(self, batch: EncodedBatch, result: AppendResult) -> None:
         ts = result.store_timestamp
         cq = self._get_queue(batch.topic, batch.queue_id)
         codes = batch.tags_codes(ts, self.tags_code)

@@ -61,6 +61,18 @@ class PreparedList:
     def uniq_keys(self) -> list[str]:
         return [r.uniq_key for r in self.records]
 
+    def index_keys(self) -> tuple[list[str | None], list[str | None] | None]:
+        uniq: list[str | None] = []
+        keys: list[str | None] = []
+        for r in self.records:
+            if r.sys_flag & codec.TRANSACTION_MASK == codec.TRANSACTION_ROLLBACK:
+                uniq.append(None)
+                keys.append(None)
+            else:
+                uniq.append(r.properties.get(codec.PROPERTY_UNIQ_KEY))
+                keys.append(r.properties.get(codec.PROPERTY_KEYS))
+        return uniq, keys
+
     def tags_codes(self, store_timestamp: int, tags_code_of: TagsCodeOf) -> list[int]:
         return [tags_code_of(r.topic, r.properties, store_timestamp) for r in self.records]
 

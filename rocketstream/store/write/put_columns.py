@@ -99,7 +99,7 @@ class ColumnBatch:
 
     def __init__(self, *, topic: str, queue_id: int, bodies: list[bytes], rows: UInt8Array, tail: int,
                  heads: npt.NDArray[np.void], middle: list[list[bytes]] | None, sizes: Int64Array,
-                 tags_codes: Int64Array, uniq: UInt8Array) -> None:
+                 tags_codes: Int64Array, uniq: UInt8Array, keys: list[str | None] | None) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.count = len(bodies)
@@ -115,11 +115,15 @@ class ColumnBatch:
         np.cumsum(sizes[:-1], out=self.starts[1:])
         self._tags_codes = tags_codes
         self._uniq = uniq
+        self._keys = keys          # KEYS of each record as written (None: no record has keys)
 
     def uniq_keys(self) -> list[str]:
         """The UNIQ_KEYs (msg ids), built on demand from the ASCII block."""
         text = self._uniq.tobytes().decode("ascii")
         return [text[i:i + 32] for i in range(0, len(text), 32)]
+
+    def index_keys(self) -> tuple[list[str], list[str | None] | None]:
+        return self.uniq_keys(), self._keys
 
     def tags_codes(self, store_timestamp: int, tags_code_of: TagsCodeOf) -> Int64Array:
         """The TAGS hashes computed while building: what ``tags_code_of`` gives for every topic but
@@ -253,7 +257,7 @@ def build_columns(topic: str, queue_id: int, bodies: Bodies, *, tags: str | Sequ
         return None
     crcs = list(map(codec.crc32, body_list))
     return _assemble(topic, queue_id, body_list, body_lens, crcs, flags, born_ts, born_host, born_ip, store_host,
-                     store_ip, tag_part, key_part)
+                     store_ip, tag_part, key_part, key_col)
 
 
 class _Tags:
@@ -380,7 +384,8 @@ def _keys(column: list[Any] | None, n: int) -> _Keys | None:
 
 def _assemble(topic: str, queue_id: int, bodies: list[bytes], body_lens: Int64Array, crcs: list[int],
               flags: Int64Array | int, born_ts: Int64Array | int, born_host: HostAddress, born_ip: bytes,
-              store_host: HostAddress, store_ip: bytes, tags: _Tags, keys: _Keys) -> ColumnBatch | None:
+              store_host: HostAddress, store_ip: bytes, tags: _Tags, keys: _Keys,
+              key_column: list[str | None] | None) -> ColumnBatch | None:
     n = len(bodies)
     born_v6, store_v6 = len(born_ip) == 16, len(store_ip) == 16
     fixed = codec.record.FIXED_HEADER[born_v6, store_v6]
@@ -440,4 +445,4 @@ def _assemble(topic: str, queue_id: int, bodies: list[bytes], body_lens: Int64Ar
         heads["born_ts"] = born_ts
     codes = np.full(n, tags.codes, dtype=np.int64) if isinstance(tags.codes, int) else tags.codes
     return ColumnBatch(topic=topic, queue_id=queue_id, bodies=bodies, rows=rows, tail=tail, heads=heads,
-                       middle=middle, sizes=sizes, tags_codes=codes, uniq=uniq)
+                       middle=middle, sizes=sizes, tags_codes=codes, uniq=uniq, keys=key_column)
