@@ -8,11 +8,13 @@ store. Afterwards every message the producer saw SEND_OK for must be stored (at 
 consumed; duplicates are allowed (at-least-once: offsets are committed every 5 s), losses are not.
 
     pytest -m slow -s tests/reliability/test_broker_kill.py            # 10 kills
+    pytest -s tests/reliability/test_broker_kill.py                    # the default run's 2 kills
     ROCKETSTREAM_KILLS=3 pytest -m slow -s tests/reliability/test_broker_kill.py
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -69,6 +71,15 @@ def _lines(path: Path, tag: str) -> list[list[str]]:
 
 @pytest.mark.slow
 def test_sigkilled_broker_loses_no_acknowledged_message(tmp_path: Path) -> None:
+    _campaign(tmp_path, KILLS)
+
+
+def test_sigkilled_broker_loses_no_acknowledged_message_short(tmp_path: Path) -> None:
+    """The default run's version: two kills."""
+    _campaign(tmp_path, 2)
+
+
+def _campaign(tmp_path: Path, kills: int) -> None:
     try:
         classes = _compile(tmp_path / "classes")
     except peers.JavaUnavailable as exc:
@@ -88,7 +99,7 @@ def test_sigkilled_broker_loses_no_acknowledged_message(tmp_path: Path) -> None:
     consumer = _java(classes, tmp_path / "consumer.log", "consume", ns, "KillT", "kill-group", str(got))
     producer = _java(classes, tmp_path / "producer.log", "produce", ns, "KillT", str(sent), str(stop))
     try:
-        for k in range(KILLS):
+        for k in range(kills):
             time.sleep(rng.uniform(2.0, 5.0))
             acked = len(_lines(sent, "OK"))
             broker.kill()   # SIGKILL
@@ -114,7 +125,9 @@ def test_sigkilled_broker_loses_no_acknowledged_message(tmp_path: Path) -> None:
         wrong = [k for k, (q, off) in ok.items() if (k, q, off) not in seen_at]
         assert not wrong, f"delivered from another position than acknowledged: {wrong[:10]}"
         dups = sum(n - 1 for n in Counter(line[1] for line in received).values() if n > 1)
-        print(f"{KILLS} kills: {len(ok)} acknowledged, {len(received)} deliveries, {dups} duplicates", flush=True)
+        print("RELIABILITY " + json.dumps({"item": "broker SIGKILL", "trials": kills, "acknowledged": len(ok),
+                                           "deliveries": len(received), "duplicates": dups, "failures_found": 0}),
+              flush=True)
     finally:
         stop.touch()
         for proc in (producer, consumer):
