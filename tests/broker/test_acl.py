@@ -514,3 +514,31 @@ def test_acl_scenario_against_real_broker(real_acl_broker, java_classes: Path) -
                 "--ak", AK, "--sk", "wrongsecret")
     line = [x for x in bad.stdout.decode().splitlines() if x.startswith("RESULT")]
     assert bad.returncode == 3 and line == [f"RESULT REJECTED code=1 remark={SIGNATURE_FAILED}"], bad.stdout[-2000:]
+
+
+# our broker with aclEnable=true: the same Java scenario, the same answers -------------------------------
+@pytest.fixture(scope="module")
+def our_acl_broker(tmp_path_factory: pytest.TempPathFactory):
+    from tests.broker.conftest import start_serve, stop_serve
+
+    home = tmp_path_factory.mktemp("acl-ours")
+    store = home / "store"
+    (store / "conf").mkdir(parents=True)
+    (store / "conf" / "plain_acl.yml").write_text(ACL_YML)
+    served = start_serve(home, conf={"aclEnable": "true"}, store=store)
+    try:
+        yield served
+    finally:
+        assert stop_serve(served) == 0
+
+
+def test_acl_scenario_against_our_broker(our_acl_broker, java_classes: Path, tmp_path: Path) -> None:
+    ok = _java(java_classes, tmp_path, "AclScenario", "--namesrv", our_acl_broker.namesrv_addr, "--ak", AK, "--sk", SK)
+    assert ok.returncode == 0 and b"RESULT SEND_OK" in ok.stdout, ok.stdout[-2000:]
+    bad = _java(java_classes, tmp_path, "AclScenario", "--namesrv", our_acl_broker.namesrv_addr,
+                "--ak", AK, "--sk", "wrongsecret")
+    line = [x for x in bad.stdout.decode().splitlines() if x.startswith("RESULT")]
+    assert bad.returncode == 3 and line == [f"RESULT REJECTED code=1 remark={SIGNATURE_FAILED}"], bad.stdout[-2000:]
+    unsigned = _java(java_classes, tmp_path, "AclScenario", "--namesrv", our_acl_broker.namesrv_addr,
+                     "--ak", "nobodyhere", "--sk", SK)
+    assert unsigned.returncode == 3, unsigned.stdout[-2000:]
