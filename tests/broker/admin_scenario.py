@@ -171,6 +171,7 @@ def trim(records: dict[str, dict]) -> dict[str, dict]:
     cfg = records["broker_config"]
     cfg["body"] = "".join(sorted(line.split("=", 1)[0] + "=\n" for line in cfg["body"].splitlines()))
     rt = records["runtime_info"]
+    assert rt["body"] is not None, f"GET_BROKER_RUNTIME_INFO was not answered with a body: {rt}"
     table = json.loads(rt["body"])["table"]
     rt["body"] = json.dumps({"table": {k.split("_/")[0]: "" for k in table}}, sort_keys=True)
     for name, table_key, keep in (("all_topic_config", "topicConfigTable", {TOPIC, "TBW102"}),

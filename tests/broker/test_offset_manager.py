@@ -24,7 +24,6 @@ from rocketstream.store.meta.offsets import (
     load_consumer_offset_document,
     load_consumer_offsets,
 )
-from tests.broker.realconfig import real_config_dir
 
 
 def _file(root: Path) -> Path:
@@ -42,8 +41,9 @@ def _broker(root: Path) -> BrokerOffsetManager:
 
 
 @pytest.fixture(scope="module")
-def real_config() -> Path:
-    return real_config_dir()
+def real_config(real_stores) -> Path:
+    """``config/`` of the clean store the real 4.9.8 broker wrote (tests/conftest.py)."""
+    return Path(real_stores["clean"].root) / "config"
 
 
 # ------------------------------------------------------------------------------- RocketMQ semantics

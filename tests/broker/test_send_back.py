@@ -24,9 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:   # tests.realstore is imported as a package from the repository root
     sys.path.insert(0, str(REPO))
 
-# the session fixture ``real_stores`` (stores the real 4.9.8 broker wrote; skips without Java). Only this
-# module of tests/broker uses it: each module importing it would generate the stores once more.
-from tests.realstore.conftest import real_stores  # noqa: E402,F401
+# ``real_stores`` (stores the real 4.9.8 broker wrote; skips without Java) is a session fixture of
+# tests/conftest.py, generated once for the whole run.
 
 SCHED = codec.SCHEDULE_TOPIC
 OFFSET_ID = re.compile(r"[0-9A-F]{32}")
@@ -274,7 +273,7 @@ def _shape(props: dict[str, str], offset_ids: set[str]) -> dict[str, str]:
     return out
 
 
-def test_same_records_as_the_real_broker(real_stores, tmp_path):  # noqa: F811
+def test_same_records_as_the_real_broker(real_stores, tmp_path):
     """A consumer of RsGroup answered RECONSUME_LATER (delay level 1) twice for some messages: replay that
     through send_back and the schedule service on our store and compare every record with the real
     broker's - the schedule-topic copy, the %RETRY% delivery and the second round."""
@@ -322,7 +321,7 @@ def test_same_records_as_the_real_broker(real_stores, tmp_path):  # noqa: F811
         assert list(our_first.properties.items()) == list(our_sched1.properties.items())
 
 
-def test_same_delayed_delivery_as_the_real_broker(real_stores, tmp_path):  # noqa: F811
+def test_same_delayed_delivery_as_the_real_broker(real_stores, tmp_path):
     """Producer-delayed messages (DELAY 1/2): the real broker's delivered copy in the real topic has the
     schedule record's properties unchanged; so has ours, for the same message."""
     real = MessageStore.open(real_stores["clean"].root, read_only=True)
@@ -359,7 +358,7 @@ def test_same_delayed_delivery_as_the_real_broker(real_stores, tmp_path):  # noq
                 assert getattr(mine[0], f) == getattr(d, f), f
 
 
-def test_real_broker_offset_file_round_trips(real_stores):  # noqa: F811
+def test_real_broker_offset_file_round_trips(real_stores):
     """The file 4.9.8 wrote is what we write for the same table, byte for byte."""
     for rs in real_stores.values():
         raw = (rs.root / "config" / "delayOffset.json").read_text()

@@ -14,7 +14,6 @@ from rocketstream.broker.subscription_group import (
 )
 from rocketstream.codec.fastjson import parse_fastjson
 from rocketstream.errors import OffsetFileError
-from tests.broker.realconfig import real_config_dir
 
 BUILT_IN = {"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PULL",
             "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER"}
@@ -24,8 +23,9 @@ DEFAULTS_JSON = {"brokerId": 0, "consumeBroadcastEnable": True, "consumeEnable":
 
 
 @pytest.fixture(scope="module")
-def real_config() -> Path:
-    return real_config_dir()
+def real_config(real_stores) -> Path:
+    """``config/`` of the clean store the real 4.9.8 broker wrote (tests/conftest.py)."""
+    return Path(real_stores["clean"].root) / "config"
 
 
 def _manager(root: Path) -> SubscriptionGroupManager:

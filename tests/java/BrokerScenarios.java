@@ -787,6 +787,13 @@ public final class BrokerScenarios {
         if (!waitFor(() -> got.size() >= count)) {
             failures.add("consumed " + got.size() + "/" + count);
         }
+        // the retry queue joins at a later rebalance (its route exists once the heartbeat created it); wait
+        // for it so that its offset (0, from QUERY_CONSUMER_OFFSET) is among those persisted at shutdown
+        String retry = "%RETRY%" + group;
+        if (!waitFor(() -> consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable()
+                .keySet().stream().anyMatch(mq -> mq.getTopic().equals(retry)))) {
+            failures.add("the retry queue was never assigned");
+        }
         // shutdown() persists the consumed offsets to the broker (UPDATE_CONSUMER_OFFSET)
         consumer.shutdown();
         result.put("count", count);
