@@ -129,17 +129,25 @@ class Channel:
     async def send(self, cmd: RemotingCommand) -> None:
         if self.closed:
             raise RemotingConnectError(f"connection is closed ({self.close_reason})", addr=self.addr)
+        self.send_nowait(cmd)
+        try:
+            await self._writer.drain()
+        except (ConnectionError, OSError) as exc:
+            self.close(f"write failed: {exc}")
+            raise RemotingConnectError(f"write failed: {exc}", addr=self.addr) from exc
+        self.last_activity = time.monotonic()
+
+    def send_nowait(self, cmd: RemotingCommand) -> None:
+        """Queue a frame for this loop iteration's write without waiting for the socket buffer
+        (``send`` also waits while the peer is slow); RemotingConnectError when closed."""
+        if self.closed:
+            raise RemotingConnectError(f"connection is closed ({self.close_reason})", addr=self.addr)
         frame = encode_frame(cmd)
         # Frames sent in one event-loop iteration go out in one write: the responses to the requests
         # of one read (a client's threads share its connection) cost one send() instead of one each.
         if not self._out:
             asyncio.get_running_loop().call_soon(self._write_out)
         self._out.append(frame)
-        try:
-            await self._writer.drain()
-        except (ConnectionError, OSError) as exc:
-            self.close(f"write failed: {exc}")
-            raise RemotingConnectError(f"write failed: {exc}", addr=self.addr) from exc
         self.last_activity = time.monotonic()
 
     def _write_out(self) -> None:
@@ -213,7 +221,8 @@ class Channel:
             result = self.handler(self, request) if self.handler is not None else None
             if self.handler is None:
                 result = unsupported(request)
-            if inspect.isawaitable(result):   # an async processor runs on its own; the reader goes on
+            if result is not None and type(result) is not RemotingCommand and inspect.isawaitable(result):
+                # an async processor runs on its own; the reader goes on
                 task = asyncio.get_running_loop().create_task(self._finish(request, result))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)

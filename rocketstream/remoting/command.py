@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal, overload
 
 from rocketstream.codec import INT16, INT32
