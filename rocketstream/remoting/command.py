@@ -132,9 +132,13 @@ def _stringify(fields: dict[str, object] | None) -> dict[str, str] | None:
         return None
     out = {}
     for k, v in fields.items():
-        if v is None:
-            continue
-        out[k] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        t = type(v)
+        if t is str:
+            out[k] = v
+        elif t is int:
+            out[k] = int.__repr__(v)
+        elif v is not None:
+            out[k] = ("true" if v else "false") if isinstance(v, bool) else str(v)
     return out
 
 
