@@ -130,11 +130,11 @@ def _stringify(fields: dict[str, object] | None) -> dict[str, str] | None:
     """``makeCustomHeaderToNet``: String.valueOf of each non-null value; booleans lower case."""
     if fields is None:
         return None
-    out = {}
+    out: dict[str, str] = {}
     for k, v in fields.items():
         t = type(v)
         if t is str:
-            out[k] = v
+            out[k] = v   # type: ignore[assignment]   # type(v) is str
         elif t is int:
             out[k] = int.__repr__(v)
         elif v is not None:
