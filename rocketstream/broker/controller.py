@@ -70,7 +70,7 @@ class BrokerController:
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
         self.pull_holds = PullRequestHoldService(
-            lambda topic, queue_id, start, end: self.store.read_cq_units(topic, queue_id, start, end),
+            lambda topic, queue_id, start, end: self.store.peek_cq_units(topic, queue_id, start, end),
             lambda req: pull.execute_when_wakeup(self, req))
         self.schedule: ScheduleMessageService | None = None   # made by _wire_modules at start
         self.boot_timestamp = int(time.time() * 1000)

@@ -73,6 +73,20 @@ class PullHeader:
 
     @classmethod
     def decode(cls, r: RemotingCommand) -> PullHeader:
+        ext = r.ext_fields
+        if ext is not None:
+            # the usual header, read straight from the dict; anything missing or not a plain number goes
+            # through the general reading below, which names the field at fault
+            try:
+                get = ext.get
+                return cls(consumer_group=ext["consumerGroup"], topic=ext["topic"], queue_id=int(ext["queueId"]),
+                           queue_offset=int(ext["queueOffset"]), max_msg_nums=int(ext["maxMsgNums"]),
+                           sys_flag=int(ext["sysFlag"]), commit_offset=int(ext["commitOffset"]),
+                           suspend_timeout_millis=int(ext["suspendTimeoutMillis"]),
+                           subscription=get("subscription"), sub_version=int(ext["subVersion"]),
+                           expression_type=get("expressionType"))
+            except (KeyError, ValueError):
+                pass
         return cls(consumer_group=r.field("consumerGroup"), topic=r.field("topic"), queue_id=r.int_field("queueId"),
                    queue_offset=r.int_field("queueOffset"), max_msg_nums=r.int_field("maxMsgNums"),
                    sys_flag=r.int_field("sysFlag"), commit_offset=r.int_field("commitOffset"),
@@ -175,15 +189,11 @@ def execute_when_wakeup(controller: BrokerContext, req: PullRequest) -> None:
     except Exception as exc:   # the held request gets the SYSTEM_ERROR a direct run would have given
         log.exception("executeRequestWhenWakeup run failed for %s", req.channel.addr)
         response = req.request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-    if response is not None:
-        controller.spawn(_send(req.channel, response), "pull-wakeup")
-
-
-async def _send(channel: Channel, response: RemotingCommand) -> None:
-    try:
-        await channel.send(response)
-    except RemotingError as exc:   # the consumer went away while its pull was held
-        log.debug("could not answer a held pull on %s: %s", channel.addr, exc)
+    if response is not None:   # a response to req.request: its opaque, RESPONSE flag
+        try:
+            req.channel.send_nowait(response)
+        except RemotingError as exc:   # the consumer went away while its pull was held
+            log.debug("could not answer a held pull on %s: %s", req.channel.addr, exc)
 
 
 def register(controller: BrokerContext) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
+from functools import lru_cache
 
 from rocketstream import codec
 from rocketstream.broker.config import PERM_READ, PERM_WRITE
@@ -78,6 +79,22 @@ class SendHeader:
     @classmethod
     def decode(cls, request: RemotingCommand) -> SendHeader:
         v2 = request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+        ext = request.ext_fields
+        if v2 and ext is not None:
+            # the usual V2 header, read straight from the dict; anything missing or not a plain number
+            # goes through the general reading below, which names the field at fault
+            try:
+                get = ext.get
+                rt, mrt = get("j"), get("l")
+                return cls(producer_group=ext["a"], topic=ext["b"], default_topic=ext["c"],
+                           default_topic_queue_nums=int(ext["d"]), queue_id=int(ext["e"]), sys_flag=int(ext["f"]),
+                           born_timestamp=int(ext["g"]), flag=int(ext["h"]), properties=get("i"),
+                           reconsume_times=None if rt is None else int(rt),
+                           unit_mode=(get("k") or "").lower() == "true",
+                           max_reconsume_times=None if mrt is None else int(mrt),
+                           batch=(get("m") or "").lower() == "true")
+            except (KeyError, ValueError):
+                pass
 
         def name(v1: str) -> str:
             return _V1_TO_V2[v1] if v2 else v1
@@ -97,8 +114,13 @@ class SendHeader:
 
 def born_host_of(channel: Channel) -> HostAddress:
     """The client's socket address (``channel.remoteAddress()``), as the record's BORNHOST."""
+    return _parse_peer(channel.addr)
+
+
+@lru_cache(maxsize=4096)
+def _parse_peer(addr: str) -> HostAddress:
     try:
-        return HostAddress.parse(channel.addr)
+        return HostAddress.parse(addr)
     except Exception:   # a peer address we cannot parse (not TCP): record it as unknown, never fail the send
         return HostAddress("127.0.0.1", 0)
 

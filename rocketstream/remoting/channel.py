@@ -76,6 +76,7 @@ class Channel:
         self._reader_task: asyncio.Task | None = None
         self.last_activity = time.monotonic()
         self.close_reason: str | None = None
+        self._out: list[bytes] = []     # frames waiting for this loop iteration's write (see send)
 
     # --- lifecycle
     def start(self) -> Channel:
@@ -97,6 +98,7 @@ class Channel:
         self.close_reason = reason
         self._closed.set()
         with contextlib.suppress(Exception):
+            self._write_out()   # frames sent before the close still go out first
             self._writer.close()
         for opaque, fut in list(self._pending.items()):
             if not fut.done():
@@ -127,14 +129,35 @@ class Channel:
     async def send(self, cmd: RemotingCommand) -> None:
         if self.closed:
             raise RemotingConnectError(f"connection is closed ({self.close_reason})", addr=self.addr)
-        frame = encode_frame(cmd)
+        self.send_nowait(cmd)
         try:
-            self._writer.write(frame)
             await self._writer.drain()
         except (ConnectionError, OSError) as exc:
             self.close(f"write failed: {exc}")
             raise RemotingConnectError(f"write failed: {exc}", addr=self.addr) from exc
         self.last_activity = time.monotonic()
+
+    def send_nowait(self, cmd: RemotingCommand) -> None:
+        """Queue a frame for this loop iteration's write without waiting for the socket buffer
+        (``send`` also waits while the peer is slow); RemotingConnectError when closed."""
+        if self.closed:
+            raise RemotingConnectError(f"connection is closed ({self.close_reason})", addr=self.addr)
+        frame = encode_frame(cmd)
+        # Frames sent in one event-loop iteration go out in one write: the responses to the requests
+        # of one read (a client's threads share its connection) cost one send() instead of one each.
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._write_out)
+        self._out.append(frame)
+        self.last_activity = time.monotonic()
+
+    def _write_out(self) -> None:
+        out, self._out = self._out, []
+        if not out or self._writer.transport.is_closing():
+            return
+        try:
+            self._writer.write(out[0] if len(out) == 1 else b"".join(out))
+        except (ConnectionError, OSError, RuntimeError) as exc:
+            self.close(f"write failed: {exc}")
 
     async def invoke(self, request: RemotingCommand, timeout: float = DEFAULT_TIMEOUT_S) -> RemotingCommand:
         """Send a request and wait for its response (``invokeSync``); RemotingTimeoutError names the
@@ -198,7 +221,8 @@ class Channel:
             result = self.handler(self, request) if self.handler is not None else None
             if self.handler is None:
                 result = unsupported(request)
-            if inspect.isawaitable(result):   # an async processor runs on its own; the reader goes on
+            if result is not None and type(result) is not RemotingCommand and inspect.isawaitable(result):
+                # an async processor runs on its own; the reader goes on
                 task = asyncio.get_running_loop().create_task(self._finish(request, result))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)

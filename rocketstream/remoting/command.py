@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, overload
 
@@ -129,11 +130,15 @@ def _stringify(fields: dict[str, object] | None) -> dict[str, str] | None:
     """``makeCustomHeaderToNet``: String.valueOf of each non-null value; booleans lower case."""
     if fields is None:
         return None
-    out = {}
+    out: dict[str, str] = {}
     for k, v in fields.items():
-        if v is None:
-            continue
-        out[k] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        t = type(v)
+        if t is str:
+            out[k] = v   # type: ignore[assignment]   # type(v) is str
+        elif t is int:
+            out[k] = int.__repr__(v)
+        elif v is not None:
+            out[k] = ("true" if v else "false") if isinstance(v, bool) else str(v)
     return out
 
 
@@ -154,11 +159,27 @@ def _json_header(cmd: RemotingCommand) -> bytes:
         doc["remark"] = cmd.remark
     doc["serializeTypeCurrentRPC"] = "JSON"
     doc["version"] = cmd.version
-    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    text = _dumps_compact(doc)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:   # a lone surrogate: let JSON escape it instead
         return json.dumps(doc, separators=(",", ":")).encode("ascii")
+
+
+def _make_compact_dumps() -> Callable[[dict[str, object]], str]:
+    """``json.dumps(doc, ensure_ascii=False, separators=(",", ":"))`` without building a JSONEncoder per
+    call (json.dumps does so for any non-default argument): the C encoder made once, no circular
+    check (a header is a flat dict of str/int values and one dict of str). Same text, about half the cost."""
+    try:
+        from _json import encode_basestring, make_encoder
+    except ImportError:   # no C accelerator: the plain call
+        return lambda doc: json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    default = json.JSONEncoder().default
+    encoder = make_encoder(None, default, encode_basestring, None, ":", ",", False, False, True)
+    return lambda doc: "".join(encoder(doc, 0))
+
+
+_dumps_compact = _make_compact_dumps()
 
 
 def _binary_header(cmd: RemotingCommand) -> bytes:
@@ -238,6 +259,8 @@ def decode_frame(data: bytes | bytearray | memoryview, *, addr: str | None = Non
 
 def _int_member(doc: dict, key: str, default: int, addr: str | None) -> int:
     v = doc.get(key, default)
+    if type(v) is int and -2**31 <= v < 2**31:   # the usual case
+        return v
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, (int, str)):
@@ -274,7 +297,8 @@ def _decode_json_header(header: bytes, addr: str | None) -> RemotingCommand:
     if ext is not None:
         if not isinstance(ext, dict):
             raise FrameError(f"JSON header 'extFields' is a {type(ext).__name__}, not an object", addr=addr)
-        ext = {k: t for k, v in ext.items() if (t := _scalar_text(v)) is not None}
+        if not all(type(v) is str for v in ext.values()):   # fastjson writes strings; anything else is converted
+            ext = {k: t for k, v in ext.items() if (t := _scalar_text(v)) is not None}
     language = doc.get("language", "JAVA")
     if not isinstance(language, str):
         language = LanguageCode.name(language) if isinstance(language, int) else None

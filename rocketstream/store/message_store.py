@@ -566,6 +566,12 @@ class MessageStore:
         cq = self._queue(topic, queue_id)
         return cq.read_units(start, end) if cq else np.empty(0, dtype=CQ_DTYPE)
 
+    def peek_cq_units(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray:
+        """Units [start, end) clamped to the queue, not checked against the commit log: for a look at
+        their tags codes (the broker's long polling), where a reader that hands out records checks them."""
+        cq = self._queue(topic, queue_id)
+        return cq.clamped_units(start, end)[1] if cq else np.empty(0, dtype=CQ_DTYPE)
+
     def read_range(self, topic: str, queue_id: int, start: int, end: int, *, broker_name: str | None = None,
                    columns: Sequence[str] | None = None, tags: Collection[str] | None = None,
                    batch_bytes: int = bulk_read.DEFAULT_BATCH_BYTES,

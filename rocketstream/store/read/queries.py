@@ -151,35 +151,41 @@ class StoreQueries:
             return result(GetMessageStatus.OFFSET_FOUND_NULL, file_end)
         cfg = self.config
         limit = max(cfg.max_filter_message_bytes, max_msg_nums * codec.CQ_UNIT_SIZE) // codec.CQ_UNIT_SIZE
-        units = cq.raw_units(offset, min(file_end, hi, offset + limit))
+        end = min(file_end, hi, offset + limit)
         cl = self.commit_log
         cl_min = cl.min_offset()
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         buffers: list[bytes] = []
         size_sum = 0
         next_phy_file_start = -1
-        examined = len(units)
+        examined = end - offset
         max_bytes = cfg.max_transfer_bytes_on_message_in_memory
         max_count = cfg.max_transfer_count_on_message_in_memory
-        for i, (phys, size, code) in enumerate(units.tolist()):
-            if buffers and (len(buffers) >= max_msg_nums or size_sum + size > max_bytes
-                            or len(buffers) > max_count - 1):   # DefaultMessageStore.isTheBatchFull
-                examined = i
-                break
-            if phys < next_phy_file_start:
-                continue
-            if tags_codes is not None and _java_int(code) not in tags_codes:
-                continue
-            mf = cl.find_file(phys) if phys >= cl_min else None
-            if mf is None:
-                if not buffers:
-                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                next_phy_file_start = phys - phys % cl.file_size + cl.file_size
-                continue
-            buffers.append(_record_bytes(mf, phys, size))
-            size_sum += size
-            status = GetMessageStatus.FOUND
-            next_phy_file_start = -1
+        # the units are read in growing chunks: a full batch usually ends long before the 800 units
+        # maxFilterMessageCount allows, and turning units into Python ints is the cost here
+        at, step, full = offset, max(min(max_msg_nums, max_count), 1) + 1, False
+        while at < end and not full:
+            stop = min(end, at + step)
+            for i, (phys, size, code) in enumerate(cq.raw_units(at, stop).tolist(), at - offset):
+                if buffers and (len(buffers) >= max_msg_nums or size_sum + size > max_bytes
+                                or len(buffers) > max_count - 1):   # DefaultMessageStore.isTheBatchFull
+                    examined, full = i, True
+                    break
+                if phys < next_phy_file_start:
+                    continue
+                if tags_codes is not None and _java_int(code) not in tags_codes:
+                    continue
+                mf = cl.find_file(phys) if phys >= cl_min else None
+                if mf is None:
+                    if not buffers:
+                        status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    next_phy_file_start = phys - phys % cl.file_size + cl.file_size
+                    continue
+                buffers.append(_record_bytes(mf, phys, size))
+                size_sum += size
+                status = GetMessageStatus.FOUND
+                next_phy_file_start = -1
+            at, step = stop, step * 4
         out = result(status, offset + examined)
         out.buffers = buffers
         out.total_bytes = size_sum

@@ -1,0 +1,101 @@
+"""CPU time per message through the broker's request handlers in-process: frame decode -> processor ->
+response encode, no sockets and no client. On a shared machine this is steadier than the
+throughput bench_broker.py measures, because it counts this process's CPU time, not wall time.
+
+    python tests/benchmarks/bench_broker_cpu.py [--count 3000] [--repeat 3]
+
+Cases (1 KiB bodies, 8 queues, a fresh store): ``send`` = SEND_MESSAGE_V2 one message each (headers
+as the 4.9.8 client writes them); ``batch`` = SEND_BATCH_MESSAGE of 32; ``pull`` = PULL_MESSAGE of 32
+(no suspend) over what was sent. Prints the best of ``--repeat`` µs per message for each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from rocketstream import codec  # noqa: E402
+from rocketstream.remoting import RemotingCommand, RequestCode  # noqa: E402
+from rocketstream.remoting.command import decode_frame, encode_frame  # noqa: E402
+from tests.broker import brokerutil as bu  # noqa: E402
+
+BODY = b"x" * 1024
+
+
+class _Channel:
+    """What the processors use of a Channel; responses are encoded and dropped."""
+
+    addr = "127.0.0.1:54321"
+    closed = False
+    close_reason = None
+
+    def send_nowait(self, cmd: RemotingCommand) -> None:
+        encode_frame(cmd)
+
+    async def send(self, cmd: RemotingCommand) -> None:
+        encode_frame(cmd)
+
+
+def _batch_frame(i: int) -> bytes:
+    msgs = [(0, BODY, {"UNIQ_KEY": codec.new_uniq_key(), "WAIT": "true"}) for _ in range(32)]
+    return encode_frame(RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, {
+        "a": "pg", "b": "T", "c": "TBW102", "d": 4, "e": i % 8, "f": 0, "g": int(time.time() * 1000), "h": 0,
+        "i": "WAIT\x01true\x02", "k": False, "m": True}, codec.encode_batch_body(msgs)))
+
+
+async def _run(count: int, repeat: int) -> dict[str, list[float]]:
+    res: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-broker-cpu-") as tmp:
+        async with bu.broker(Path(tmp)) as controller:
+            channel = _Channel()
+            handle = controller.server._dispatch
+
+            def run(frames: list[bytes]) -> float:
+                t0 = time.process_time()
+                for frame in frames:
+                    req = decode_frame(frame[4:])
+                    resp = handle(channel, req)
+                    resp.opaque = req.opaque
+                    resp.flag |= 1
+                    encode_frame(resp)
+                return time.process_time() - t0
+
+            for _ in range(repeat):
+                frames = [encode_frame(bu.send_v2("T", BODY, queue_id=i % 8)) for i in range(count)]
+                res.setdefault("send", []).append(1e6 * run(frames) / count)
+                frames = [_batch_frame(i) for i in range(count // 32)]
+                res.setdefault("batch", []).append(1e6 * run(frames) / (len(frames) * 32))
+                per_queue = controller.store.get_message_raw("T", 0, 0, 1).max_offset
+                offsets = dict.fromkeys(range(8), 0)
+                frames = []
+                for i in range(count // 32):
+                    q = i % 8
+                    if offsets[q] + 32 > per_queue:
+                        offsets[q] = 0
+                    frames.append(encode_frame(bu.pull("G", "T", q, offsets[q], sys_flag=bu.SUBSCRIPTION)))
+                    offsets[q] += 32
+                res.setdefault("pull", []).append(1e6 * run(frames) / (len(frames) * 32))
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--count", type=int, default=3000, help="messages per case and run")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    res = asyncio.run(_run(args.count, args.repeat))
+    print(f"{'case':<8}{'best µs/msg':>14}   all runs")
+    for name, values in res.items():
+        print(f"{name:<8}{min(values):>14.1f}   {' '.join(f'{v:.1f}' for v in values)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
