@@ -428,6 +428,7 @@ class LitePullConsumer:
             timeout=max(CONSUMER_TIMEOUT_WHEN_SUSPEND_S, self.broker_suspend_max_time_ms / 1000 + 5))
         if pq.dropped or mq in self._seek_offset or self._pull_offset.get(mq) != offset:
             return   # seeked or dropped meanwhile: the answer is stale
+        msgs: list[MessageExt] = []
         if result.status is PullStatus.FOUND:
             msgs = process_pull_result(result, mq.broker_name, sub.tags_filter(), addr=addr)
             if msgs:
@@ -439,6 +440,10 @@ class LitePullConsumer:
             log.warning("%s: offset %d of %s is illegal, continuing at %d", self.group, offset, mq,
                         result.next_begin_offset)
         self._pull_offset[mq] = result.next_begin_offset
+        if not msgs and pq.msg_count == 0 and result.status is not PullStatus.OFFSET_ILLEGAL:
+            # nothing cached and nothing delivered (all filtered out, or none new): the consumed offset
+            # follows the pull offset, as the push consumer's correctTagsOffset does
+            self._consume_offset[mq] = max(self._consume_offset.get(mq, 0), result.next_begin_offset)
 
     # ------------------------------------------------------------------ the API
     def poll(self, timeout: float | None = None) -> list[MessageExt]:
