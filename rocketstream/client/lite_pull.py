@@ -524,6 +524,13 @@ class LitePullConsumer:
         self.rebalance.process_queue_table[mq] = pq
         self._start_task(mq, pq)
 
+    def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """``offsetForTimestamp``: SEARCH_OFFSET_BY_TIMESTAMP on the queue's broker."""
+        if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or timestamp_ms < 0:
+            raise OptionError("timestamp_ms", "must be ms since the epoch (int >= 0)", timestamp_ms)
+        result: int = self._run(self.rebalance.search_offset(mq, timestamp_ms))
+        return result
+
     def seek_to_begin(self, mq: MessageQueue) -> None:
         self.seek(mq, self._run(self.rebalance.min_offset(mq)))
 
