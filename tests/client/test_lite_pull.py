@@ -11,7 +11,7 @@ from rocketstream.client.allocate import MessageQueue
 from rocketstream.client.instance import MQClientInstance
 from rocketstream.client.lite_pull import LitePullConsumer
 from rocketstream.errors import MQClientError, OptionError
-from tests.client.scenario_util import produce, unique, wait_for
+from tests.client.scenario_util import produce, unique
 
 
 def poll_until(consumer: LitePullConsumer, n: int, timeout: float = 30.0) -> list:
