@@ -173,6 +173,7 @@ class LitePullConsumer:
         self._paused: set[MessageQueue] = set()
         self._tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self._last_commit = time.monotonic()
+        self._stopping = False
 
     def __repr__(self) -> str:
         return f"LitePullConsumer({self.group}, {self.message_model}, {self._state})"
@@ -297,11 +298,17 @@ class LitePullConsumer:
             inst.shutdown()
 
     async def _stop_tasks(self) -> None:
+        # the flag, not only the cancel: Python 3.11's wait_for returns a result that arrives together with
+        # the cancellation and drops the CancelledError, so a pull task must also see that it has to stop
+        self._stopping = True
         tasks = list(self._tasks.values())
         self._tasks.clear()
         for t in tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=5.0)
+            for t in pending:
+                log.warning("%s: %s did not stop within 5 s", self.group, t.get_name())
 
     # ------------------------------------------------------------------ MQClientInstance callbacks
     def consumer_data(self) -> dict[str, Any]:
@@ -384,7 +391,7 @@ class LitePullConsumer:
 
     async def _pull_task(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         """``PullTaskImpl.run``, as a loop."""
-        while not pq.dropped and self._state == "RUNNING":
+        while not pq.dropped and self._state == "RUNNING" and not self._stopping:
             if mq in self._paused:
                 await asyncio.sleep(PULL_TIME_DELAY_WHEN_PAUSE_S)
                 continue

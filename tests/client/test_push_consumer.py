@@ -15,6 +15,7 @@ import pytest
 from rocketstream.client.allocate import MessageQueue
 from rocketstream.client.consume_service import ConsumeConcurrentlyStatus, ConsumeOrderlyStatus
 from rocketstream.client.lite_pull import LitePullConsumer
+from rocketstream.client.offset_store import LocalOffsetStore
 from rocketstream.client.push_consumer import PushConsumer
 from rocketstream.errors import MQClientError, OptionError
 from tests.client.scenario_util import produce, unique, wait_for
@@ -124,7 +125,7 @@ def test_orderly_two_members_never_share_a_queue_and_keep_queue_order(mq_broker)
         by_queue[q].append((start, end, who))
     for q, spans in by_queue.items():
         spans.sort()
-        for (s1, e1, w1), (s2, e2, w2) in zip(spans, spans[1:]):
+        for (_, e1, w1), (s2, _, w2) in zip(spans, spans[1:], strict=False):
             assert not (w1 != w2 and s2 < e1), f"queue {q}: {w1} and {w2} consumed at the same time"
     # per member and queue: offsets strictly increasing (queue order), and per key the sequence in order
     per: dict[tuple[str, int], list[int]] = defaultdict(list)
@@ -152,8 +153,9 @@ def test_broadcasting_every_member_gets_everything_and_offsets_are_local(mq_brok
             with lock:
                 got[name] += [m.body for m in msgs]
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-        c = PushConsumer(group, namesrv=ns, message_model="BROADCASTING", consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-                         instance_name=name, offset_store_dir=tmp_path, **FAST)
+        c = PushConsumer(group, namesrv=ns, message_model="BROADCASTING",
+                         consume_from_where="CONSUME_FROM_FIRST_OFFSET", instance_name=name,
+                         offset_store_dir=tmp_path, **FAST)
         c.subscribe(topic, "*")
         c.register_message_listener_concurrently(listener)
         members.append(c.start())
@@ -166,7 +168,6 @@ def test_broadcasting_every_member_gets_everything_and_offsets_are_local(mq_brok
             c.shutdown()
     files = sorted(tmp_path.glob(f"*/{group}/offsets.json"))
     assert len(files) == 2
-    from rocketstream.client.offset_store import LocalOffsetStore
     for f in files:
         table = LocalOffsetStore(tmp_path, f.parent.parent.name, group).read()
         assert sum(off for mq, off in table.items() if mq.topic == topic) == 20
