@@ -16,6 +16,7 @@ from rocketstream.client.allocate import MessageQueue
 from rocketstream.client.consume_service import ConsumeConcurrentlyStatus, ConsumeOrderlyStatus
 from rocketstream.client.lite_pull import LitePullConsumer
 from rocketstream.client.offset_store import LocalOffsetStore
+from rocketstream.client.producer import Producer
 from rocketstream.client.push_consumer import PushConsumer
 from rocketstream.errors import MQClientError, OptionError
 from tests.client.scenario_util import produce, unique, wait_for
@@ -205,3 +206,78 @@ def test_push_consumer_bad_input() -> None:
         c.start()
     with pytest.raises(OptionError, match="listener"):
         c.register_message_listener_concurrently("not callable")  # type: ignore[arg-type]
+
+
+def test_orderly_message_over_max_reconsume_times_goes_to_the_dlq(mq_broker) -> None:
+    """Orderly: SUSPEND_CURRENT_QUEUE_A_MOMENT retries locally; at max_reconsume_times the message is sent to
+    %RETRY% with that many reconsume times, which the broker stores in %DLQ%; the queue then moves on."""
+    ns = mq_broker.namesrv_addr
+    topic, group = unique("PushOrderDlq"), unique("push_odlq")
+    produce(ns, topic, [b"poison", b"after"], sharding=lambda i: "same-key")
+    calls: list[tuple[bytes, int]] = []
+
+    def listener(msgs: list[Any], ctx: Any) -> Any:
+        m = msgs[0]
+        calls.append((m.body, m.reconsume_times))
+        if m.body == b"poison":
+            return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        return ConsumeOrderlyStatus.SUCCESS
+
+    c = PushConsumer(group, namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", max_reconsume_times=2,
+                     suspend_current_queue_time_millis=100, **FAST)
+    c.subscribe(topic, "*")
+    c.register_message_listener_orderly(listener)
+    c.start()
+    try:
+        wait_for(lambda: (b"after", 0) in calls, 30, "the queue to move past the poison message")
+        assert calls[:4] == [(b"poison", 0), (b"poison", 1), (b"poison", 2), (b"after", 0)]
+    finally:
+        c.shutdown()
+    reader = LitePullConsumer(unique("dlq_reader"), namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    reader.assign([MessageQueue(f"%DLQ%{group}", "broker-a", 0)])
+    end = time.monotonic() + 20
+    got: list[Any] = []
+    while time.monotonic() < end:   # the DLQ topic appears once the broker stored the message there
+        try:
+            reader.start()
+            break
+        except MQClientError:
+            time.sleep(0.5)
+            reader = LitePullConsumer(unique("dlq_reader"), namesrv=ns,
+                                      consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+            reader.assign([MessageQueue(f"%DLQ%{group}", "broker-a", 0)])
+    try:
+        while not got and time.monotonic() < end:
+            got += reader.poll(0.5)
+        assert [m.body for m in got] == [b"poison"]
+    finally:
+        reader.shutdown()
+
+
+def test_flow_control_holds_against_the_broker(mq_broker) -> None:
+    """A slow listener: no ProcessQueue ever holds more than pull_threshold_for_queue + pull_batch_size."""
+    ns = mq_broker.namesrv_addr
+    topic, group = unique("PushFlow"), unique("push_flow")
+    with Producer(unique("pg"), namesrv=ns) as p:
+        for i in range(0, 600, 50):
+            p.send_batch(topic, [f"f{j}".encode() for j in range(i, i + 50)])
+    consumed: list[int] = []
+
+    def slow(msgs: list[Any], ctx: Any) -> Any:
+        time.sleep(0.002)
+        consumed.append(len(msgs))
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    c = PushConsumer(group, namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", pull_threshold_for_queue=40,
+                     pull_batch_size=16, consume_thread_min=1, consume_thread_max=1, **FAST)
+    c.subscribe(topic, "*")
+    c.register_message_listener_concurrently(slow)
+    c.start()
+    try:
+        wait_for(lambda: sum(consumed) >= 600, 60, "all 600 messages")
+        pqs = [pq for mq, pq in c.rebalance.process_queue_table.items() if mq.topic == topic]
+        assert pqs and max(pq.max_count_seen for pq in pqs) <= 40 + 16
+        assert max(pq.max_count_seen for pq in pqs) > 40      # it was reached
+        assert c.flow_control_times > 0
+    finally:
+        c.shutdown()
