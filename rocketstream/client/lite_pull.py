@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rocketstream.client.allocate import MessageQueue
-from rocketstream.client.api import build_pull_sys_flag, process_pull_result
+from rocketstream.client.api import build_pull_sys_flag
 from rocketstream.client.common import MessageExt, PullStatus, check_group, check_topic
 from rocketstream.client.instance import MQClientInstance
 from rocketstream.client.offset_store import (
@@ -33,6 +33,7 @@ from rocketstream.client.offset_store import (
     RemoteBrokerOffsetStore,
 )
 from rocketstream.client.process_queue import ProcessQueue
+from rocketstream.client.pull_decode import process_pull_result_fast as process_pull_result
 from rocketstream.client.pull_service import PullRequest, flow_control
 from rocketstream.client.push_consumer import EXPRESSION_TYPES, _BrokerOffsets, check_client_config
 from rocketstream.client.rebalance import (
