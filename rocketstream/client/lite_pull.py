@@ -17,7 +17,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -289,10 +289,17 @@ class LitePullConsumer:
         inst = self.instance
         assert inst is not None
         try:
-            inst.run(self._stop_tasks(), 10.0)
-            self.commit()
-            self._state = "SHUTDOWN_ALREADY"
-            inst.run(inst.unregister_consumer(self.group), 10.0)
+            steps: list[tuple[str, Callable[[], object]]] = [
+                ("stop pulling", lambda: inst.run(self._stop_tasks(), 10.0)),
+                ("commit", self.commit),
+                ("unregister", lambda: inst.run(inst.unregister_consumer(self.group), 10.0))]
+            for what, step in steps:
+                try:
+                    step()
+                except (RemotingError, MQClientError) as exc:   # broker gone: logged, shutdown goes on
+                    log.warning("%s: shutdown: %s failed: %s", self.group, what, exc)
+                if what == "commit":
+                    self._state = "SHUTDOWN_ALREADY"
         finally:
             self._state = "SHUTDOWN_ALREADY"
             inst.consumers.pop(self.group, None)

@@ -468,18 +468,26 @@ class PushConsumer:
             self._state = "SHUTDOWN_ALREADY"
         inst = self.instance
         assert inst is not None and self.consume_service is not None and self.offset_store is not None
+        service = self.consume_service
         try:
-            inst.run(self._stop_on_loop(), 10.0)
-            self.consume_service.shutdown(self.await_termination_s)
+            self._shutdown_step("stop pulling", lambda: inst.run(self._stop_on_loop(), 10.0))
+            service.shutdown(self.await_termination_s)
             if self.orderly and self.message_model == CLUSTERING:
-                inst.run(self.rebalance.unlock_all(oneway=False), 10.0)
-            self.persist_offsets_sync()
+                self._shutdown_step("unlock queues", lambda: inst.run(self.rebalance.unlock_all(oneway=False), 10.0))
+            self._shutdown_step("persist offsets", self.persist_offsets_sync)
             for pq in self.rebalance.process_queue_table.values():
                 pq.dropped = True
-            inst.run(inst.unregister_consumer(self.group), 10.0)
+            self._shutdown_step("unregister", lambda: inst.run(inst.unregister_consumer(self.group), 10.0))
         finally:
             inst.consumers.pop(self.group, None)
             inst.shutdown()
+
+    def _shutdown_step(self, what: str, fn: Any) -> None:
+        """A shutdown step whose network failure (broker gone) is logged; shutdown goes on."""
+        try:
+            fn()
+        except (RemotingError, MQClientError) as exc:
+            log.warning("%s: shutdown: %s failed: %s", self.group, what, exc)
 
     def persist_offsets_sync(self) -> None:
         inst, store = self.instance, self.offset_store

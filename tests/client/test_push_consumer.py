@@ -281,3 +281,34 @@ def test_flow_control_holds_against_the_broker(mq_broker) -> None:
         assert c.flow_control_times > 0
     finally:
         c.shutdown()
+
+
+def test_shutdown_after_the_broker_died_finishes_without_raising(tmp_path: Path) -> None:
+    """Our broker (its own instance) killed under a running push and lite-pull consumer: shutdown logs the
+    failed network steps and returns within its timeouts."""
+    from tests.broker import java_fixtures
+
+    target = java_fixtures.start_ours(tmp_path / "broker")
+    try:
+        ns = target.namesrv_addr
+        topic = unique("Dying")
+        produce(ns, topic, [b"a", b"b"])
+        got: list[bytes] = []
+        push = PushConsumer(unique("dying_push"), namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                            instance_name=unique("P"), **FAST)
+        push.subscribe(topic, "*")
+        push.register_message_listener_concurrently(lambda msgs, ctx: got.extend(m.body for m in msgs)
+                                                    or ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
+        push.start()
+        lite = LitePullConsumer(unique("dying_lite"), namesrv=ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                                instance_name=unique("L"))
+        lite.subscribe(topic, "*")
+        lite.start()
+        wait_for(lambda: len(got) == 2, 20, "push consumption")
+        assert lite.poll(5)
+    finally:
+        java_fixtures.stop(target, clean=False)
+    t0 = time.monotonic()
+    push.shutdown()
+    lite.shutdown()
+    assert time.monotonic() - t0 < 60
