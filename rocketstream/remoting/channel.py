@@ -164,16 +164,24 @@ class Channel:
         peer, the request code and the timeout."""
         request.opaque = next_opaque()
         request.flag &= ~ONEWAY_FLAG
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[request.opaque] = fut
+
+        def expire() -> None:
+            if not fut.done():
+                fut.set_exception(RemotingTimeoutError(
+                    f"no response to {code_name(request.code)} (opaque {request.opaque}) within {timeout:g} s",
+                    addr=self.addr, code=request.code, timeout_s=timeout))
+
+        # a timer on the future rather than asyncio.wait_for: on Python 3.10/3.11 wait_for can swallow a
+        # cancellation of the caller when the response arrives in the same loop iteration
+        timer = loop.call_later(timeout, expire)
         try:
             await self.send(request)
-            return await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
-            raise RemotingTimeoutError(
-                f"no response to {code_name(request.code)} (opaque {request.opaque}) within {timeout:g} s",
-                addr=self.addr, code=request.code, timeout_s=timeout) from None
+            return await fut
         finally:
+            timer.cancel()
             self._pending.pop(request.opaque, None)
 
     async def invoke_oneway(self, request: RemotingCommand) -> None:
