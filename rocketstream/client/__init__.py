@@ -1,0 +1,37 @@
+"""A RocketMQ 4.x client in Python over RocketMQ's remoting protocol: :class:`Producer`,
+:class:`PushConsumer` and :class:`LitePullConsumer` (README "Python client").
+
+The names below load on first use, so that ``rocketstream.client.allocate`` (planning maths that the
+Spark source imports) does not pull in the network client."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Producer": "rocketstream.client.producer",
+    "PushConsumer": "rocketstream.client.push_consumer",
+    "LitePullConsumer": "rocketstream.client.lite_pull",
+    "Message": "rocketstream.client.common",
+    "MessageExt": "rocketstream.client.common",
+    "SendResult": "rocketstream.client.common",
+    "SendStatus": "rocketstream.client.common",
+    "MessageQueue": "rocketstream.client.allocate",
+    "ConsumeConcurrentlyStatus": "rocketstream.client.consume_service",
+    "ConsumeOrderlyStatus": "rocketstream.client.consume_service",
+    "CLUSTERING": "rocketstream.client.rebalance",
+    "BROADCASTING": "rocketstream.client.rebalance",
+    "CONSUME_FROM_LAST_OFFSET": "rocketstream.client.rebalance",
+    "CONSUME_FROM_FIRST_OFFSET": "rocketstream.client.rebalance",
+    "CONSUME_FROM_TIMESTAMP": "rocketstream.client.rebalance",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rocketstream.client' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
