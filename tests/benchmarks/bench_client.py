@@ -184,7 +184,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     if args.full:
-        args.send, args.batch, args.drain, args.flow_seconds, args.flow_backlog = 200_000, 800_000, 1_000_000, 60, 100_000
+        args.send, args.batch, args.drain = 200_000, 800_000, 1_000_000
+        args.flow_seconds, args.flow_backlog = 60, 100_000
     try:
         peers.find_dist()
         peers.find_java()

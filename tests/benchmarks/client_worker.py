@@ -66,7 +66,9 @@ def api():
 
 
 def from_first(a) -> dict:
-    return {"consume_from_where": a.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET} if hasattr(a, "ConsumeFromWhere") else {}
+    if hasattr(a, "ConsumeFromWhere"):
+        return {"consume_from_where": a.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET}
+    return {}
 
 
 # --- producers ---------------------------------------------------------------------------------------------
@@ -185,7 +187,8 @@ def lite(args) -> dict:
     c.shutdown()
     secs = end - first if first else 0
     return {"msgs": got, "expected": args.count, "seconds": round(secs, 3), "wall_seconds": round(end - t0, 3),
-            "msgs_per_s": round(got / secs, 1) if secs else 0, "mib_per_s": round(nbytes / secs / (1 << 20), 1) if secs else 0,
+            "msgs_per_s": round(got / secs, 1) if secs else 0,
+            "mib_per_s": round(nbytes / secs / (1 << 20), 1) if secs else 0,
             "rss_mib": round(rss_mib(), 1), "ok": got >= args.count}
 
 

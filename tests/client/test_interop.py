@@ -25,19 +25,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 from rocketstream.client.allocate import MessageQueue as AMQ
 from rocketstream.client.allocate import allocate_all
-from tests.client.interop_peers import (  # noqa: F401  (fixtures)
-    JavaPeer,
-    client_api,
-    consumer_ids,
-    create_topic,
-    interop_broker,
-    interop_classes,
-    query_offset,
-)
+from tests.client.interop_peers import JavaPeer, client_api, consumer_ids, create_topic, query_offset
 
 N = 30
 BIG_EVERY = 5
@@ -80,6 +70,12 @@ def start_push(api, group: str, ns: str, topic: str, listener, **kw):
     return c
 
 
+def from_first(api) -> dict:
+    if hasattr(api, "ConsumeFromWhere"):
+        return {"consume_from_where": api.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET}
+    return {}
+
+
 def success(api):
     return api.ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
@@ -95,7 +91,8 @@ def ext(m) -> dict:
 def check_java_sent_received(sent: list[dict], got: list[dict], where: str) -> None:
     """Every SEND_OK of the Java producer received once, intact, at the acknowledged position."""
     ok = [s for s in sent if s.get("status") == "SEND_OK"]
-    assert len(ok) == N, f"Java producer: {len(ok)} of {N} SEND_OK: {[s for s in sent if s.get('status') != 'SEND_OK']}"
+    bad = [s for s in sent if s.get("status") != "SEND_OK"]
+    assert len(ok) == N, f"Java producer: {len(ok)} of {N} SEND_OK: {bad}"
     counts = Counter(g["msgId"] for g in got)
     assert not [k for k, n in counts.items() if n > 1], f"{where}: duplicates {counts.most_common(3)}"
     by_id = {g["msgId"]: g for g in got}
@@ -168,8 +165,7 @@ def test_java_producer_to_python_lite_pull(interop_broker, interop_classes) -> N
     topic, group = _name("JToLite", t.kind), _name("JToLiteG", t.kind)
     create_topic(t, topic, 4)
     sent = _java_produce(interop_classes, t, topic, f"{topic}-prod")
-    c = api.LitePullConsumer(group, namesrv=t.namesrv_addr, consume_from_where=api.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET) \
-        if hasattr(api, "ConsumeFromWhere") else api.LitePullConsumer(group, namesrv=t.namesrv_addr)
+    c = api.LitePullConsumer(group, namesrv=t.namesrv_addr, **from_first(api))
     c.subscribe(topic, "*")
     c.start()
     got: list[dict] = []
@@ -206,7 +202,7 @@ def test_java_producer_to_python_push_consumer(interop_broker, interop_classes) 
             got.extend(ext(m) for m in msgs)
         return success(api)
 
-    kw = {"consume_from_where": api.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET} if hasattr(api, "ConsumeFromWhere") else {}
+    kw = from_first(api)
     c = start_push(api, group, t.namesrv_addr, topic, listener, **kw)
     try:
         deadline = time.monotonic() + 60
@@ -244,7 +240,7 @@ def test_mixed_group_python_and_java_push_consumers(interop_broker, interop_clas
     stop = tmp_path / "stop-java"
     java = JavaPeer.start(interop_classes, t, "consume", topic, group, "--instance", "mixedJava", "--stop", str(stop),
                           "--timeout-s", "120", "--work-ms", "2", name=f"{group}-java")
-    kw = {"consume_from_where": api.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET} if hasattr(api, "ConsumeFromWhere") else {}
+    kw = from_first(api)
     c = start_push(api, group, t.namesrv_addr, topic, listener, **kw)
     try:
         started = java.wait_for(lambda ls: any(x.get("event") == "started" for x in ls), 60, "start")
@@ -294,8 +290,9 @@ def test_mixed_group_python_and_java_push_consumers(interop_broker, interop_clas
     java_queues = {m["queueId"] for m in jm}
     our_queues = {m[1] for m in om}
     java_allocs = [x["alloc"] for x in java.lines() if "alloc" in x and x["t"] >= t_sent * 1000]
-    report = (f"{t.kind}: expected split {expected} (java {java_cid}); java consumed {len(jm)} from {sorted(java_queues)},"
-              f" ours {len(om)} from {sorted(our_queues)}; java allocation changes after the sends {java_allocs}")
+    report = (f"{t.kind}: expected split {expected} (java {java_cid}); java consumed {len(jm)} from "
+              f"{sorted(java_queues)}, ours {len(om)} from {sorted(our_queues)}; "
+              f"java allocation changes after the sends {java_allocs}")
     print(report)
     assert not missing, f"never consumed: {len(missing)} — {report}"
     assert not dup, f"consumed twice: {dup[:5]} — {report}"

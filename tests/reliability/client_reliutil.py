@@ -230,7 +230,7 @@ def analyse(members: list[Member], acked: dict[tuple[int, int], int], *, killed:
                 lo, hi = spans.get(g.member, (g.t, g.t))
                 spans[g.member] = (min(lo, g.t), max(hi, g.t))
             runs = [(g.member, g.t) for g in seq]
-            switches = sum(1 for a, b in zip(runs, runs[1:]) if a[0] != b[0])
+            switches = sum(1 for a, b in zip(runs, runs[1:], strict=False) if a[0] != b[0])
             if switches > len(spans) - 1:
                 violations.append(f"q{q}: deliveries alternate between members {list(spans)} ({switches} switches)")
     takeover: dict[int, float | None] = {}
