@@ -221,82 +221,124 @@ def test_java_producer_to_python_push_consumer(interop_broker, interop_classes) 
 
 
 # --- a mixed consumer group -------------------------------------------------------------------------------------
-def test_mixed_group_python_and_java_push_consumers(interop_broker, interop_classes, tmp_path) -> None:
-    api = client_api()
-    t = interop_broker
+class _PyMember:
+    """Our PushConsumer as a group member; deliveries as (time, queueId, msgId)."""
+
+    def __init__(self, api, t, topic: str, group: str) -> None:
+        self.got: list[tuple[float, int, str]] = []
+        self.lock = threading.Lock()
+
+        def listener(msgs, context=None):
+            now = time.time()
+            with self.lock:
+                self.got.extend((now, m.queue_id, m.msg_id) for m in msgs)
+            time.sleep(0.002)
+            return success(api)
+
+        self.consumer = start_push(api, group, t.namesrv_addr, topic, listener, **from_first(api))
+        self.cid: str | None = None
+
+    def deliveries(self) -> list[tuple[int, str]]:
+        with self.lock:
+            return [(q, mid) for _, q, mid in self.got]
+
+    def stop(self) -> None:
+        self.consumer.shutdown()
+
+
+class _JavaMember:
+    def __init__(self, classes: Path, t, topic: str, group: str, name: str, stop: Path) -> None:
+        self.stop_file = stop
+        self.peer = JavaPeer.start(classes, t, "consume", topic, group, "--instance", name, "--stop", str(stop),
+                                   "--timeout-s", "150", "--work-ms", "2", name=f"{group}-{name}")
+        started = self.peer.wait_for(lambda ls: any(x.get("event") == "started" for x in ls), 60, "start")
+        self.cid = next(x["clientId"] for x in started if x.get("event") == "started")
+
+    def alloc(self) -> list[int] | None:
+        allocs = [x for x in self.peer.lines() if "alloc" in x]
+        return allocs[-1]["alloc"] if allocs else None
+
+    def alloc_changes_since(self, t_ms: float) -> list[list[int]]:
+        return [x["alloc"] for x in self.peer.lines() if "alloc" in x and x["t"] >= t_ms]
+
+    def deliveries(self) -> list[tuple[int, str]]:
+        return [(m["queueId"], m["msgId"]) for m in self.peer.messages()]
+
+    def stop(self) -> None:
+        self.stop_file.touch()
+        try:
+            self.peer.wait(60)
+        finally:
+            self.peer.stop()
+
+
+def mixed_group(t, classes: Path, tmp_path: Path, kinds: tuple[str, str], queues: int = 8, count: int = 400) -> str:
+    """Two members of one group (``py`` = our PushConsumer, ``java`` = DefaultMQPushConsumer) on one topic: each
+    consumes exactly the queues AllocateMessageQueueAveragely gives it over the broker's consumer-id list, no queue
+    is consumed by both, every message is consumed once. Returns the report line."""
+    api = client_api() if "py" in kinds else None
     topic, group = _name("Mixed", t.kind), _name("MixedG", t.kind)
-    queues, count = 8, 400
     create_topic(t, topic, queues)
-    ours: list[tuple[float, int, int, str]] = []   # (time, queue, offset, msgId)
-    lock = threading.Lock()
-
-    def listener(msgs, context=None):
-        now = time.time()
-        with lock:
-            ours.extend((now, m.queue_id, m.queue_offset, m.msg_id) for m in msgs)
-        time.sleep(0.002)
-        return success(api)
-
-    stop = tmp_path / "stop-java"
-    java = JavaPeer.start(interop_classes, t, "consume", topic, group, "--instance", "mixedJava", "--stop", str(stop),
-                          "--timeout-s", "120", "--work-ms", "2", name=f"{group}-java")
-    kw = from_first(api)
-    c = start_push(api, group, t.namesrv_addr, topic, listener, **kw)
+    members: list = []
     try:
-        started = java.wait_for(lambda ls: any(x.get("event") == "started" for x in ls), 60, "start")
-        java_cid = next(x["clientId"] for x in started if x.get("event") == "started")
-        # wait for the group to settle: two members, the Java side holding its share
+        for i, kind in enumerate(kinds):
+            members.append(_PyMember(api, t, topic, group) if kind == "py" else
+                           _JavaMember(classes, t, topic, group, f"mixedJava{i}", tmp_path / f"stop-{i}"))
+        javas = [m for m in members if isinstance(m, _JavaMember)]
         deadline = time.monotonic() + 60
         expected: dict[str, list[int]] = {}
         while time.monotonic() < deadline:
             cids = consumer_ids(t.broker_addr, group)
-            if len(cids) == 2 and java_cid in cids:
+            if len(cids) == len(members) and all(j.cid in cids for j in javas):
                 mqs = [AMQ(topic, t.broker_name, q) for q in range(queues)]
                 expected = {cid: sorted(mq.queue_id for mq in v) for cid, v in allocate_all("AVG", mqs, cids).items()}
-                allocs = [x for x in java.lines() if "alloc" in x]
-                if allocs and allocs[-1]["alloc"] == expected[java_cid]:
+                if all(j.alloc() == expected[j.cid] for j in javas):
                     break
             time.sleep(0.2)
         else:
-            raise AssertionError(f"the mixed group never settled: ids {consumer_ids(t.broker_addr, group)}, "
-                                 f"expected {expected}, java allocations {[x for x in java.lines() if 'alloc' in x]}")
-        our_cid = next(cid for cid in expected if cid != java_cid)
+            raise AssertionError(f"the group never settled: ids {consumer_ids(t.broker_addr, group)}, expected "
+                                 f"{expected}, java allocations {[j.alloc() for j in javas]}")
+        for m in members:
+            if isinstance(m, _PyMember):
+                m.cid = next(cid for cid in expected if cid not in {j.cid for j in javas})
         time.sleep(1.0)   # our side's rebalance too (it runs on the same notification)
-        t_sent = time.time()
-        prod = JavaPeer.start(interop_classes, t, "produce", topic, "--count", str(count), "--big-every", "0",
+        t_sent_ms = time.time() * 1000
+        prod = JavaPeer.start(classes, t, "produce", topic, "--count", str(count), "--big-every", "0",
                               "--queues", str(queues), name=f"{group}-prod")
         assert prod.wait(120).get("errors") == 0, prod.tail()
-        sent = [x for x in prod.lines() if "sent" in x and "result" not in x]
+        sent = {x["msgId"] for x in prod.lines() if "sent" in x and "result" not in x}
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with lock:
-                n_ours = len(ours)
-            if n_ours + len(java.messages()) >= count:
-                break
+        while time.monotonic() < deadline and sum(len(m.deliveries()) for m in members) < count:
             time.sleep(0.2)
-        time.sleep(1.0)
-        stop.touch()
-        java.wait(60)
+        time.sleep(1.0)   # a duplicate would show up now
+        changes = {j.cid: j.alloc_changes_since(t_sent_ms) for j in javas}
     finally:
-        stop.touch()
-        c.shutdown()
-        java.stop()
-    jm = java.messages()
-    with lock:
-        om = list(ours)
-    ids = [m["msgId"] for m in jm] + [m[3] for m in om]
+        for m in members:
+            m.stop()
+    got = {m.cid: m.deliveries() for m in members}
+    ids = [mid for d in got.values() for _, mid in d]
     dup = [k for k, n in Counter(ids).items() if n > 1]
-    missing = {s["msgId"] for s in sent} - set(ids)
-    java_queues = {m["queueId"] for m in jm}
-    our_queues = {m[1] for m in om}
-    java_allocs = [x["alloc"] for x in java.lines() if "alloc" in x and x["t"] >= t_sent * 1000]
-    report = (f"{t.kind}: expected split {expected} (java {java_cid}); java consumed {len(jm)} from "
-              f"{sorted(java_queues)}, ours {len(om)} from {sorted(our_queues)}; "
-              f"java allocation changes after the sends {java_allocs}")
+    missing = sent - set(ids)
+    consumed_queues = {cid: sorted({q for q, _ in d}) for cid, d in got.items()}
+    report = (f"{t.kind} {kinds}: expected split {expected}; consumed {consumed_queues} "
+              f"({ {cid: len(d) for cid, d in got.items()} } messages); Java allocation changes after the sends "
+              f"{changes}")
     print(report)
     assert not missing, f"never consumed: {len(missing)} — {report}"
     assert not dup, f"consumed twice: {dup[:5]} — {report}"
-    assert not java_queues & our_queues, f"queues consumed by both: {java_queues & our_queues} — {report}"
-    assert sorted(java_queues) == expected[java_cid], report
-    assert sorted(our_queues) == expected[our_cid], report
-    assert not java_allocs, f"the Java member's allocation changed while the messages flowed — {report}"
+    qs = list(consumed_queues.values())
+    assert not set(qs[0]) & set(qs[1]), f"queues consumed by both — {report}"
+    for cid, q in consumed_queues.items():
+        assert q == expected[cid], f"{cid} consumed {q}, its AVG share is {expected[cid]} — {report}"
+    assert not any(changes.values()), f"a Java member's allocation changed while the messages flowed — {report}"
+    return report
+
+
+def test_mixed_group_python_and_java_push_consumers(interop_broker, interop_classes, tmp_path) -> None:
+    mixed_group(interop_broker, interop_classes, tmp_path, ("py", "java"))
+
+
+def test_mixed_group_control_two_java_members(interop_broker, interop_classes, tmp_path) -> None:
+    """The same checks with two Java members: the harness and the broker's group bookkeeping, without our client
+    (when this passes and the mixed test fails, the difference is our PushConsumer)."""
+    mixed_group(interop_broker, interop_classes, tmp_path, ("java", "java"))
