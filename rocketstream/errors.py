@@ -18,12 +18,15 @@ boundary with ``raise ... from exc`` so callers need to catch only this tree::
     ├── AllocationError            invalid input to a rebalance strategy
     ├── DataLossError              requested offsets are gone (retention) or beyond the end
     ├── AclConfigError             a plain_acl.yml that does not load (names the file and the field)
+    ├── MQClientError              client state: no route for a topic, a group registered twice, not started
+    │   └── SendFailedError        every attempt of a send failed (topic, attempts; the last error is __cause__)
     └── RemotingError              the TCP remoting protocol (carries the peer address)
         ├── FrameError             bytes that are not a valid frame (length, type byte, header)
         ├── RemotingConnectError   cannot connect, or the connection closed under a request
         ├── RemotingTimeoutError   no response within the timeout
         ├── HeaderFieldError       a custom header (extFields) field missing or invalid — names it
-        └── BodyError              a request/response body that does not decode
+        ├── BodyError              a request/response body that does not decode
+        └── BrokerResponseError    a broker / name server answered a non-success code (code, remark)
 """
 
 from __future__ import annotations
@@ -170,3 +173,31 @@ class HeaderFieldError(RemotingError):
 
 class BodyError(RemotingError):
     """A request or response body that does not decode (bad JSON, bad compressed form)."""
+
+
+class BrokerResponseError(RemotingError):
+    """A broker or name server answered a request with an error code (``MQBrokerException(code, remark)``);
+    ``code`` is the response code, ``request_code`` the request that got it, ``remark`` the peer's text."""
+
+    def __init__(self, code: int, remark: str | None, *, addr: str | None = None, request_code: int | None = None,
+                 what: str | None = None) -> None:
+        self.code = code
+        self.remark = remark
+        self.request_code = request_code
+        prefix = f"{what}: " if what else ""
+        super().__init__(f"{prefix}response code {code}, remark {remark!r}", addr=addr)
+
+
+class MQClientError(RocketStreamError):
+    """A client-side condition (``MQClientException``): no route for a topic, a producer/consumer group
+    registered twice in one client instance, an operation on a client that is not running."""
+
+
+class SendFailedError(MQClientError):
+    """Every attempt of a send failed (``Send [n] times, still failed``); ``topic`` and ``attempts`` say
+    which send, ``__cause__`` is the last attempt's error."""
+
+    def __init__(self, message: str, *, topic: str, attempts: int) -> None:
+        self.topic = topic
+        self.attempts = attempts
+        super().__init__(message)

@@ -1,0 +1,478 @@
+"""``MQClientAPIImpl``: one coroutine per request the client sends, over one connection per address.
+
+Every method runs on the owning :class:`~rocketstream.client.instance.MQClientInstance`'s event loop.
+Errors: a connection problem raises ``RemotingConnectError`` / ``RemotingTimeoutError`` (naming the
+address); a broker or name server error code raises :class:`BrokerResponseError` (code + remark + address),
+except where RocketMQ's client treats a code as a value (17 for routes, 22 for offsets, 10/11/12 for sends,
+19/20/21 for pulls). :func:`process_pull_result` is ``PullAPIWrapper.processPullResult``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from rocketstream.client.common import (
+    PROPERTY_MAX_OFFSET,
+    PROPERTY_MIN_OFFSET,
+    Message,
+    MessageExt,
+    MessageQueue,
+    PullResult,
+    PullStatus,
+    SendResult,
+    SendStatus,
+)
+from rocketstream.client.route import TopicRouteData, parse_route
+from rocketstream.client.subscription import SubscriptionData
+from rocketstream.codec import (
+    FLAG_COMPRESSED,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    TRANSACTION_MASK,
+    TRANSACTION_PREPARED,
+    decode_record,
+    decompress_body,
+    encode_batch_body,
+    encode_properties,
+)
+from rocketstream.errors import (
+    BodyError,
+    BrokerResponseError,
+    CorruptStoreError,
+    HeaderFieldError,
+    RemotingConnectError,
+)
+from rocketstream.remoting import Channel, RemotingCommand, RequestCode, ResponseCode, connect, json_body
+from rocketstream.remoting.channel import RequestHandler
+
+__all__ = ["MQClientAPI", "process_pull_result", "decode_messages", "properties_string", "SEND_OK_CODES",
+           "RETRY_RESPONSE_CODES", "PULL_SYS_FLAG_COMMIT_OFFSET", "PULL_SYS_FLAG_SUSPEND",
+           "PULL_SYS_FLAG_SUBSCRIPTION", "PULL_SYS_FLAG_CLASS_FILTER", "PULL_SYS_FLAG_LITE_PULL",
+           "build_pull_sys_flag"]
+
+log = logging.getLogger("rocketstream.client")
+
+DEFAULT_TIMEOUT_S = 3.0   # ClientConfig.mqClientApiTimeout
+
+# MQClientAPIImpl.processSendResponse: these codes are stored sends with a non-OK status
+SEND_OK_CODES = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+# DefaultMQProducer.retryResponseCodes
+RETRY_RESPONSE_CODES = frozenset({
+    ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
+    ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT,
+})
+
+# PullSysFlag
+PULL_SYS_FLAG_COMMIT_OFFSET = 0x1
+PULL_SYS_FLAG_SUSPEND = 0x2
+PULL_SYS_FLAG_SUBSCRIPTION = 0x4
+PULL_SYS_FLAG_CLASS_FILTER = 0x8
+PULL_SYS_FLAG_LITE_PULL = 0x10
+
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+def build_pull_sys_flag(commit_offset: bool, suspend: bool, subscription: bool, class_filter: bool = False,
+                        lite_pull: bool = False) -> int:
+    """``PullSysFlag.buildSysFlag``."""
+    return ((PULL_SYS_FLAG_COMMIT_OFFSET if commit_offset else 0) | (PULL_SYS_FLAG_SUSPEND if suspend else 0)
+            | (PULL_SYS_FLAG_SUBSCRIPTION if subscription else 0) | (PULL_SYS_FLAG_CLASS_FILTER if class_filter else 0)
+            | (PULL_SYS_FLAG_LITE_PULL if lite_pull else 0))
+
+
+def properties_string(props: dict[str, str]) -> str:
+    """``MessageDecoder.messageProperties2String`` as 4.9.8 writes it: ``k\\x01v\\x02`` pairs, the last
+    ``\\x02`` removed."""
+    return encode_properties(props).decode("utf-8")[:-1] if props else ""
+
+
+def _mq_json(mq: MessageQueue) -> dict[str, object]:
+    return {"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}
+
+
+def _mq_from_json(doc: object, addr: str) -> MessageQueue:
+    if not isinstance(doc, dict) or not isinstance(doc.get("topic"), str) or not isinstance(doc.get("brokerName"), str):
+        raise BodyError(f"not a MessageQueue: {doc!r:.100}", addr=addr)
+    try:
+        return MessageQueue(doc["topic"], doc["brokerName"], int(doc.get("queueId", 0)))
+    except (TypeError, ValueError):
+        raise BodyError(f"MessageQueue queueId is not a number: {doc!r:.100}", addr=addr) from None
+
+
+class MQClientAPI:
+    """Request wrappers plus the connection table (``NettyRemotingClient.channelTables``): one
+    :class:`Channel` per address, created on first use; a closed one is replaced on the next request.
+
+    ``namesrv`` is RocketMQ's ``namesrvAddr``: one or more ``host:port`` separated by ``;``. Name-server
+    requests go to the current one and move on to the next when it cannot be reached.
+    """
+
+    def __init__(self, namesrv: str, *, on_request: RequestHandler | None = None,
+                 connect_timeout: float = 3.0) -> None:
+        self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
+        if not self.namesrv_addrs:
+            raise RemotingConnectError(f"no name server address in {namesrv!r}", addr=namesrv)
+        self._ns_index = 0
+        self.on_request = on_request
+        self.connect_timeout = connect_timeout
+        self._channels: dict[str, Channel] = {}
+        self._connecting: dict[str, asyncio.Lock] = {}
+        self.broker_versions: dict[str, int] = {}   # MQClientInstance.brokerVersionTable (per address)
+
+    # ------------------------------------------------------------------------- connections
+    async def channel(self, addr: str, timeout: float | None = None) -> Channel:
+        ch = self._channels.get(addr)
+        if ch is not None and not ch.closed:
+            return ch
+        lock = self._connecting.setdefault(addr, asyncio.Lock())
+        async with lock:
+            ch = self._channels.get(addr)
+            if ch is not None and not ch.closed:
+                return ch
+            t = self.connect_timeout if timeout is None else min(timeout, self.connect_timeout)
+            ch = await connect(addr, on_request=self.on_request, timeout=t)
+            self._channels[addr] = ch
+            return ch
+
+    async def close(self) -> None:
+        chans = list(self._channels.values())
+        self._channels.clear()
+        for ch in chans:
+            with contextlib.suppress(Exception):
+                await ch.aclose()
+
+    def close_channel(self, addr: str) -> None:
+        ch = self._channels.pop(addr, None)
+        if ch is not None:
+            ch.close("closed by the client")
+
+    async def invoke(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        """``invokeSync``: connect if needed, send, wait; the connect time counts against ``timeout``."""
+        t0 = time.monotonic()
+        ch = await self.channel(addr, timeout)
+        left = max(timeout - (time.monotonic() - t0), 0.001)
+        return await ch.invoke(request, left)
+
+    async def invoke_oneway(self, addr: str, request: RemotingCommand, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        ch = await self.channel(addr, timeout)
+        await ch.invoke_oneway(request)
+
+    async def invoke_namesrv(self, request: RemotingCommand, timeout: float) -> tuple[str, RemotingCommand]:
+        """Send to the current name server; on a connection error try the others in turn."""
+        errors: list[str] = []
+        deadline = time.monotonic() + timeout
+        n = len(self.namesrv_addrs)
+        for k in range(n):
+            addr = self.namesrv_addrs[(self._ns_index + k) % n]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                resp = await self.invoke(addr, RemotingCommand(code=request.code, ext_fields=request.ext_fields,
+                                                               body=request.body), left)
+            except RemotingConnectError as exc:
+                errors.append(str(exc))
+                continue
+            self._ns_index = (self._ns_index + k) % n
+            return addr, resp
+        raise RemotingConnectError("no name server reachable: " + "; ".join(errors or ["timed out"]),
+                                   addr=";".join(self.namesrv_addrs))
+
+    @staticmethod
+    def _check(resp: RemotingCommand, addr: str, request_code: int, what: str) -> RemotingCommand:
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(resp.code, resp.remark, addr=addr, request_code=request_code, what=what)
+        return resp
+
+    @staticmethod
+    def _long(resp: RemotingCommand, name: str, addr: str) -> int:
+        try:
+            return resp.int_field(name)
+        except HeaderFieldError as exc:
+            raise HeaderFieldError(name, str(exc).split("> ", 1)[-1], addr=addr) from None
+
+    # ------------------------------------------------------------------------- name server
+    async def get_route(self, topic: str, timeout: float = DEFAULT_TIMEOUT_S) -> TopicRouteData | None:
+        """GET_ROUTEINFO_BY_TOPIC (105): the route, or None for TOPIC_NOT_EXIST (17)."""
+        req = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        addr, resp = await self.invoke_namesrv(req, timeout)
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        self._check(resp, addr, req.code, f"route of topic {topic}")
+        if not resp.body:
+            raise BodyError(f"route of topic {topic}: empty body", addr=addr)
+        return parse_route(resp.body, addr=addr)
+
+    # ------------------------------------------------------------------------- send
+    def _send_request(self, code: int, msg_topic: str, queue_id: int, sys_flag: int, flag: int, props: str,
+                      producer_group: str, default_topic: str, default_topic_queue_nums: int, batch: bool,
+                      body: bytes, reconsume_times: int | None = None,
+                      max_reconsume_times: int | None = None) -> RemotingCommand:
+        # SendMessageRequestHeaderV2.createSendMessageRequestHeaderV2: one-letter names
+        fields: dict[str, object] = {
+            "a": producer_group, "b": msg_topic, "c": default_topic, "d": default_topic_queue_nums,
+            "e": queue_id, "f": sys_flag, "g": int(time.time() * 1000), "h": flag, "i": props,
+            "j": 0 if reconsume_times is None else reconsume_times, "k": False, "l": max_reconsume_times,
+            "m": batch,
+        }
+        return RemotingCommand.request(code, fields, body)
+
+    def _send_result(self, resp: RemotingCommand, addr: str, broker_name: str, topic: str,
+                     uniq: str, request_code: int) -> SendResult:
+        status = SEND_OK_CODES.get(resp.code)
+        if status is None:
+            raise BrokerResponseError(resp.code, resp.remark, addr=addr, request_code=request_code,
+                                      what=f"send to {topic}@{broker_name}")
+        queue_id = self._long(resp, "queueId", addr)
+        queue_offset = self._long(resp, "queueOffset", addr)
+        ext = resp.ext_fields or {}
+        return SendResult(status, uniq, ext.get("msgId") or "", MessageQueue(topic, broker_name, queue_id),
+                          queue_offset, ext.get("MSG_REGION"), (ext.get("TRACE_ON") or "").lower() == "true")
+
+    async def send(self, addr: str, broker_name: str, msg: Message, queue_id: int, *, producer_group: str,
+                   timeout: float = DEFAULT_TIMEOUT_S, body: bytes | None = None, sys_flag: int = 0,
+                   properties: dict[str, str] | None = None, default_topic: str = "TBW102",
+                   default_topic_queue_nums: int = 4) -> SendResult:
+        """SEND_MESSAGE_V2 (310). ``body``/``sys_flag``/``properties`` are what goes on the wire (the
+        producer compresses and adds UNIQ_KEY); by default the message's own body and properties."""
+        props = msg.wire_properties() if properties is None else properties
+        reconsume = max_reconsume = None
+        if msg.topic.startswith("%RETRY%"):   # sendKernelImpl: RECONSUME_TIME / MAX_RECONSUME_TIMES -> header
+            props = dict(props)
+            rt, mrt = props.pop("RECONSUME_TIME", None), props.pop("MAX_RECONSUME_TIMES", None)
+            reconsume = int(rt) if rt and rt.isdigit() else None
+            max_reconsume = int(mrt) if mrt and mrt.isdigit() else None
+        req = self._send_request(RequestCode.SEND_MESSAGE_V2, msg.topic, queue_id, sys_flag, msg.flag,
+                                 properties_string(props), producer_group, default_topic, default_topic_queue_nums,
+                                 False, bytes(msg.body if body is None else body), reconsume, max_reconsume)
+        resp = await self.invoke(addr, req, timeout)
+        return self._send_result(resp, addr, broker_name, msg.topic, props.get(PROPERTY_UNIQ_KEY, ""), req.code)
+
+    async def send_batch(self, addr: str, broker_name: str, msgs: list[Message], queue_id: int, *,
+                         producer_group: str, timeout: float = DEFAULT_TIMEOUT_S,
+                         properties: list[dict[str, str]] | None = None, default_topic: str = "TBW102",
+                         default_topic_queue_nums: int = 4) -> SendResult:
+        """SEND_BATCH_MESSAGE (320): body = ``MessageDecoder.encodeMessages``; header ``i`` = the batch's
+        properties (``WAIT``), as ``MessageBatch.generateFromList`` sets them."""
+        if not msgs:
+            raise ValueError("send_batch needs at least one message")
+        props_list = [m.wire_properties() for m in msgs] if properties is None else properties
+        body = encode_batch_body([(m.flag, bytes(m.body), encode_properties(p)[:-1] if p else b"")
+                                  for m, p in zip(msgs, props_list, strict=True)])
+        wait = "true" if msgs[0].wait_store_msg_ok else "false"
+        req = self._send_request(RequestCode.SEND_BATCH_MESSAGE, msgs[0].topic, queue_id, 0, 0,
+                                 properties_string({"WAIT": wait}), producer_group, default_topic,
+                                 default_topic_queue_nums, True, body)
+        resp = await self.invoke(addr, req, timeout)
+        uniq = ",".join(p.get(PROPERTY_UNIQ_KEY, "") for p in props_list)
+        return self._send_result(resp, addr, broker_name, msgs[0].topic, uniq, req.code)
+
+    # ------------------------------------------------------------------------- pull
+    async def pull(self, addr: str, *, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
+                   sys_flag: int, commit_offset: int = 0, suspend_ms: int = 0, subscription: str | None = None,
+                   sub_version: int = 0, expression_type: str = "TAG",
+                   timeout: float = 30.0) -> PullResult:
+        """PULL_MESSAGE (11). Codes 0/19/20/21 become a PullResult; any other raises BrokerResponseError."""
+        fields: dict[str, object] = {
+            "consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": offset,
+            "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": commit_offset,
+            "suspendTimeoutMillis": suspend_ms, "subscription": subscription, "subVersion": sub_version,
+            "expressionType": expression_type,
+        }
+        req = RemotingCommand.request(RequestCode.PULL_MESSAGE, fields)
+        resp = await self.invoke(addr, req, timeout)
+        status = _PULL_STATUS.get(resp.code)
+        if status is None:
+            raise BrokerResponseError(resp.code, resp.remark, addr=addr, request_code=req.code,
+                                      what=f"pull {topic}:{queue_id}@{offset} for {group}")
+        return PullResult(status, self._long(resp, "nextBeginOffset", addr), self._long(resp, "minOffset", addr),
+                          self._long(resp, "maxOffset", addr), self._long(resp, "suggestWhichBrokerId", addr),
+                          resp.body if status is PullStatus.FOUND else None)
+
+    # ------------------------------------------------------------------------- offsets
+    async def query_offset(self, addr: str, group: str, topic: str, queue_id: int,
+                           timeout: float = DEFAULT_TIMEOUT_S) -> int | None:
+        """QUERY_CONSUMER_OFFSET (14): the committed offset, None when the broker answers 22."""
+        req = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET,
+                                      {"consumerGroup": group, "topic": topic, "queueId": queue_id})
+        resp = await self.invoke(addr, req, timeout)
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        self._check(resp, addr, req.code, f"offset of {group} on {topic}:{queue_id}")
+        return self._long(resp, "offset", addr)
+
+    async def update_offset(self, addr: str, group: str, topic: str, queue_id: int, offset: int, *,
+                            oneway: bool = True, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        """UPDATE_CONSUMER_OFFSET (15), oneway by default (``RemoteBrokerOffsetStore.persistAll``)."""
+        req = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+            "consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset})
+        if oneway:
+            await self.invoke_oneway(addr, req, timeout)
+            return
+        resp = await self.invoke(addr, req, timeout)
+        self._check(resp, addr, req.code, f"update offset of {group} on {topic}:{queue_id}")
+
+    async def _queue_value(self, addr: str, code: int, topic: str, queue_id: int, name: str,
+                           timeout: float, extra: dict[str, object] | None = None) -> int:
+        req = RemotingCommand.request(code, {"topic": topic, "queueId": queue_id, **(extra or {})})
+        resp = await self.invoke(addr, req, timeout)
+        self._check(resp, addr, code, f"{name} of {topic}:{queue_id}")
+        return self._long(resp, name, addr)
+
+    async def max_offset(self, addr: str, topic: str, queue_id: int, timeout: float = DEFAULT_TIMEOUT_S) -> int:
+        return await self._queue_value(addr, RequestCode.GET_MAX_OFFSET, topic, queue_id, "offset", timeout)
+
+    async def min_offset(self, addr: str, topic: str, queue_id: int, timeout: float = DEFAULT_TIMEOUT_S) -> int:
+        return await self._queue_value(addr, RequestCode.GET_MIN_OFFSET, topic, queue_id, "offset", timeout)
+
+    async def search_offset(self, addr: str, topic: str, queue_id: int, ts_ms: int,
+                            timeout: float = DEFAULT_TIMEOUT_S) -> int:
+        return await self._queue_value(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic, queue_id, "offset",
+                                       timeout, {"timestamp": ts_ms})
+
+    async def earliest_msg_store_time(self, addr: str, topic: str, queue_id: int,
+                                      timeout: float = DEFAULT_TIMEOUT_S) -> int:
+        return await self._queue_value(addr, RequestCode.GET_EARLIEST_MSG_STORETIME, topic, queue_id, "timestamp",
+                                       timeout)
+
+    # ------------------------------------------------------------------------- client management
+    async def heartbeat(self, addr: str, data: dict[str, Any], timeout: float = DEFAULT_TIMEOUT_S) -> int:
+        """HEART_BEAT (34) with a HeartbeatData body; the broker's version (response ``version``)."""
+        req = RemotingCommand.request(RequestCode.HEART_BEAT, None, json_body.dumps(data))
+        resp = await self.invoke(addr, req, timeout)
+        self._check(resp, addr, req.code, "heartbeat")
+        self.broker_versions[addr] = resp.version
+        return resp.version
+
+    async def unregister(self, addr: str, client_id: str, producer_group: str | None = None,
+                         consumer_group: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        req = RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, {
+            "clientID": client_id, "producerGroup": producer_group, "consumerGroup": consumer_group})
+        resp = await self.invoke(addr, req, timeout)
+        self._check(resp, addr, req.code, f"unregister {client_id}")
+
+    async def consumer_ids(self, addr: str, group: str, timeout: float = DEFAULT_TIMEOUT_S) -> list[str]:
+        """GET_CONSUMER_LIST_BY_GROUP (38); code 1 ("no consumer for this group") raises BrokerResponseError."""
+        req = RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+        resp = await self.invoke(addr, req, timeout)
+        self._check(resp, addr, req.code, f"consumer list of {group}")
+        doc = json_body.loads(resp.body or b"{}", what="GetConsumerListByGroupResponseBody", addr=addr)
+        ids = doc.get("consumerIdList") if isinstance(doc, dict) else None
+        if not isinstance(ids, list):
+            raise BodyError("consumer list body has no consumerIdList array", addr=addr)
+        return [str(i) for i in ids]
+
+    async def lock_batch(self, addr: str, group: str, client_id: str, mqs: Iterable[MessageQueue],
+                         timeout: float = DEFAULT_TIMEOUT_S) -> set[MessageQueue]:
+        """LOCK_BATCH_MQ (41): the subset now locked by ``client_id``."""
+        body = {"clientId": client_id, "consumerGroup": group, "mqSet": [_mq_json(m) for m in sorted(mqs)]}
+        req = RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, None, json_body.dumps(body))
+        resp = await self.invoke(addr, req, timeout)
+        self._check(resp, addr, req.code, f"lock queues of {group}")
+        doc = json_body.loads(resp.body or b"{}", what="LockBatchResponseBody", addr=addr)
+        raw = doc.get("lockOKMQSet") if isinstance(doc, dict) else None
+        return {_mq_from_json(m, addr) for m in (raw or [])}
+
+    async def unlock_batch(self, addr: str, group: str, client_id: str, mqs: Iterable[MessageQueue], *,
+                           oneway: bool = False, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        body = {"clientId": client_id, "consumerGroup": group, "mqSet": [_mq_json(m) for m in sorted(mqs)]}
+        req = RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ, None, json_body.dumps(body))
+        if oneway:
+            await self.invoke_oneway(addr, req, timeout)
+            return
+        resp = await self.invoke(addr, req, timeout)
+        self._check(resp, addr, req.code, f"unlock queues of {group}")
+
+    async def send_back(self, addr: str, msg: MessageExt, group: str, delay_level: int, max_reconsume_times: int,
+                        timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        """CONSUMER_SEND_MSG_BACK (36); raises BrokerResponseError on any non-0 code."""
+        req = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+            "offset": msg.commit_log_offset, "group": group, "delayLevel": delay_level,
+            "originMsgId": msg.msg_id, "originTopic": msg.topic, "unitMode": False,
+            "maxReconsumeTimes": max_reconsume_times})
+        resp = await self.invoke(addr, req, timeout)
+        self._check(resp, addr, req.code, f"send back {msg.msg_id} for {group}")
+
+    async def view_message(self, addr: str, commit_log_offset: int, timeout: float = DEFAULT_TIMEOUT_S) -> MessageExt:
+        """VIEW_MESSAGE_BY_ID (33): the record at a commit-log offset."""
+        req = RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": commit_log_offset})
+        resp = await self.invoke(addr, req, timeout)
+        self._check(resp, addr, req.code, f"view message at {commit_log_offset}")
+        msgs = decode_messages(resp.body or b"", addr=addr)
+        if not msgs:
+            raise BodyError(f"view message at {commit_log_offset}: the body holds no record", addr=addr)
+        return msgs[0]
+
+
+# ----------------------------------------------------------------------------- pull results
+def decode_messages(body: bytes, *, broker_name: str = "", addr: str | None = None) -> list[MessageExt]:
+    """``MessageDecoder.decodes(body)`` on the client: every record of a pull body, decompressed.
+
+    Unlike Java (which stops silently at the first bad record) a record that does not decode raises
+    BodyError naming its position; CRCs are not checked (Java's client does not either).
+    """
+    out: list[MessageExt] = []
+    mv = memoryview(body)
+    pos, n = 0, len(body)
+    while pos < n:
+        try:
+            rec = decode_record(mv, pos, check_crc=False)
+        except CorruptStoreError as exc:
+            raise BodyError(f"pull body: record at byte {pos} does not decode: {exc}", addr=addr) from exc
+        if rec is None:   # a BLANK record never belongs in a pull body
+            raise BodyError(f"pull body: BLANK record at byte {pos}", addr=addr)
+        data = rec.body
+        if rec.sys_flag & FLAG_COMPRESSED:
+            try:
+                data = decompress_body(data, rec.sys_flag)
+            except CorruptStoreError as exc:
+                raise BodyError(f"pull body: record at byte {pos}: {exc}", addr=addr) from exc
+        out.append(MessageExt.from_record(rec, data, broker_name))
+        pos += rec.total_size
+    return out
+
+
+def process_pull_result(result: PullResult, broker_name: str,
+                        tags_filter: SubscriptionData | Collection[str] | None = None,
+                        *, addr: str | None = None) -> list[MessageExt]:
+    """``PullAPIWrapper.processPullResult``: decode a FOUND body, keep messages whose TAGS is exactly one
+    of the subscribed tags (none / "*" keeps all), set ``broker_name``, the MIN_OFFSET / MAX_OFFSET
+    properties from the response and ``TRAN_MSG`` half messages' transaction id (UNIQ_KEY). The result is
+    also stored in ``result.messages``; ``result.body`` is released."""
+    if result.status is not PullStatus.FOUND or not result.body:
+        result.messages = []
+        result.body = None
+        return result.messages
+    msgs = decode_messages(result.body, broker_name=broker_name, addr=addr)
+    if isinstance(tags_filter, SubscriptionData):
+        tags: Collection[str] | None = None if tags_filter.sub_all else tags_filter.tags
+    else:
+        tags = tags_filter or None
+    if tags is not None:
+        wanted = set(tags)
+        msgs = [m for m in msgs if m.properties.get(PROPERTY_TAGS) in wanted]
+    lo, hi = str(result.min_offset), str(result.max_offset)
+    for m in msgs:
+        m.properties[PROPERTY_MIN_OFFSET] = lo
+        m.properties[PROPERTY_MAX_OFFSET] = hi
+        if m.sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED and PROPERTY_UNIQ_KEY in m.properties:
+            m.properties.setdefault("__transactionId__", m.properties[PROPERTY_UNIQ_KEY])
+    result.messages = msgs
+    result.body = None
+    return msgs
+
