@@ -82,11 +82,13 @@ class Fakes:
         self.servers.append(server)
         return f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
 
-    def namesrv_to(self, broker_addr: str) -> str:
+    def namesrv_to(self, broker_addr: str, *, garbage_route: bool = False) -> str:
         async def start() -> str:
             server = RemotingServer("127.0.0.1", 0, name="fake-namesrv")
 
             def route(channel, request: RemotingCommand):
+                if garbage_route:
+                    return request.response(0, body=b"\x00{not json at all" + random.randbytes(40))
                 body = {"brokerDatas": [{"brokerAddrs": {"0": broker_addr}, "brokerName": "fake-a",
                                          "cluster": "FakeCluster"}],
                         "queueDatas": [{"brokerName": "fake-a", "perm": 6, "readQueueNums": 4, "topicSysFlag": 0,
@@ -103,7 +105,10 @@ class Fakes:
     def close(self) -> None:
         async def stop():
             for s in self.servers:
-                s.close()
+                if isinstance(s, RemotingServer):
+                    await s.stop()
+                else:
+                    s.close()
         self.run(stop())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
@@ -192,6 +197,52 @@ def test_oversized_batch_is_refused_client_side() -> None:
         assert_names(exc, "body", "size", "4194304", "maxMessageSize")
     finally:
         p.shutdown()
+
+
+# --- the client instance and its requests (cross-cutting: every consumer and producer uses them) --------------
+def _instance(namesrv: str, name: str):
+    from rocketstream.client.instance import MQClientInstance
+    return MQClientInstance.get(namesrv, f"badinput-{name}-{time.monotonic_ns()}").start()
+
+
+@pytest.mark.parametrize("peer", ["closed", "garbage", "silent", "garbage-route"])
+def test_route_lookup_from_a_bad_name_server(fakes: Fakes, peer: str) -> None:
+    addr = {"closed": closed_addr(), "garbage": fakes.garbage, "silent": fakes.silent,
+            "garbage-route": fakes.namesrv_to("127.0.0.1:1", garbage_route=True)}[peer]
+    inst = _instance(addr, peer)
+    try:
+        exc, secs = timed(lambda: inst.run(inst.api.get_route("GoodTopic", timeout=3.0), 10.0), 3.0 + SLACK_S,
+                          f"get_route from a {peer} name server")
+        assert isinstance(exc, BaseException), f"get_route from a {peer} name server returned {exc!r}"
+        assert_names(exc, addr)
+        print(f"{peer} name server: {type(exc).__name__} after {secs:.1f} s: {exc}")
+    finally:
+        timed(inst.shutdown, 10.0 + SLACK_S, "MQClientInstance.shutdown")
+
+
+@pytest.mark.parametrize("peer", ["closed", "garbage", "silent"])
+def test_broker_requests_to_a_bad_broker(fakes: Fakes, peer: str) -> None:
+    """pull / query_offset / consumer_ids / heartbeat against a closed, garbage or silent broker address: typed
+    errors naming the address, each within its timeout."""
+    broker = {"closed": closed_addr(), "garbage": fakes.garbage, "silent": fakes.silent}[peer]
+    inst = _instance(closed_addr(), f"broker-{peer}")
+    api = inst.api
+    calls = {
+        "pull": lambda: api.pull(broker, group="G", topic="T", queue_id=0, offset=0, max_nums=32, sys_flag=0,
+                                 commit_offset=0, suspend_ms=0, subscription="*", sub_version=0, timeout=2.0),
+        "query_offset": lambda: api.query_offset(broker, "G", "T", 0, timeout=2.0),
+        "consumer_ids": lambda: api.consumer_ids(broker, "G", timeout=2.0),
+        "heartbeat": lambda: api.heartbeat(broker, {"clientID": inst.client_id, "producerDataSet": [],
+                                                    "consumerDataSet": []}, timeout=2.0),
+    }
+    try:
+        for name, call in calls.items():
+            exc, secs = timed(lambda call=call: inst.run(call(), 10.0), 2.0 + SLACK_S, f"{name} to a {peer} broker")
+            assert isinstance(exc, BaseException), f"{name} to a {peer} broker {broker} returned {exc!r}"
+            assert_names(exc, broker)
+            print(f"{peer} broker, {name}: {type(exc).__name__} after {secs:.1f} s: {exc}")
+    finally:
+        timed(inst.shutdown, 10.0 + SLACK_S, "MQClientInstance.shutdown")
 
 
 # --- unreachable / garbage peers -------------------------------------------------------------------------------
