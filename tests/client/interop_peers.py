@@ -1,9 +1,6 @@
 """Peers for the Python-client interop scenarios, benchmark and reliability campaigns.
 
-* ``interop_broker``: a session fixture parametrized over ``ours`` (``rocketstream serve``) and ``java`` (the
-  real Apache RocketMQ 4.9.8 name server + broker), each started once per session with
-  tests/broker/java_fixtures.py's helpers (same settings as the Java-client scenarios: auto-create topics and
-  groups, short delay levels).
+* the brokers: tests/client/conftest.py's ``mq_broker`` (``ours`` and ``java``, once per session each).
 * ``interop_classes``: tests/java/ClientInterop.java compiled into a temporary directory.
 * :class:`JavaPeer`: one ClientInterop run in the background, its JSON lines read from a file as they come.
 * ``create_topic`` / ``consumer_ids`` / ``query_offset``: direct remoting requests (UPDATE_AND_CREATE_TOPIC,
@@ -21,7 +18,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,13 +25,11 @@ from types import SimpleNamespace
 import pytest
 
 from rocketstream.remoting import RemotingCommand, RequestCode, connect
-from tests.broker import java_fixtures
 from tests.broker.java_fixtures import BrokerTarget
 from tests.realbroker import peers
 
 REPO = Path(__file__).resolve().parents[2]
 INTEROP_SRC = REPO / "tests" / "java" / "ClientInterop.java"
-BROKERS = ("ours", "java")
 
 
 # --- the brokers -------------------------------------------------------------------------------------------
@@ -45,21 +39,6 @@ def require_java() -> None:
         peers.find_java()
     except peers.JavaUnavailable as exc:
         pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="session", params=BROKERS)
-def interop_broker(request, tmp_path_factory) -> Iterator[BrokerTarget]:
-    """Our broker or the real 4.9.8 one (name server + broker), once per session each."""
-    require_java()
-    kind = request.param
-    home = tmp_path_factory.mktemp(f"interop-{kind}")
-    target = java_fixtures._start_java(home) if kind == "java" else java_fixtures.start_ours(home)
-    try:
-        yield target
-    finally:
-        codes = java_fixtures.stop(target, clean=(kind == "ours"))
-        if kind == "ours" and codes != [0]:
-            pytest.fail(f"rocketstream serve exited with {codes} after SIGTERM:\n{target.log_tail()}")
 
 
 def compile_java(outdir: Path, src: Path = INTEROP_SRC) -> Path:

@@ -1,5 +1,5 @@
 """Interop between our Python client and the shipped Java 4.9.8 client, against our broker AND the real
-4.9.8 broker (``interop_broker`` is parametrized over both; each is started once per session).
+4.9.8 broker (``mq_broker`` is parametrized over both; each is started once per session).
 
 * our Producer -> Java DefaultMQPushConsumer: every message arrives once, at the queue/offset our SendResult
   named, with body (bodies over 4 KiB compressed by our producer, decompressed by Java), tags, keys and user
@@ -112,9 +112,9 @@ def check_java_sent_received(sent: list[dict], got: list[dict], where: str) -> N
 
 
 # --- our producer -> Java push consumer --------------------------------------------------------------------
-def test_python_producer_to_java_push_consumer(interop_broker, interop_classes) -> None:
+def test_python_producer_to_java_push_consumer(mq_broker, interop_classes) -> None:
     api = client_api()
-    t = interop_broker
+    t = mq_broker
     topic, group = _name("PyToJ", t.kind), _name("PyToJG", t.kind)
     create_topic(t, topic, 4)
     p = api.Producer(_name("PyProd", t.kind), namesrv=t.namesrv_addr)
@@ -159,9 +159,9 @@ def _java_produce(classes: Path, t, topic: str, name: str) -> list[dict]:
     return [x for x in prod.lines() if "sent" in x and "result" not in x]
 
 
-def test_java_producer_to_python_lite_pull(interop_broker, interop_classes) -> None:
+def test_java_producer_to_python_lite_pull(mq_broker, interop_classes) -> None:
     api = client_api()
-    t = interop_broker
+    t = mq_broker
     topic, group = _name("JToLite", t.kind), _name("JToLiteG", t.kind)
     create_topic(t, topic, 4)
     sent = _java_produce(interop_classes, t, topic, f"{topic}-prod")
@@ -188,9 +188,9 @@ def test_java_producer_to_python_lite_pull(interop_broker, interop_classes) -> N
         c.shutdown()
 
 
-def test_java_producer_to_python_push_consumer(interop_broker, interop_classes) -> None:
+def test_java_producer_to_python_push_consumer(mq_broker, interop_classes) -> None:
     api = client_api()
-    t = interop_broker
+    t = mq_broker
     topic, group = _name("JToPush", t.kind), _name("JToPushG", t.kind)
     create_topic(t, topic, 4)
     sent = _java_produce(interop_classes, t, topic, f"{topic}-prod")
@@ -334,11 +334,11 @@ def mixed_group(t, classes: Path, tmp_path: Path, kinds: tuple[str, str], queues
     return report
 
 
-def test_mixed_group_python_and_java_push_consumers(interop_broker, interop_classes, tmp_path) -> None:
-    mixed_group(interop_broker, interop_classes, tmp_path, ("py", "java"))
+def test_mixed_group_python_and_java_push_consumers(mq_broker, interop_classes, tmp_path) -> None:
+    mixed_group(mq_broker, interop_classes, tmp_path, ("py", "java"))
 
 
-def test_mixed_group_control_two_java_members(interop_broker, interop_classes, tmp_path) -> None:
+def test_mixed_group_control_two_java_members(mq_broker, interop_classes, tmp_path) -> None:
     """The same checks with two Java members: the harness and the broker's group bookkeeping, without our client
     (when this passes and the mixed test fails, the difference is our PushConsumer)."""
-    mixed_group(interop_broker, interop_classes, tmp_path, ("java", "java"))
+    mixed_group(mq_broker, interop_classes, tmp_path, ("java", "java"))
