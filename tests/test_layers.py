@@ -8,7 +8,8 @@ Layers (dependencies point down only)::
 
 * ``codec`` imports nothing of ours but ``rocketstream.errors``, and that only while ``errors`` itself
   imports nothing of ours.
-* ``store`` imports only ``codec`` (+ errors, fsutil); ``client`` only ``codec`` and ``remoting`` (+ errors);
+* ``store`` imports only ``codec`` (+ errors, fsutil); ``client`` only ``codec`` and ``remoting`` (+ errors, fsutil: a
+  BROADCASTING consumer's offsets.json);
   ``remoting`` only ``codec`` (+ errors); ``namesrv`` only ``remoting`` and ``codec`` (+ errors, fsutil);
   ``broker`` never ``spark``. ``fsutil`` (crash-safe file replace, shared by the store and the name
   server) sits at the bottom with ``errors``: neither imports anything of ours.
@@ -43,7 +44,7 @@ ALLOWED: dict[str, set[str] | None] = {
     "codec": {"errors"},
     "store": {"codec", "errors", "fsutil"},
     "remoting": {"codec", "errors"},
-    "client": {"codec", "remoting", "errors"},
+    "client": {"codec", "remoting", "errors", "fsutil"},
     "namesrv": {"codec", "remoting", "errors", "fsutil"},
 }
 BOTTOM = ("errors", "fsutil")   # modules below every layer: they import nothing of ours

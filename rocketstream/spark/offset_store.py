@@ -21,7 +21,8 @@ from rocketstream.errors import (
     RocketStreamError,
     StoreError,
 )
-from rocketstream.store.meta.offsets import ConsumerOffsetManager, LocalOffsetStore, default_local_offset_dir
+from rocketstream.client.offset_store import LocalOffsetStore, default_local_offset_dir
+from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"

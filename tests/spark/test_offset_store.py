@@ -12,7 +12,8 @@ from rocketstream.errors import (
     StoreError,
 )
 from rocketstream.spark.offset_store import OffsetStore
-from rocketstream.store.meta.offsets import ConsumerOffsetManager, LocalOffsetStore
+from rocketstream.client.offset_store import LocalOffsetStore
+from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rocketstream.client.offset_store import LocalOffsetStore
 from rocketstream.errors import OffsetFileError, OptionError, ReadOnlyStoreError
 from rocketstream.store.meta.offsets import (
     ConsumerOffsetManager,
     FrozenObject,
-    LocalOffsetStore,
     MessageQueueKey,
     dump_consumer_offsets,
     dump_fastjson,

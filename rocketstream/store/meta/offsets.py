@@ -13,21 +13,25 @@ when the file is not valid UTF-8).
 from __future__ import annotations
 
 import fcntl
-import operator
 import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple, SupportsIndex, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
-from rocketstream.codec.fastjson import (
-    FastjsonParser,
-    FrozenObject,
-    decode_text,
-    dump_fastjson,
-    parse_fastjson,
+from rocketstream.codec.fastjson import FastjsonParser, FrozenObject, dump_fastjson, parse_fastjson
+from rocketstream.codec.offset_json import (
+    INT32_BOUNDS,
+    INT64_BOUNDS,
+    MessageQueueKey,
+    as_int,
+    check_int,
+    dump_local_offsets,
+    load_local_offsets,
+    offset_table_of,
+    position_of,
 )
 from rocketstream.errors import (
     OffsetFileError,
@@ -49,8 +53,6 @@ __all__ = [
     "load_local_offsets",
     "dump_local_offsets",
     "ConsumerOffsetManager",
-    "LocalOffsetStore",
-    "default_local_offset_dir",
     "FileSignature",
     "OffsetFileRead",
     "load_with_bak",
@@ -65,8 +67,6 @@ __all__ = [
 
 CONSUMER_OFFSET_FILE = "consumerOffset.json"  # under <store_root>/config; lock and .bak beside it
 
-_INT32 = (-(2**31), 2**31 - 1)
-_INT64 = (-(2**63), 2**63 - 1)
 T = TypeVar("T")
 
 
@@ -78,41 +78,19 @@ class ConsumerOffsetDocument(NamedTuple):
     data_version: dict[str, object] | None  # 5.x only; None for a 4.x document
 
 
-def _as_int(value: object, bounds: tuple[int, int]) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or not bounds[0] <= value <= bounds[1]:
-        return None
-    return value
-
-
-def _where(p: FastjsonParser, container: object, key: object, which: int) -> int:
-    return p.positions[(id(container), key)][which]
-
-
-def _offset_table(text: str | bytes, path: object) -> tuple[FastjsonParser, dict[Any, Any], dict[Any, Any]]:
-    """Parse a document of both offset files and return (parser, document, its ``offsetTable``)."""
-    p = FastjsonParser(decode_text(text, path), path)
-    doc = p.document()
-    if not isinstance(doc, dict):
-        p.fail("the document is not an object", 0)
-    raw = doc.get("offsetTable", {})
-    if not isinstance(raw, dict):
-        p.fail("'offsetTable' is not an object", _where(p, doc, "offsetTable", 1))
-    return p, doc, raw
-
-
 def load_consumer_offset_document(text: str | bytes, *, path: object = None) -> ConsumerOffsetDocument:
     """Parse a 4.x or 5.x consumerOffset.json; ``groupTopicMap`` (derived) and unknown fields are ignored."""
-    p, doc, raw = _offset_table(text, path)
+    p, doc, raw = offset_table_of(text, path)
     table: dict[str, dict[int, int]] = {}
     for key, queues in raw.items():
         if not isinstance(key, str) or "@" not in key:
-            p.fail(f"offset table key {key!r} is not 'topic@group'", _where(p, raw, key, 0))
+            p.fail(f"offset table key {key!r} is not 'topic@group'", position_of(p, raw, key, 0))
         if not isinstance(queues, dict):
-            p.fail(f"offsets of {key!r} are not an object", _where(p, raw, key, 1))
+            p.fail(f"offsets of {key!r} are not an object", position_of(p, raw, key, 1))
         table[key] = _queue_map(p, key, queues)
     version = doc.get("dataVersion")
     if version is not None and not isinstance(version, dict):
-        p.fail("'dataVersion' is not an object", _where(p, doc, "dataVersion", 1))
+        p.fail("'dataVersion' is not an object", position_of(p, doc, "dataVersion", 1))
     return ConsumerOffsetDocument(table, version)
 
 
@@ -121,10 +99,10 @@ def _queue_map(p: FastjsonParser, key: str, queues: dict[Any, Any]) -> dict[int,
     for qid, offset in queues.items():
         # standard-JSON writers quote the queue ids; fastjson itself converts "3" to 3 on read
         qid_int = int(qid) if isinstance(qid, str) and re.fullmatch(r"-?[0-9]{1,10}", qid) else qid
-        if _as_int(qid_int, _INT32) is None:
-            p.fail(f"queue id {qid!r} of {key!r} is not an int32", _where(p, queues, qid, 0))
-        if _as_int(offset, _INT64) is None:
-            p.fail(f"offset {offset!r} of {key!r} queue {qid} is not an int64", _where(p, queues, qid, 1))
+        if as_int(qid_int, INT32_BOUNDS) is None:
+            p.fail(f"queue id {qid!r} of {key!r} is not an int32", position_of(p, queues, qid, 0))
+        if as_int(offset, INT64_BOUNDS) is None:
+            p.fail(f"offset {offset!r} of {key!r} queue {qid} is not an int64", position_of(p, queues, qid, 1))
         result[qid_int] = offset
     return result
 
@@ -153,65 +131,7 @@ def dump_consumer_offsets(
     return dump_fastjson(doc)
 
 
-# ------------------------------------------------------------------------------ offsets.json documents
-
-
-class MessageQueueKey(NamedTuple):
-    topic: str
-    broker_name: str
-    queue_id: int
-
-
-def _mq_key(mq: object) -> MessageQueueKey:
-    """Accept MessageQueueKey, a (topic, broker, queue) tuple, or anything with those attributes."""
-    if isinstance(mq, tuple) and len(mq) == 3:
-        topic, broker, qid = mq
-    else:
-        topic, broker, qid = (getattr(mq, a, None) for a in ("topic", "broker_name", "queue_id"))
-    if not isinstance(topic, str) or not isinstance(broker, str):
-        raise OptionError("offsets", "keys must carry topic and broker_name strings", mq)
-    return MessageQueueKey(topic, broker, _check_int("offsets", qid, _INT32))
-
-
-def load_local_offsets(text: str | bytes, *, path: object = None) -> dict[MessageQueueKey, int]:
-    """Parse a broadcasting-mode offsets.json (object keys with brokerName, queueId, topic)."""
-    p, _, raw = _offset_table(text, path)
-    result: dict[MessageQueueKey, int] = {}
-    for key, offset in raw.items():
-        at = _where(p, raw, key, 0)
-        if not isinstance(key, FrozenObject):
-            p.fail(f"offset table key {key!r} is not a MessageQueue object", at)
-        topic, broker, qid = key.get("topic"), key.get("brokerName"), _as_int(key.get("queueId"), _INT32)
-        if not isinstance(topic, str) or not isinstance(broker, str) or qid is None:
-            p.fail("MessageQueue key needs string topic, string brokerName and int queueId", at)
-        if _as_int(offset, _INT64) is None:
-            p.fail(f"offset {offset!r} is not an int64", _where(p, raw, key, 1))
-        result[MessageQueueKey(topic, broker, qid)] = offset
-    return result
-
-
-def dump_local_offsets(offsets: Mapping[MessageQueueKey, int]) -> str:
-    """offsets.json text exactly as the 4.9.8 client writes it, entries in the mapping's order."""
-    table = {
-        FrozenObject({"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}): off
-        for mq, off in offsets.items()
-    }
-    return dump_fastjson({"offsetTable": table})
-
-
 # ------------------------------------------------------------------------------------------ file I/O
-
-
-def _check_int(name: str, value: object, bounds: tuple[int, int]) -> int:
-    if not isinstance(value, SupportsIndex):   # has no __index__: floats, strings, None ...
-        raise OptionError(name, "must be an integer", value)
-    try:
-        number = operator.index(value)  # accepts numpy integers, refuses floats and strings
-    except TypeError:
-        raise OptionError(name, "must be an integer", value) from None
-    if isinstance(value, bool) or not bounds[0] <= number <= bounds[1]:
-        raise OptionError(name, f"must be an integer in [{bounds[0]}, {bounds[1]}]", value)
-    return number
 
 
 def _read_bytes(path: Path) -> bytes | None:
@@ -346,7 +266,7 @@ def next_data_version(version: Mapping[str, object] | None) -> dict[str, object]
     if version is None:
         return None
     advanced = dict(version)
-    counter = _as_int(advanced.get("counter"), _INT64)
+    counter = as_int(advanced.get("counter"), INT64_BOUNDS)
     advanced["counter"] = counter + 1 if counter is not None else 1
     advanced["timestamp"] = int(time.time() * 1000)
     return advanced
@@ -402,7 +322,8 @@ class ConsumerOffsetManager:
         checked: dict[str, dict[int, int]] = {}
         for (group, topic), offsets in updates.items():
             key = _table_key(group, topic)
-            queues = {_check_int("queue_id", q, _INT32): _check_int("offset", o, _INT64) for q, o in offsets.items()}
+            queues = {check_int("queue_id", q, INT32_BOUNDS): check_int("offset", o, INT64_BOUNDS)
+                      for q, o in offsets.items()}
             if queues:  # an empty commit changes nothing and must not create a "t@g":{} entry
                 checked.setdefault(key, {}).update(queues)
         if not checked:
@@ -447,38 +368,3 @@ def _table_key(group: str, topic: str) -> str:
     if not isinstance(group, str) or not group:  # '@' allowed: 5.x commits "<group>@broadcast"
         raise OptionError("group", "must be a non-empty string", group)
     return f"{topic}@{group}"
-
-
-# ------------------------------------------------------------------------------- broadcasting offsets
-
-
-def default_local_offset_dir() -> Path:
-    """The Java client's default when system property rocketmq.client.localOffsetStoreDir is unset."""
-    return Path.home() / ".rocketmq_offsets"
-
-
-class LocalOffsetStore:
-    """A BROADCASTING consumer's offsets: ``<base_dir>/<client_id>/<group>/offsets.json``."""
-
-    def __init__(self, base_dir: str | Path, client_id: str, group: str) -> None:
-        self.dir = Path(base_dir) / client_id / group
-        self.path = self.dir / "offsets.json"
-
-    def read(self) -> dict[MessageQueueKey, int]:
-        """Offsets from offsets.json, else its .bak; {} when neither exists."""
-        return load_with_bak(self.path, load_local_offsets)[0] or {}
-
-    def read_offset(self, mq: object) -> int:
-        """Offset of one queue (MessageQueueKey, tuple or MessageQueue-like), -1 when absent."""
-        return self.read().get(_mq_key(mq), -1)
-
-    def persist(self, offsets: Mapping[object, int]) -> None:
-        """Overlay ``offsets`` on the file's current table (queues not given are kept) and rewrite it."""
-        updates = {_mq_key(mq): _check_int("offset", off, _INT64) for mq, off in offsets.items()}
-        with os_errors("cannot create offset directory", self.dir):
-            self.dir.mkdir(parents=True, exist_ok=True)
-        with exclusive_lock(self.path.with_name("offsets.json.lock")):
-            current, raw = load_with_bak(self.path, load_local_offsets)
-            table = dict(current or {})
-            table.update(updates)
-            replace_offset_file(self.path, dump_local_offsets(dict(sorted(table.items()))), raw)

@@ -1,0 +1,341 @@
+"""``DefaultMQProducer`` / ``DefaultMQProducerImpl``: synchronous sends over the client instance's loop.
+
+``send`` follows ``sendDefaultImpl``: validate (``Validators.checkMessage``), set UNIQ_KEY
+(``MessageClientIDSetter``; codec's generator has the same layout), compress bodies of at least
+``compress_msg_body_over_howmuch`` bytes with zlib (sysFlag ``0x301`` = COMPRESSED | ZLIB << 8, what the
+real 4.9.8 producer stores), find the topic's publish info (the name server's route, else the
+``create_topic_key`` (TBW102) route with ``default_topic_queue_nums`` queues so that the broker
+auto-creates the topic), pick queues round-robin (latency fault tolerance off, as by default) and try
+``1 + retry_times_when_send_failed`` times, on another broker after a failure, for remoting errors and the
+codes of ``retryResponseCodes``; the whole send must fit in ``send_msg_timeout``. Sends to a chosen queue
+(``queue=``, ``selector=``, ``sharding_key=``) are tried once, as ``sendSelectImpl`` / ``send(msg, mq)`` do.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+from rocketstream.client.api import RETRY_RESPONSE_CODES
+from rocketstream.client.common import (
+    AUTO_CREATE_TOPIC_KEY,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_PRODUCER_GROUP,
+    RETRY_GROUP_TOPIC_PREFIX,
+    Message,
+    MessageQueue,
+    SendResult,
+    SendStatus,
+    check_group,
+    check_message,
+    check_topic,
+)
+from rocketstream.client.instance import MQClientInstance
+from rocketstream.client.route import TopicPublishInfo
+from rocketstream.codec import PROPERTY_DELAY, PROPERTY_UNIQ_KEY, compress_body, java_hash, new_uniq_key
+from rocketstream.errors import (
+    BrokerResponseError,
+    MQClientError,
+    OptionError,
+    RemotingError,
+    RemotingTimeoutError,
+    SendFailedError,
+)
+
+__all__ = ["Producer", "select_by_hash", "MessageQueueSelector"]
+
+log = logging.getLogger("rocketstream.client")
+
+MessageQueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
+COMPRESS_LEVEL = 5   # rocketmq.message.compressLevel default
+
+
+def select_by_hash(mqs: list[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+    """``SelectMessageQueueByHash``: ``abs(arg.hashCode() % size)`` (Java hash for strings)."""
+    h = java_hash(arg) if isinstance(arg, str) else hash(arg)
+    value = abs(int(_java_rem(h, len(mqs))))
+    return mqs[value]
+
+
+def _java_rem(a: int, b: int) -> int:
+    """Java's ``%`` (sign of the dividend)."""
+    r = abs(a) % b
+    return -r if a < 0 else r
+
+
+class Producer:
+    """``Producer(group, namesrv=...)``; ``start()`` before sending, ``shutdown()`` (or ``with``) after."""
+
+    def __init__(self, group: str, *, namesrv: str, instance_name: str = "DEFAULT", send_msg_timeout: float = 3.0,
+                 retry_times_when_send_failed: int = 2, compress_msg_body_over_howmuch: int = 4096,
+                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, default_topic_queue_nums: int = 4,
+                 create_topic_key: str = AUTO_CREATE_TOPIC_KEY, compress_level: int = COMPRESS_LEVEL) -> None:
+        check_group(group)
+        if group == DEFAULT_PRODUCER_GROUP:
+            raise OptionError("group", f"producerGroup can not equal {DEFAULT_PRODUCER_GROUP}, please specify "
+                                       "another one", group)
+        if not isinstance(namesrv, str) or not namesrv.strip():
+            raise OptionError("namesrv", "a name server address 'host:port' is required", namesrv)
+        for name, value, low in (("send_msg_timeout", send_msg_timeout, 0.0), ("max_message_size", max_message_size, 1),
+                                 ("retry_times_when_send_failed", retry_times_when_send_failed, 0),
+                                 ("compress_msg_body_over_howmuch", compress_msg_body_over_howmuch, 0),
+                                 ("default_topic_queue_nums", default_topic_queue_nums, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low or \
+                    (name == "send_msg_timeout" and value == 0):
+                raise OptionError(name, f"must be a number > {low}" if name == "send_msg_timeout"
+                                  else f"must be a number >= {low}", value)
+        check_topic(create_topic_key, argument="create_topic_key")
+        self.group = group
+        self.namesrv = namesrv
+        self.instance_name = instance_name
+        self.send_msg_timeout = float(send_msg_timeout)
+        self.retry_times_when_send_failed = int(retry_times_when_send_failed)
+        self.compress_msg_body_over_howmuch = int(compress_msg_body_over_howmuch)
+        self.compress_level = compress_level
+        self.max_message_size = int(max_message_size)
+        self.default_topic_queue_nums = int(default_topic_queue_nums)
+        self.create_topic_key = create_topic_key
+        self._publish: dict[str, TopicPublishInfo] = {}
+        self._instance: MQClientInstance | None = None
+
+    # ------------------------------------------------------------------------- lifecycle
+    def start(self) -> Producer:
+        if self._instance is not None:
+            raise MQClientError(f"producer {self.group} is already started")
+        inst = MQClientInstance.get(self.namesrv, self.instance_name)
+        inst.register_producer(self.group, self)
+        self._publish[self.create_topic_key] = TopicPublishInfo(self.create_topic_key, [])
+        try:
+            inst.start()
+        except BaseException:
+            with inst._lock:
+                inst.producers.pop(self.group, None)
+            raise
+        self._instance = inst
+        return self
+
+    def shutdown(self) -> None:
+        inst, self._instance = self._instance, None
+        if inst is None:
+            return
+        try:
+            inst.run(inst.unregister_producer(self.group), 10.0)
+        except (RemotingError, MQClientError) as exc:
+            log.warning("producer %s: unregister failed: %s", self.group, exc)
+        finally:
+            inst.shutdown()
+
+    def __enter__(self) -> Producer:
+        return self.start() if self._instance is None else self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.shutdown()
+
+    @property
+    def instance(self) -> MQClientInstance:
+        if self._instance is None:
+            raise MQClientError(f"producer {self.group} is not started (call start())")
+        return self._instance
+
+    # ProducerLike (called on the loop by MQClientInstance)
+    def publish_topics(self) -> set[str]:
+        return set(self._publish)
+
+    def update_topic_publish_info(self, topic: str, info: TopicPublishInfo) -> None:
+        if topic in self._publish:
+            self._publish[topic] = info
+
+    # ------------------------------------------------------------------------- building messages
+    @staticmethod
+    def _as_message(topic_or_msg: str | Message, body: bytes | None, tags: str | None,
+                    keys: str | Iterable[str] | None, properties: dict[str, str] | None,
+                    delay_level: int, flag: int) -> Message:
+        if isinstance(topic_or_msg, Message):
+            if body is not None or tags is not None or keys is not None or properties or delay_level or flag:
+                raise OptionError("body", "pass either a Message or topic + body and fields, not both")
+            return topic_or_msg
+        if body is None:
+            raise OptionError("body", "the message body is null")
+        if isinstance(body, str):
+            raise OptionError("body", "must be bytes (encode the text first)", body[:40])
+        return Message(topic_or_msg, bytes(body), tags=tags, keys=keys, properties=dict(properties or {}),
+                       flag=flag, delay_level=delay_level)
+
+    def _wire(self, msg: Message, *, compress: bool) -> tuple[bytes, int, dict[str, str]]:
+        props = msg.wire_properties()
+        if PROPERTY_UNIQ_KEY not in props:
+            props[PROPERTY_UNIQ_KEY] = new_uniq_key()
+        body = bytes(msg.body)
+        sys_flag = 0
+        if compress and len(body) >= self.compress_msg_body_over_howmuch:   # tryToCompressMessage
+            body, sys_flag = compress_body(body, self.compress_level)
+        if len(props) and sum(len(k) + len(v) + 2 for k, v in props.items()) > 32767:
+            raise OptionError("properties", "the encoded properties exceed 32767 bytes")
+        return body, sys_flag, props
+
+    # ------------------------------------------------------------------------- send
+    def send(self, topic_or_msg: str | Message, body: bytes | None = None, *, tags: str | None = None,
+             keys: str | Iterable[str] | None = None, properties: dict[str, str] | None = None,
+             delay_level: int = 0, flag: int = 0, queue: MessageQueue | None = None,
+             selector: MessageQueueSelector | None = None, arg: Any = None, sharding_key: str | None = None,
+             timeout: float | None = None) -> SendResult:
+        """Send one message synchronously; ``queue`` / ``selector`` (+ ``arg``) / ``sharding_key`` choose the
+        queue (ordered messages), else round robin with retries on another broker."""
+        msg = self._as_message(topic_or_msg, body, tags, keys, properties, delay_level, flag)
+        check_message(msg, self.max_message_size)
+        chosen = [x for x in (queue, selector, sharding_key) if x is not None]
+        if len(chosen) > 1:
+            raise OptionError("queue", "give at most one of queue, selector and sharding_key")
+        if queue is not None and queue.topic != msg.topic:
+            raise OptionError("queue", f"message's topic {msg.topic} not equal mq's topic {queue.topic}")
+        if sharding_key is not None:
+            selector, arg = select_by_hash, sharding_key
+        wire_body, sys_flag, props = self._wire(msg, compress=True)
+        t = self.send_msg_timeout if timeout is None else timeout
+        inst = self.instance
+        return inst.run(self._send_async(msg, wire_body, sys_flag, props, queue, selector, arg, t), t + 1.0)
+
+    def send_batch(self, topic: str, messages: Sequence[bytes | Message], *, tags: str | None = None,
+                   keys: str | Iterable[str] | None = None, queue: MessageQueue | None = None,
+                   timeout: float | None = None) -> SendResult:
+        """``send(Collection<Message>)``: one SEND_BATCH_MESSAGE (never compressed); every message must have
+        the topic, no delay level, the same WAIT; not a retry topic. Bodies take ``tags``/``keys``."""
+        check_topic(topic)
+        if not messages:
+            raise OptionError("messages", "a batch needs at least one message")
+        msgs = [m if isinstance(m, Message) else Message(topic, bytes(m), tags=tags, keys=keys) for m in messages]
+        for i, m in enumerate(msgs):
+            if m.topic != topic:
+                raise OptionError(f"messages[{i}].topic", f"the topic of the messages in one batch should be the "
+                                                          f"same ({topic})", m.topic)
+            if m.delay_level > 0 or PROPERTY_DELAY in m.properties:
+                raise OptionError(f"messages[{i}].delay_level", "delayed messages are not supported in a batch")
+            if m.wait_store_msg_ok != msgs[0].wait_store_msg_ok:
+                raise OptionError(f"messages[{i}].wait_store_msg_ok", "must be the same for every message")
+            check_message(m, self.max_message_size)
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            raise OptionError("topic", "retry group topic is not supported for batching", topic)
+        if queue is not None and queue.topic != topic:
+            raise OptionError("queue", f"message's topic {topic} not equal mq's topic {queue.topic}")
+        props = [self._wire(m, compress=False)[2] for m in msgs]
+        size = sum(20 + len(m.body) + 2 + sum(len(k) + len(v) + 2 for k, v in p.items()) for m, p in
+                   zip(msgs, props, strict=True))
+        if size > self.max_message_size:
+            raise OptionError("messages", f"the batch body size {size} is over the max value {self.max_message_size}")
+        t = self.send_msg_timeout if timeout is None else timeout
+        inst = self.instance
+        return inst.run(self._send_batch_async(msgs, props, queue, t), t + 1.0)
+
+    # ------------------------------------------------------------------------- on the loop
+    async def _publish_info(self, topic: str, timeout: float) -> TopicPublishInfo:
+        """``tryToFindTopicPublishInfo``."""
+        inst = self.instance
+        info = self._publish.get(topic)
+        if info is None or not info.ok:
+            self._publish.setdefault(topic, TopicPublishInfo(topic, []))
+            await inst.update_route(topic, timeout=timeout)
+            info = self._publish[topic]
+        if info.ok:
+            return info
+        await inst.update_route(topic, default_topic=self.create_topic_key,
+                                default_queue_nums=self.default_topic_queue_nums, timeout=timeout)
+        info = self._publish[topic]
+        if not info.ok:
+            raise MQClientError(f"No route info of this topic: {topic} (name server {self.namesrv})")
+        return info
+
+    async def _broker_addr(self, mq: MessageQueue, timeout: float) -> str:
+        inst = self.instance
+        addr = inst.broker_addr(mq.broker_name)
+        if addr is None:
+            await inst.update_route(mq.topic, timeout=timeout)
+            addr = inst.broker_addr(mq.broker_name)
+        if addr is None:
+            raise MQClientError(f"The broker[{mq.broker_name}] not exist")
+        return addr
+
+    async def _send_async(self, msg: Message, body: bytes, sys_flag: int, props: dict[str, str],
+                          queue: MessageQueue | None, selector: MessageQueueSelector | None, arg: Any,
+                          timeout: float) -> SendResult:
+        t0 = time.monotonic()
+        if queue is not None or selector is not None:
+            if queue is None:
+                assert selector is not None
+                info = await self._publish_info(msg.topic, timeout)
+                queue = selector(list(info.queues), msg, arg)
+                if not isinstance(queue, MessageQueue):
+                    raise OptionError("selector", f"returned {queue!r}, not a MessageQueue")
+            left = timeout - (time.monotonic() - t0)
+            if left <= 0:
+                raise RemotingTimeoutError("send call timeout", addr=self.namesrv, timeout_s=timeout)
+            addr = await self._broker_addr(queue, left)
+            return await self.instance.api.send(addr, queue.broker_name, msg, queue.queue_id,
+                                                producer_group=self.group, timeout=left, body=body,
+                                                sys_flag=sys_flag, properties=props,
+                                                default_topic=self.create_topic_key,
+                                                default_topic_queue_nums=self.default_topic_queue_nums)
+
+        async def attempt(mq: MessageQueue, left: float) -> SendResult:
+            addr = await self._broker_addr(mq, left)
+            return await self.instance.api.send(addr, mq.broker_name, msg, mq.queue_id, producer_group=self.group,
+                                                timeout=left, body=body, sys_flag=sys_flag, properties=props,
+                                                default_topic=self.create_topic_key,
+                                                default_topic_queue_nums=self.default_topic_queue_nums)
+        return await self._with_retries(msg.topic, attempt, timeout, t0)
+
+    async def _send_batch_async(self, msgs: list[Message], props: list[dict[str, str]], queue: MessageQueue | None,
+                                timeout: float) -> SendResult:
+        t0 = time.monotonic()
+
+        async def attempt(mq: MessageQueue, left: float) -> SendResult:
+            addr = await self._broker_addr(mq, left)
+            return await self.instance.api.send_batch(addr, mq.broker_name, msgs, mq.queue_id,
+                                                      producer_group=self.group, timeout=left, properties=props,
+                                                      default_topic=self.create_topic_key,
+                                                      default_topic_queue_nums=self.default_topic_queue_nums)
+        if queue is not None:
+            return await attempt(queue, timeout)
+        return await self._with_retries(msgs[0].topic, attempt, timeout, t0)
+
+    async def _with_retries(self, topic: str, attempt: Callable[[MessageQueue, float], Any], timeout: float,
+                            t0: float) -> SendResult:
+        """``sendDefaultImpl``'s loop: ``1 + retry_times_when_send_failed`` attempts, another broker after a
+        failure, retry on remoting errors and ``retryResponseCodes``, all within ``timeout``."""
+        info = await self._publish_info(topic, timeout)
+        times = 1 + self.retry_times_when_send_failed
+        last_broker: str | None = None
+        last_error: Exception | None = None
+        brokers_sent: list[str] = []
+        n = 0
+        for n in range(1, times + 1):
+            mq = info.select(last_broker)
+            last_broker = mq.broker_name
+            brokers_sent.append(mq.broker_name)
+            left = timeout - (time.monotonic() - t0)
+            if left <= 0:
+                n -= 1
+                break
+            try:
+                result: SendResult = await attempt(mq, left)
+                if result.status is not SendStatus.SEND_OK:
+                    log.info("producer %s: %s stored with status %s", self.group, result.msg_id, result.status.name)
+                return result
+            except BrokerResponseError as exc:
+                if exc.code not in RETRY_RESPONSE_CODES:
+                    raise
+                last_error = exc
+            except (RemotingError, MQClientError) as exc:
+                last_error = exc
+            log.info("producer %s: send to %s failed (attempt %d of %d): %s", self.group, mq, n, times, last_error)
+            info = await self._publish_info(topic, max(timeout - (time.monotonic() - t0), 0.001)) \
+                if time.monotonic() - t0 < timeout else info
+        cost = int((time.monotonic() - t0) * 1000)
+        if last_error is None:
+            raise RemotingTimeoutError(f"sendDefaultImpl call timeout after {cost} ms (topic {topic})",
+                                       addr=self.namesrv, timeout_s=timeout)
+        raise SendFailedError(f"Send [{n}] times, still failed, cost [{cost}]ms, Topic: {topic}, "
+                              f"BrokersSent: {brokers_sent}: {last_error}", topic=topic, attempts=n) from last_error
