@@ -179,25 +179,27 @@ class JavaPeer:
 
 
 # --- the client under test ------------------------------------------------------------------------------------
-def client_api() -> SimpleNamespace:
-    """The client's public classes (Producer, LitePullConsumer, PushConsumer, statuses); skips the calling test
-    while the client modules are not written yet."""
-    try:
-        producer = importlib.import_module("rocketstream.client.producer")
-        push = importlib.import_module("rocketstream.client.push_consumer")
-        lite = importlib.import_module("rocketstream.client.lite_pull")
-    except ImportError as exc:
-        pytest.skip(f"the Python client is not there yet: {exc}")
+MODULES = {"producer": "rocketstream.client.producer", "push": "rocketstream.client.push_consumer",
+           "lite": "rocketstream.client.lite_pull"}
+
+
+def client_api(*need: str) -> SimpleNamespace:
+    """The client's public names (Producer, LitePullConsumer, PushConsumer, statuses, Message...) from the modules
+    ``need`` names ("producer", "push", "lite"; default all); skips the calling test while one of them is not
+    written yet."""
     ns = SimpleNamespace()
-    for mod in (producer, push, lite):
-        for name in dir(mod):
-            if not name.startswith("_"):
-                setattr(ns, name, getattr(mod, name))
+    mods = []
+    for key in need or tuple(MODULES):
+        try:
+            mods.append(importlib.import_module(MODULES[key]))
+        except ImportError as exc:
+            pytest.skip(f"the Python client is not there yet: {exc}")
     for extra in ("rocketstream.client.common", "rocketstream.client.consume_service"):
         try:
-            mod = importlib.import_module(extra)
+            mods.append(importlib.import_module(extra))
         except ImportError:
             continue
+    for mod in mods:
         for name in dir(mod):
             if not name.startswith("_") and not hasattr(ns, name):
                 setattr(ns, name, getattr(mod, name))

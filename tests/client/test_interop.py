@@ -113,7 +113,7 @@ def check_java_sent_received(sent: list[dict], got: list[dict], where: str) -> N
 
 # --- our producer -> Java push consumer --------------------------------------------------------------------
 def test_python_producer_to_java_push_consumer(mq_broker, interop_classes) -> None:
-    api = client_api()
+    api = client_api("producer")
     t = mq_broker
     topic, group = _name("PyToJ", t.kind), _name("PyToJG", t.kind)
     create_topic(t, topic, 4)
@@ -160,7 +160,7 @@ def _java_produce(classes: Path, t, topic: str, name: str) -> list[dict]:
 
 
 def test_java_producer_to_python_lite_pull(mq_broker, interop_classes) -> None:
-    api = client_api()
+    api = client_api("lite")
     t = mq_broker
     topic, group = _name("JToLite", t.kind), _name("JToLiteG", t.kind)
     create_topic(t, topic, 4)
@@ -189,7 +189,7 @@ def test_java_producer_to_python_lite_pull(mq_broker, interop_classes) -> None:
 
 
 def test_java_producer_to_python_push_consumer(mq_broker, interop_classes) -> None:
-    api = client_api()
+    api = client_api("push")
     t = mq_broker
     topic, group = _name("JToPush", t.kind), _name("JToPushG", t.kind)
     create_topic(t, topic, 4)
@@ -276,7 +276,7 @@ def mixed_group(t, classes: Path, tmp_path: Path, kinds: tuple[str, str], queues
     """Two members of one group (``py`` = our PushConsumer, ``java`` = DefaultMQPushConsumer) on one topic: each
     consumes exactly the queues AllocateMessageQueueAveragely gives it over the broker's consumer-id list, no queue
     is consumed by both, every message is consumed once. Returns the report line."""
-    api = client_api() if "py" in kinds else None
+    api = client_api("push") if "py" in kinds else None
     topic, group = _name("Mixed", t.kind), _name("MixedG", t.kind)
     create_topic(t, topic, queues)
     members: list = []

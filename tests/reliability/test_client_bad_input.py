@@ -188,7 +188,7 @@ def test_invalid_topics_are_refused_by_subscribe(kind: str, topic: str) -> None:
 
 
 def test_oversized_batch_is_refused_client_side() -> None:
-    api = client_api()
+    api = client_api("producer")
     p = api.Producer("BadInputProducer", namesrv=closed_addr())
     p.start()
     try:
@@ -257,7 +257,7 @@ def _producer_send(api, namesrv: str):
 
 @pytest.mark.parametrize("peer", ["closed", "garbage", "silent"])
 def test_producer_with_a_bad_name_server_fails_typed_and_in_time(fakes: Fakes, peer: str) -> None:
-    api = client_api()
+    api = client_api("producer")
     addr = {"closed": closed_addr(), "garbage": fakes.garbage, "silent": fakes.silent}[peer]
     exc, secs = timed(lambda: _producer_send(api, addr), OP_BOUND_S, f"send via a {peer} name server")
     assert isinstance(exc, BaseException), f"send via a {peer} name server {addr} returned {exc}"
@@ -267,7 +267,7 @@ def test_producer_with_a_bad_name_server_fails_typed_and_in_time(fakes: Fakes, p
 
 @pytest.mark.parametrize("peer", ["garbage", "silent", "closed"])
 def test_producer_with_a_bad_broker_fails_typed_and_in_time(fakes: Fakes, peer: str) -> None:
-    api = client_api()
+    api = client_api("producer")
     broker = {"closed": closed_addr(), "garbage": fakes.garbage, "silent": fakes.silent}[peer]
     ns = fakes.namesrv_to(broker)
     exc, secs = timed(lambda: _producer_send(api, ns), OP_BOUND_S, f"send to a {peer} broker")
