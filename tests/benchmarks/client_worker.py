@@ -48,20 +48,16 @@ def pct(sorted_vals: list[float], p: float) -> float:
     return sorted_vals[i]
 
 
-def api():
-    from rocketstream.client import lite_pull, producer, push_consumer
+def api(*mods: str):
+    """The client's public names from rocketstream.client.<mods> (+ common): imported per mode, so the producer
+    modes run before the consumer modules exist."""
+    import importlib
     ns = argparse.Namespace()
-    for mod in (producer, push_consumer, lite_pull):
+    for name in (*mods, "common"):
+        mod = importlib.import_module(f"rocketstream.client.{name}")
         for k in dir(mod):
-            if not k.startswith("_"):
-                setattr(ns, k, getattr(mod, k))
-    try:
-        from rocketstream.client import common
-        for k in dir(common):
             if not k.startswith("_") and not hasattr(ns, k):
-                setattr(ns, k, getattr(common, k))
-    except ImportError:
-        pass
+                setattr(ns, k, getattr(mod, k))
     return ns
 
 
@@ -73,7 +69,7 @@ def from_first(a) -> dict:
 
 # --- producers ---------------------------------------------------------------------------------------------
 def send(args, batch: bool) -> dict:
-    a = api()
+    a = api("producer")
     body = random.Random(42).randbytes(args.size)
     p = a.Producer("PyLoadGenProducer", namesrv=args.ns)
     p.start()
@@ -134,7 +130,7 @@ def send(args, batch: bool) -> dict:
 
 # --- consumers ---------------------------------------------------------------------------------------------
 def push(args) -> dict:
-    a = api()
+    a = api("push_consumer")
     got = [0]
     first = [0.0]
     last = [0.0]
@@ -167,7 +163,7 @@ def push(args) -> dict:
 
 
 def lite(args) -> dict:
-    a = api()
+    a = api("lite_pull")
     c = a.LitePullConsumer(args.group, namesrv=args.ns, **from_first(a))
     c.subscribe(args.topic, "*")
     t0 = time.perf_counter()
@@ -215,7 +211,7 @@ def _pq_count_size(pq) -> tuple[int, int]:
 
 
 def flow(args) -> dict:
-    a = api()
+    a = api("push_consumer")
     consumed = [0]
 
     def listener(msgs, context=None):
