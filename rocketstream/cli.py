@@ -14,6 +14,7 @@ import json
 import os
 import random
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from typing import Any
 from rocketstream.errors import OptionError, RocketStreamError
 
 EXAMPLES = {
-    "produce": "rocketstream produce --topic TopicTest --count 10000 --body-size 256 --tags TagA,TagB --queues 4",
+    "produce": "rocketstream produce --topic TopicTest --count 10000 --body-size 256 --tags TagA,TagB --queues 4\n"
+               "  rocketstream produce --namesrv 127.0.0.1:9876 --topic TopicTest --count 1000 --keys order-1,order-2",
     "topic-list": "rocketstream topic-list --json",
     "topic-status": "rocketstream topic-status --topic TopicTest",
     "consumer-progress": "rocketstream consumer-progress --group demo-group --topic TopicTest",
@@ -112,6 +114,13 @@ def record_to_row(rec, broker_name: str) -> dict[str, Any]:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
+    if args.namesrv is not None:
+        return cmd_produce_remote(args)
+    for opt, value in (("--group", args.group), ("--keys", args.keys), ("--send-timeout", args.send_timeout)):
+        if value is not None:
+            raise OptionError(opt, "only with --namesrv (sending over the network)", value)
+    if args.queues is None:
+        args.queues = 4
     from tqdm import tqdm
 
     from rocketstream.store import Message
@@ -162,6 +171,46 @@ def cmd_produce(args: argparse.Namespace) -> int:
         store.flush()
     payload = {"topic": args.topic, "produced": produced, "queues": args.queues}
     _emit(args, payload, lambda p: f"produced {p['produced']} messages to {p['topic']} over {p['queues']} queues")
+    return 0
+
+
+def cmd_produce_remote(args: argparse.Namespace) -> int:
+    """``produce --namesrv``: send with the client's Producer (sync sends, retries on another broker)."""
+    from rocketstream.client.producer import Producer
+
+    for opt, value in (("--queues", args.queues), ("--store", args.store if args.store_given else None)):
+        if value is not None:
+            raise OptionError(opt, "only for the local store (not with --namesrv)", value)
+    if args.count < 0:
+        raise OptionError("--count", "must be >= 0", args.count)
+    if args.body_size <= 0:
+        raise OptionError("--body-size", "must be >= 1 (RocketMQ refuses empty bodies)", args.body_size)
+    tags = [t for t in (args.tags or "").split(",") if t] or [None]
+    keys = [k for k in (args.keys or "").split(",") if k]
+    rng = random.Random(args.seed)
+    statuses: dict[str, int] = {}
+    sent = 0
+    t0 = time.monotonic()
+    producer = Producer(args.group or "rocketstream_cli_producer", namesrv=args.namesrv,
+                        send_msg_timeout=args.send_timeout if args.send_timeout is not None else 3.0)
+    with producer:
+        for i in range(args.count):
+            r = producer.send(args.topic, _body(i, args.body_size, rng), tags=tags[i % len(tags)],
+                              keys=keys[i % len(keys)] if keys else f"key-{i}")
+            sent += 1
+            statuses[r.status.name] = statuses.get(r.status.name, 0) + 1
+            if args.json:
+                print(json.dumps({"msgId": r.msg_id, "offsetMsgId": r.offset_msg_id, "status": r.status.name,
+                                  "brokerName": r.queue.broker_name, "queueId": r.queue.queue_id,
+                                  "queueOffset": r.queue_offset}))
+    seconds = time.monotonic() - t0
+    payload = {"topic": args.topic, "namesrv": args.namesrv, "sent": sent, "statuses": statuses,
+               "seconds": round(seconds, 3), "msgs_per_s": round(sent / seconds, 1) if seconds > 0 else None}
+    if args.json:
+        print(json.dumps({"summary": payload}))
+    else:
+        print(f"sent {sent} messages to {args.topic} via {args.namesrv} in {seconds:.2f} s "
+              f"({payload['msgs_per_s']} msgs/s); statuses: {statuses}")
     return 0
 
 
@@ -435,12 +484,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    p = add("produce", cmd_produce, "Write messages (keys and UNIQ_KEY set per message) to a topic.")
+    p = add("produce", cmd_produce, "Write messages (keys and UNIQ_KEY set per message) to a topic: into the "
+            "store directly, or with --namesrv over the network through a broker (the client's Producer).")
     p.add_argument("--topic", required=True)
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--body-size", type=int, default=256)
     p.add_argument("--tags", default=None, help="comma-separated tags, assigned round-robin")
-    p.add_argument("--queues", type=int, default=4, help="number of queues of the topic (default 4)")
+    p.add_argument("--queues", type=int, default=None, help="local store only: number of queues of the topic "
+                   "(default 4)")
+    p.add_argument("--namesrv", default=None, help="send over the network: name server address(es) "
+                   "'host:port;host:port'")
+    p.add_argument("--group", default=None, help="with --namesrv: producer group (default rocketstream_cli_producer)")
+    p.add_argument("--keys", default=None, help="with --namesrv: comma-separated keys assigned round-robin "
+                   "(default key-<i>)")
+    p.add_argument("--send-timeout", type=float, default=None, help="with --namesrv: seconds per send (default 3)")
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
 
     add("topic-list", cmd_topic_list, "List the topics in the store.")
@@ -499,7 +556,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from rocketstream.store.meta.config import CONF_ENV
 
             os.environ[CONF_ENV] = str(args.conf.resolve())
-        if args.store is None:
+        args.store_given = args.store is not None
+        if args.store is None and not (args.command == "produce" and args.namesrv is not None):
             args.store = _default_store()
         return args.func(args)
     except RocketStreamError as exc:

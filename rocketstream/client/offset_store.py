@@ -24,7 +24,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from rocketstream.client.allocate import MessageQueue
 from rocketstream.codec.offset_json import (
@@ -241,7 +241,7 @@ class LocalOffsetStore:
         """Offset of one queue (MessageQueueKey, tuple or MessageQueue-like), -1 when absent."""
         return self.read().get(mq_key(mq), -1)
 
-    def persist(self, offsets: Mapping[object, int]) -> None:
+    def persist(self, offsets: Mapping[Any, int]) -> None:
         """Overlay ``offsets`` on the file's current table (queues not given are kept) and rewrite it as
         ``MixAll.string2File`` does (.tmp fsynced, previous content to .bak, rename)."""
         updates = {mq_key(mq): check_int("offset", off, INT64_BOUNDS) for mq, off in offsets.items()}

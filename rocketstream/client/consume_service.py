@@ -1,0 +1,407 @@
+"""``ConsumeMessageConcurrentlyService`` and ``ConsumeMessageOrderlyService`` (seeds 000/001/004, 4.9.8).
+
+Both run the user's listener (a plain function) in a ThreadPoolExecutor of ``consume_thread_max`` threads.
+
+Concurrent: each pulled batch is cut into ``consume_message_batch_max_size`` pieces, one ``ConsumeRequest`` each.
+``CONSUME_SUCCESS`` up to ``context.ack_index`` consumes; the rest (all of it for ``RECONSUME_LATER``, for an
+exception, or for a listener returning None) is sent back to the broker (CONSUMER_SEND_MSG_BACK, falling back
+to sending a copy to ``%RETRY%<group>``) in CLUSTERING, dropped with a warning in BROADCASTING. A message whose
+send-back failed stays in the ProcessQueue and is consumed again 5 s later. The offset given to the offset store
+is :meth:`ProcessQueue.remove_messages`' answer: the smallest offset still in flight.
+
+Orderly: one ``ConsumeRequest`` per queue at a time (``ProcessQueue.consuming``), under a per-queue lock and the
+ProcessQueue's ``consume_lock``; in CLUSTERING only while the broker lock is held and not expired (30 s).
+``SUSPEND_CURRENT_QUEUE_A_MOMENT`` (or an exception) puts the messages back and retries the queue after
+``suspend_current_queue_time_millis``; a message that reached ``max_reconsume_times`` is sent to
+``%RETRY%<group>`` with that many reconsume times, which the broker turns into a DLQ message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rocketstream.client.allocate import MessageQueue
+from rocketstream.client.common import MessageExt
+from rocketstream.client.process_queue import ProcessQueue
+
+if TYPE_CHECKING:
+    from rocketstream.client.rebalance import RebalanceImpl
+
+__all__ = [
+    "ConsumeConcurrentlyStatus",
+    "ConsumeOrderlyStatus",
+    "ConsumeConcurrentlyContext",
+    "ConsumeOrderlyContext",
+    "ConsumeMessageConcurrentlyService",
+    "ConsumeMessageOrderlyService",
+    "CONSUME_REQUEST_LATER_DELAY_S",
+    "MAX_TIME_CONSUME_CONTINUOUSLY_S",
+]
+
+log = logging.getLogger("rocketstream.client")
+
+CONSUME_REQUEST_LATER_DELAY_S = 5.0       # submitConsumeRequestLater (concurrent): 5 s
+MAX_TIME_CONSUME_CONTINUOUSLY_S = 60.0    # ConsumeMessageOrderlyService.MAX_TIME_CONSUME_CONTINUOUSLY
+TRY_LOCK_LATER_NOT_LOCKED_S = 0.010       # tryLockLaterAndReconsume(..., 10) in the consume loop
+TRY_LOCK_LATER_S = 0.100                  # tryLockLaterAndReconsume(..., 100) before it
+PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+
+
+class ConsumeConcurrentlyStatus(enum.Enum):
+    CONSUME_SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+class ConsumeOrderlyStatus(enum.Enum):
+    SUCCESS = "SUCCESS"
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+
+
+@dataclass
+class ConsumeConcurrentlyContext:
+    """``ConsumeConcurrentlyContext``: ``delay_level_when_next_consume`` 0 lets the broker choose (3 +
+    reconsume times), -1 sends straight to the DLQ; ``ack_index`` is the last consumed message on success."""
+
+    message_queue: MessageQueue
+    delay_level_when_next_consume: int = 0
+    ack_index: int = 2**31 - 1
+
+
+@dataclass
+class ConsumeOrderlyContext:
+    message_queue: MessageQueue
+    auto_commit: bool = True
+    suspend_current_queue_time_millis: int = -1
+
+
+ConcurrentListener = Callable[[list[MessageExt], ConsumeConcurrentlyContext], Any]
+OrderlyListener = Callable[[list[MessageExt], ConsumeOrderlyContext], Any]
+
+
+class ConsumerHooks(Protocol):
+    """What the consume services need of the push consumer."""
+
+    group: str
+    message_model: str
+    consume_message_batch_max_size: int
+    suspend_current_queue_time_millis: int
+    loop: asyncio.AbstractEventLoop
+    rebalance: RebalanceImpl
+
+    def effective_max_reconsume_times(self, orderly: bool) -> int: ...
+    def update_offset(self, mq: MessageQueue, offset: int, increase_only: bool) -> None: ...
+    def send_message_back(self, msg: MessageExt, delay_level: int, broker_name: str | None) -> bool: ...
+    def send_to_retry_topic(self, msg: MessageExt, reconsume_times: int) -> bool: ...
+
+
+def reset_retry_topic(msgs: Sequence[MessageExt], group: str) -> None:
+    """``resetRetryAndNamespace``: a message read from ``%RETRY%<group>`` shows its original topic."""
+    retry = "%RETRY%" + group
+    for msg in msgs:
+        original = msg.properties.get(PROPERTY_RETRY_TOPIC)
+        if original and msg.topic == retry:
+            msg.topic = original
+
+
+@dataclass
+class _Stats:
+    consumed_ok: int = 0
+    consumed_failed: int = 0
+    listener_errors: int = 0
+    sent_back: int = 0
+    send_back_failed: int = 0
+    active: dict[MessageQueue, int] = field(default_factory=dict)
+
+
+class _ServiceBase:
+    def __init__(self, consumer: ConsumerHooks, consume_thread_max: int, name: str) -> None:
+        self.consumer = consumer
+        self.executor = ThreadPoolExecutor(max_workers=consume_thread_max, thread_name_prefix=name)
+        self.stopped = False
+        self.stats = _Stats()
+        self._stats_lock = threading.Lock()
+        self.max_concurrent_per_queue = 0   # highest number of listener calls seen at once on one queue
+
+    def _enter(self, mq: MessageQueue) -> None:
+        with self._stats_lock:
+            n = self.stats.active.get(mq, 0) + 1
+            self.stats.active[mq] = n
+            self.max_concurrent_per_queue = max(self.max_concurrent_per_queue, n)
+
+    def _leave(self, mq: MessageQueue) -> None:
+        with self._stats_lock:
+            self.stats.active[mq] -= 1
+
+    def _submit(self, fn: Callable[[], None]) -> None:
+        if self.stopped:
+            return
+        try:
+            self.executor.submit(fn)
+        except RuntimeError:   # the executor is shutting down
+            log.info("%s: consume request not submitted: the service is stopping", self.consumer.group)
+
+    def _later(self, delay_s: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` (any thread) after ``delay_s`` via the client loop."""
+        if self.stopped:
+            return
+        try:
+            self.consumer.loop.call_soon_threadsafe(self.consumer.loop.call_later, delay_s, fn)
+        except RuntimeError:   # the loop is closed: the consumer is shutting down
+            log.info("%s: delayed consume request dropped: the client loop is closed", self.consumer.group)
+
+    def start(self) -> None:
+        """Nothing to start for the concurrent service."""
+
+    def shutdown(self, await_terminate_s: float = 0.0) -> None:
+        self.stopped = True
+        self.executor.shutdown(wait=await_terminate_s > 0, cancel_futures=True)
+
+
+class ConsumeMessageConcurrentlyService(_ServiceBase):
+    def __init__(self, consumer: ConsumerHooks, listener: ConcurrentListener, consume_thread_max: int) -> None:
+        super().__init__(consumer, consume_thread_max, "ConsumeMessageThread_")
+        self.listener = listener
+
+    def submit_consume_request(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue,
+                               dispatch_to_consume: bool) -> None:
+        """``submitConsumeRequest``: batches of ``consume_message_batch_max_size`` to the consume threads."""
+        size = max(1, self.consumer.consume_message_batch_max_size)
+        for i in range(0, len(msgs), size):
+            batch = list(msgs[i:i + size])
+            self._submit(lambda batch=batch: self._consume(batch, pq, mq))   # type: ignore[misc]
+
+    def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        """``ConsumeRequest.run``."""
+        if pq.dropped or self.stopped:
+            return
+        context = ConsumeConcurrentlyContext(mq)
+        reset_retry_topic(msgs, self.consumer.group)
+        now = str(int(time.time() * 1000))
+        for m in msgs:
+            m.properties[PROPERTY_CONSUME_START_TIME] = now
+        status: object = None
+        self._enter(mq)
+        try:
+            status = self.listener(list(msgs), context)
+        except Exception:
+            with self._stats_lock:
+                self.stats.listener_errors += 1
+            log.exception("%s: listener raised on %d messages of %s; they will be consumed again",
+                          self.consumer.group, len(msgs), mq)
+        finally:
+            self._leave(mq)
+        if status is not ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
+            if status is not None and status is not ConsumeConcurrentlyStatus.RECONSUME_LATER:
+                log.warning("%s: listener returned %r (not a ConsumeConcurrentlyStatus): RECONSUME_LATER",
+                            self.consumer.group, status)
+            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        if pq.dropped:
+            log.warning("%s: %s dropped while consuming %d messages; not committed", self.consumer.group, mq,
+                        len(msgs))
+            return
+        assert isinstance(status, ConsumeConcurrentlyStatus)
+        self.process_consume_result(status, context, msgs, pq, mq)
+
+    def process_consume_result(self, status: ConsumeConcurrentlyStatus, context: ConsumeConcurrentlyContext,
+                               msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        """``processConsumeResult``."""
+        if not msgs:
+            return
+        ack_index = context.ack_index
+        if status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
+            ack_index = min(ack_index, len(msgs) - 1)
+        else:
+            ack_index = -1
+        with self._stats_lock:
+            self.stats.consumed_ok += ack_index + 1
+            self.stats.consumed_failed += len(msgs) - ack_index - 1
+        remaining = msgs
+        if self.consumer.message_model == "BROADCASTING":
+            for msg in msgs[ack_index + 1:]:
+                log.warning("%s: BROADCASTING consumption failed, message dropped: %s", self.consumer.group,
+                            msg.msg_id)
+        else:
+            failed: list[MessageExt] = []
+            for msg in msgs[ack_index + 1:]:
+                if self.consumer.send_message_back(msg, context.delay_level_when_next_consume, mq.broker_name):
+                    with self._stats_lock:
+                        self.stats.sent_back += 1
+                else:
+                    with self._stats_lock:
+                        self.stats.send_back_failed += 1
+                    msg.reconsume_times += 1
+                    failed.append(msg)
+            if failed:
+                failed_ids = {id(m) for m in failed}
+                remaining = [m for m in msgs if id(m) not in failed_ids]
+                self._later(CONSUME_REQUEST_LATER_DELAY_S,
+                            lambda: self.submit_consume_request(failed, pq, mq, True))
+        offset = pq.remove_messages(remaining)
+        if offset >= 0 and not pq.dropped:
+            self.consumer.update_offset(mq, offset, True)
+
+
+class ConsumeMessageOrderlyService(_ServiceBase):
+    def __init__(self, consumer: ConsumerHooks, listener: OrderlyListener, consume_thread_max: int, *,
+                 lock_interval_s: float) -> None:
+        super().__init__(consumer, consume_thread_max, "ConsumeMessageThread_")
+        self.listener = listener
+        self.lock_interval_s = lock_interval_s
+        self._mq_locks: dict[MessageQueue, threading.Lock] = {}   # MessageQueueLock
+        self._mq_locks_guard = threading.Lock()
+        self._lock_task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """CLUSTERING: renew the broker locks every ``lock_interval_s`` (20 s), first after 1 s (call on
+        the loop)."""
+        if self.consumer.message_model == "CLUSTERING":
+            self._lock_task = asyncio.get_running_loop().create_task(self._lock_periodically())
+
+    async def _lock_periodically(self) -> None:
+        await asyncio.sleep(min(1.0, self.lock_interval_s))
+        while not self.stopped:
+            try:
+                await self.consumer.rebalance.lock_all()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s: lockMQPeriodically failed", self.consumer.group)
+            await asyncio.sleep(self.lock_interval_s)
+
+    def shutdown(self, await_terminate_s: float = 0.0) -> None:
+        self.stopped = True
+        if self._lock_task is not None:
+            self.consumer.loop.call_soon_threadsafe(self._lock_task.cancel)
+        super().shutdown(await_terminate_s)
+
+    def _mq_lock(self, mq: MessageQueue) -> threading.Lock:
+        with self._mq_locks_guard:
+            lock = self._mq_locks.get(mq)
+            if lock is None:
+                lock = self._mq_locks[mq] = threading.Lock()
+            return lock
+
+    def submit_consume_request(self, msgs: Sequence[MessageExt] | None, pq: ProcessQueue, mq: MessageQueue,
+                               dispatch_to_consume: bool) -> None:
+        if dispatch_to_consume:
+            self._submit(lambda: self._consume(pq, mq))
+
+    def submit_consume_request_later(self, pq: ProcessQueue, mq: MessageQueue, delay_s: float) -> None:
+        self._later(delay_s, lambda: self.submit_consume_request(None, pq, mq, True))
+
+    def _try_lock_later_and_reconsume(self, pq: ProcessQueue, mq: MessageQueue, delay_s: float) -> None:
+        """``tryLockLaterAndReconsume``: lock the queue on the broker, then consume again."""
+        async def relock() -> None:
+            locked = await self.consumer.rebalance.lock(mq)
+            self.submit_consume_request_later(pq, mq, 0.010 if locked else 3.0)
+
+        def fire() -> None:
+            if not self.stopped:
+                self.consumer.loop.create_task(relock())
+        self._later(delay_s, fire)
+
+    def _consume(self, pq: ProcessQueue, mq: MessageQueue) -> None:
+        """``ConsumeRequest.run`` of the orderly service."""
+        if pq.dropped or self.stopped:
+            return
+        clustering = self.consumer.message_model == "CLUSTERING"
+        with self._mq_lock(mq):
+            if clustering and not (pq.locked and not pq.is_lock_expired()):
+                if not pq.dropped:
+                    self._try_lock_later_and_reconsume(pq, mq, TRY_LOCK_LATER_S)
+                return
+            begin = time.monotonic()
+            while True:
+                if pq.dropped or self.stopped:
+                    return
+                if clustering and not pq.locked:
+                    self._try_lock_later_and_reconsume(pq, mq, TRY_LOCK_LATER_NOT_LOCKED_S)
+                    return
+                if clustering and pq.is_lock_expired():
+                    self._try_lock_later_and_reconsume(pq, mq, TRY_LOCK_LATER_NOT_LOCKED_S)
+                    return
+                if time.monotonic() - begin > MAX_TIME_CONSUME_CONTINUOUSLY_S:
+                    self.submit_consume_request_later(pq, mq, 0.010)
+                    return
+                msgs = pq.take_messages(max(1, self.consumer.consume_message_batch_max_size))
+                if not msgs:
+                    return
+                typed: list[MessageExt] = msgs   # type: ignore[assignment]
+                reset_retry_topic(typed, self.consumer.group)
+                context = ConsumeOrderlyContext(mq)
+                status: object = None
+                with pq.consume_lock:
+                    if pq.dropped:
+                        pq.rollback()
+                        return
+                    self._enter(mq)
+                    try:
+                        status = self.listener(list(typed), context)
+                    except Exception:
+                        with self._stats_lock:
+                            self.stats.listener_errors += 1
+                        log.exception("%s: orderly listener raised on %d messages of %s; suspending the queue",
+                                      self.consumer.group, len(typed), mq)
+                    finally:
+                        self._leave(mq)
+                if status is not ConsumeOrderlyStatus.SUCCESS:
+                    if status is not None and status is not ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT:
+                        log.warning("%s: orderly listener returned %r: SUSPEND_CURRENT_QUEUE_A_MOMENT",
+                                    self.consumer.group, status)
+                    status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+                assert isinstance(status, ConsumeOrderlyStatus)
+                if not self.process_consume_result(typed, status, context, pq, mq):
+                    return
+
+    def process_consume_result(self, msgs: list[MessageExt], status: ConsumeOrderlyStatus,
+                               context: ConsumeOrderlyContext, pq: ProcessQueue, mq: MessageQueue) -> bool:
+        """``processConsumeResult`` (auto commit): True to go on consuming this queue."""
+        go_on = True
+        commit_offset = -1
+        if status is ConsumeOrderlyStatus.SUCCESS:
+            with self._stats_lock:
+                self.stats.consumed_ok += len(msgs)
+            commit_offset = pq.commit()
+        elif self._check_reconsume_times(msgs):
+            with self._stats_lock:
+                self.stats.consumed_failed += len(msgs)
+            pq.make_message_to_consume_again(msgs)
+            delay_ms = context.suspend_current_queue_time_millis
+            if delay_ms < 0:
+                delay_ms = self.consumer.suspend_current_queue_time_millis
+            self.submit_consume_request_later(pq, mq, max(delay_ms, 10) / 1000)
+            go_on = False
+        else:
+            commit_offset = pq.commit()
+        if commit_offset >= 0 and not pq.dropped:
+            self.consumer.update_offset(mq, commit_offset, False)
+        return go_on
+
+    def _check_reconsume_times(self, msgs: list[MessageExt]) -> bool:
+        """``checkReconsumeTimes``: True to suspend (retry locally); messages over the limit go to the
+        broker (and from there to the DLQ) instead."""
+        suspend = False
+        limit = self.consumer.effective_max_reconsume_times(True)
+        for msg in msgs:
+            if msg.reconsume_times >= limit:
+                msg.properties[PROPERTY_RECONSUME_TIME] = str(msg.reconsume_times)
+                if self.consumer.send_to_retry_topic(msg, msg.reconsume_times):
+                    with self._stats_lock:
+                        self.stats.sent_back += 1
+                else:
+                    suspend = True
+                    msg.reconsume_times += 1
+            else:
+                suspend = True
+                msg.reconsume_times += 1
+        return suspend

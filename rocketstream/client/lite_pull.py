@@ -1,0 +1,546 @@
+"""``LitePullConsumer``: RocketMQ's ``DefaultLitePullConsumer`` (``DefaultLitePullConsumerImpl`` 4.9.8).
+
+``subscribe(topic, expression)`` takes part in the group's rebalance (:class:`RebalanceLitePullImpl`; no
+``%RETRY%`` subscription, no locks); ``assign(queues)`` reads exactly the queues given. One pull task per
+queue (``PullTaskImpl``) long-polls the broker (hold 20 s, sysFlag SUSPEND|SUBSCRIPTION|LITE_PULL) into the
+queue's ProcessQueue and a shared cache of consume requests, with the same flow control as the push consumer
+(1,000 messages / 100 MiB per queue, 2,000-offset span) plus ``pull_threshold_for_all`` (10,000 cached
+messages). :meth:`LitePullConsumer.poll` returns the next cached batch and moves the queue's consumed offset
+past it; :meth:`LitePullConsumer.commit` (and auto-commit every 5 s, checked on poll) stores consumed offsets
+on the broker (CLUSTERING) or in offsets.json (BROADCASTING).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocketstream.client.allocate import MessageQueue
+from rocketstream.client.api import build_pull_sys_flag, process_pull_result
+from rocketstream.client.common import MessageExt, PullStatus, check_group, check_topic
+from rocketstream.client.instance import MQClientInstance
+from rocketstream.client.offset_store import (
+    LocalFileOffsetStore,
+    OffsetStore,
+    ReadOffsetType,
+    RemoteBrokerOffsetStore,
+)
+from rocketstream.client.process_queue import ProcessQueue
+from rocketstream.client.pull_service import PullRequest, flow_control
+from rocketstream.client.push_consumer import EXPRESSION_TYPES, _BrokerOffsets, check_client_config
+from rocketstream.client.rebalance import (
+    BROADCASTING,
+    CLUSTERING,
+    CONSUME_FROM_LAST_OFFSET,
+    CONSUME_FROM_TIMESTAMP,
+    CONSUME_FROM_WHERE,
+    RebalanceImpl,
+    Subscription,
+    parse_consume_timestamp,
+)
+from rocketstream.client.route import subscribe_queues
+from rocketstream.client.subscription import SubscriptionData
+from rocketstream.errors import MQClientError, OptionError, RemotingError
+
+__all__ = ["LitePullConsumer", "RebalanceLitePullImpl", "AUTO_COMMIT_INTERVAL_S", "PULL_THRESHOLD_FOR_ALL"]
+
+log = logging.getLogger("rocketstream.client")
+
+AUTO_COMMIT_INTERVAL_S = 5.0            # DefaultLitePullConsumer.autoCommitIntervalMillis
+PULL_THRESHOLD_FOR_ALL = 10_000         # pullThresholdForAll (messages cached for poll)
+PULL_BATCH_SIZE = 10                    # DefaultLitePullConsumer.pullBatchSize
+POLL_TIMEOUT_S = 5.0                    # pollTimeoutMillis
+BROKER_SUSPEND_MAX_TIME_MS = 20_000     # DefaultLitePullConsumer.brokerSuspendMaxTimeMillis
+CONSUMER_TIMEOUT_WHEN_SUSPEND_S = 30.0  # consumerTimeoutMillisWhenSuspend
+PULL_TIME_DELAY_ON_EXCEPTION_S = 1.0    # PULL_TIME_DELAY_MILLS_ON_EXCEPTION
+PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S = 0.050
+PULL_TIME_DELAY_WHEN_PAUSE_S = 1.0
+
+
+@dataclass
+class _ConsumeRequest:
+    messages: list[MessageExt]
+    mq: MessageQueue
+    pq: ProcessQueue
+
+
+class RebalanceLitePullImpl(RebalanceImpl):
+    consume_type = "CONSUME_ACTIVELY"
+
+    def __init__(self, consumer: LitePullConsumer, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.consumer = consumer
+
+    async def message_queue_changed(self, topic: str, mq_all: set[MessageQueue], mq_divided: set[MessageQueue]) -> None:
+        self.consumer._queues_changed(topic, mq_divided)
+
+    def dispatch_pull_requests(self, requests: list[PullRequest]) -> None:
+        """The new queues' start offsets become their pull tasks' first offsets."""
+        for r in requests:
+            self.consumer._pull_offset.setdefault(r.message_queue, r.next_offset)
+            self.consumer._consume_offset.setdefault(r.message_queue, r.next_offset)
+
+    async def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        """Auto-commit: the consumed offset of a queue taken away is stored before it is persisted."""
+        off = self.consumer._consume_offset.get(mq)
+        if self.consumer.auto_commit and off is not None and self.offset_store is not None:
+            self.offset_store.update_offset(mq, off, False)
+        return await super().remove_unnecessary_message_queue(mq, pq)
+
+
+class LitePullConsumer:
+    """A pull consumer of one group; ``poll`` returns lists of :class:`MessageExt`."""
+
+    def __init__(
+        self,
+        group: str,
+        *,
+        namesrv: str,
+        message_model: str = CLUSTERING,
+        consume_from_where: str = CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp: int | str | None = None,
+        allocate_strategy: str = "AVG",
+        allocate_args: dict[str, Any] | None = None,
+        pull_batch_size: int = PULL_BATCH_SIZE,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue: int = 100,
+        pull_threshold_for_all: int = PULL_THRESHOLD_FOR_ALL,
+        consume_max_span: int = 2000,
+        auto_commit: bool = True,
+        auto_commit_interval_s: float = AUTO_COMMIT_INTERVAL_S,
+        poll_timeout_s: float = POLL_TIMEOUT_S,
+        instance_name: str = "DEFAULT",
+        offset_store_dir: str | Path | None = None,
+        rebalance_interval_s: float | None = None,
+        broker_suspend_max_time_ms: int = BROKER_SUSPEND_MAX_TIME_MS,
+    ) -> None:
+        self.group = check_group(group, argument="group")
+        if message_model not in (CLUSTERING, BROADCASTING):
+            raise OptionError("message_model", f"must be {CLUSTERING} or {BROADCASTING}", message_model)
+        if consume_from_where not in CONSUME_FROM_WHERE:
+            raise OptionError("consume_from_where", f"must be one of {', '.join(CONSUME_FROM_WHERE)}",
+                              consume_from_where)
+        for name, value in (("pull_batch_size", pull_batch_size),
+                            ("pull_threshold_for_queue", pull_threshold_for_queue),
+                            ("pull_threshold_size_for_queue", pull_threshold_size_for_queue),
+                            ("pull_threshold_for_all", pull_threshold_for_all), ("consume_max_span", consume_max_span)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise OptionError(name, "must be an int >= 1", value)
+        if not isinstance(auto_commit_interval_s, (int, float)) or auto_commit_interval_s < 0:
+            raise OptionError("auto_commit_interval_s", "must be >= 0", auto_commit_interval_s)
+        self.namesrv = namesrv
+        self.message_model = message_model
+        self.consume_from_where = consume_from_where
+        ts = parse_consume_timestamp(consume_timestamp) if consume_timestamp is not None else None
+        if consume_from_where == CONSUME_FROM_TIMESTAMP and ts is None:
+            ts = int((time.time() - 30 * 60) * 1000)
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
+        self.pull_threshold_for_all = pull_threshold_for_all
+        self.consume_max_span = consume_max_span
+        self.auto_commit = auto_commit
+        self.auto_commit_interval_s = auto_commit_interval_s
+        self.poll_timeout_s = poll_timeout_s
+        self.instance_name = instance_name
+        self.offset_store_dir = offset_store_dir
+        self.rebalance_interval_s = rebalance_interval_s
+        self.broker_suspend_max_time_ms = broker_suspend_max_time_ms
+        self.instance: MQClientInstance | None = None
+        self.offset_store: OffsetStore | None = None
+        self.rebalance = RebalanceLitePullImpl(self, group=self.group, message_model=message_model,
+                                               allocate_strategy=allocate_strategy, instance=None, offset_store=None,
+                                               consume_from_where=consume_from_where, consume_timestamp_ms=ts,
+                                               allocate_args=allocate_args)
+        self._subscriptions: dict[str, Subscription] = {}
+        self._mode: str | None = None   # "subscribe" | "assign"
+        self._state = "CREATE_JUST"
+        self._lock = threading.RLock()
+        self._cache: queue.Queue[_ConsumeRequest] = queue.Queue()
+        self._cached_messages = 0
+        # AssignedMessageQueue: per queue its ProcessQueue, pull offset, consumed offset, seek offset, pause
+        self._assigned: dict[MessageQueue, ProcessQueue] = {}
+        self._pull_offset: dict[MessageQueue, int] = {}
+        self._consume_offset: dict[MessageQueue, int] = {}
+        self._seek_offset: dict[MessageQueue, int] = {}
+        self._paused: set[MessageQueue] = set()
+        self._tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        self._last_commit = time.monotonic()
+
+    def __repr__(self) -> str:
+        return f"LitePullConsumer({self.group}, {self.message_model}, {self._state})"
+
+    # ------------------------------------------------------------------ configuration
+    def subscribe(self, topic: str, expression: str | None = "*", *, expression_type: str = "TAG") -> None:
+        check_topic(topic)
+        with self._lock:
+            if self._mode == "assign":
+                raise MQClientError("subscribe and assign cannot be mixed (the consumer assigned queues)")
+            if expression_type not in EXPRESSION_TYPES:
+                raise OptionError("expression_type", f"must be one of {', '.join(EXPRESSION_TYPES)}",
+                                  expression_type)
+            if expression_type == "TAG":
+                data = SubscriptionData.parse_option(expression, "expression")
+            else:
+                if not expression or not expression.strip():
+                    raise OptionError("expression", "a SQL92 expression must not be empty", expression)
+                data = SubscriptionData(False, frozenset(), frozenset(), expression)
+            sub = Subscription(topic, data, expression_type)
+            self._mode = "subscribe"
+            self._subscriptions[topic] = sub
+            self.rebalance.subscription_inner[topic] = sub
+        if self._state == "RUNNING" and self.instance is not None:
+            self.instance.spawn(self._refresh(topic))
+
+    async def _refresh(self, topic: str) -> None:
+        assert self.instance is not None
+        await self.instance.update_route(topic)
+        await self.instance.send_heartbeat_to_all()
+        await self.rebalance.do_rebalance(False)
+
+    def assign(self, queues: Iterable[MessageQueue], expression: str | None = "*") -> None:
+        """Read exactly ``queues`` (no rebalance); a later ``assign`` replaces the set."""
+        mqs = set(queues)
+        if not mqs:
+            raise OptionError("queues", "must not be empty")
+        with self._lock:
+            if self._mode == "subscribe":
+                raise MQClientError("subscribe and assign cannot be mixed (the consumer subscribed topics)")
+            self._mode = "assign"
+            for mq in mqs:
+                check_topic(mq.topic, argument="queues")
+                if mq.topic not in self._subscriptions:
+                    sub = Subscription(mq.topic, SubscriptionData.parse_option(expression, "expression"))
+                    self._subscriptions[mq.topic] = sub
+                    self.rebalance.subscription_inner[mq.topic] = sub
+            self._assign_queues = mqs
+        if self._state == "RUNNING":
+            self._run(self._apply_assignment(mqs))
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> LitePullConsumer:
+        with self._lock:
+            if self._state != "CREATE_JUST":
+                raise MQClientError(f"the LitePullConsumer service state is {self._state}, not CREATE_JUST")
+            self._state = "START_FAILED"
+        inst = MQClientInstance.get(self.namesrv, self.instance_name)
+        self.instance = inst
+        self.rebalance.instance = inst
+        if self.message_model == CLUSTERING:
+            store: OffsetStore = RemoteBrokerOffsetStore(self.group, _BrokerOffsets(self.rebalance))
+        else:
+            local_id = f"{inst.client_id.split('@', 1)[0]}@{self.instance_name}"
+            store = LocalFileOffsetStore(local_id, self.group, self.offset_store_dir)
+        store.load()
+        self.offset_store = store
+        self.rebalance.offset_store = store
+        inst.register_consumer(self.group, self)
+        try:
+            inst.start()
+            if self.rebalance_interval_s is not None:
+                inst.rebalance_interval = min(inst.rebalance_interval, self.rebalance_interval_s)
+            inst.run(self._start_on_loop(), 30.0)
+        except BaseException:
+            inst.consumers.pop(self.group, None)
+            inst.shutdown()
+            raise
+        self._last_commit = time.monotonic()
+        return self
+
+    async def _start_on_loop(self) -> None:
+        assert self.instance is not None
+        for topic in list(self._subscriptions):
+            try:
+                found = await self.instance.update_route(topic)
+            except RemotingError as exc:
+                raise MQClientError(f"route of topic {topic} not available: {exc}") from exc
+            if not found:
+                log.warning("%s: topic %s has no route yet", self.group, topic)
+        for sub in list(self._subscriptions.values()):
+            if sub.expression_type != "TAG":
+                await check_client_config(self.instance, self.group, sub)
+        await self.instance.send_heartbeat_to_all()
+        self._state = "RUNNING"
+        if self._mode == "subscribe":
+            await self.rebalance.do_rebalance(False)
+        elif self._mode == "assign":
+            await self._apply_assignment(self._assign_queues)
+
+    def _run(self, coro: Any, timeout: float = 30.0) -> Any:
+        if self.instance is None or self._state != "RUNNING":
+            coro.close()
+            raise MQClientError(f"the LitePullConsumer {self.group} is not running (state {self._state})")
+        return self.instance.run(coro, timeout)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._state != "RUNNING":
+                self._state = "SHUTDOWN_ALREADY"
+                return
+        inst = self.instance
+        assert inst is not None
+        try:
+            inst.run(self._stop_tasks(), 10.0)
+            self.commit()
+            self._state = "SHUTDOWN_ALREADY"
+            inst.run(inst.unregister_consumer(self.group), 10.0)
+        finally:
+            self._state = "SHUTDOWN_ALREADY"
+            inst.consumers.pop(self.group, None)
+            inst.shutdown()
+
+    async def _stop_tasks(self) -> None:
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------------ MQClientInstance callbacks
+    def consumer_data(self) -> dict[str, Any]:
+        subs = [s.to_json() for s in self._subscriptions.values()] if self._mode == "subscribe" else []
+        return {"consumeFromWhere": self.consume_from_where, "consumeType": "CONSUME_ACTIVELY",
+                "groupName": self.group, "messageModel": self.message_model, "subscriptionDataSet": subs,
+                "unitMode": False}
+
+    def subscribed_topics(self) -> set[str]:
+        return set(self._subscriptions)
+
+    def update_topic_subscribe_info(self, topic: str, mqs: set[MessageQueue]) -> None:
+        if topic in self._subscriptions:
+            self.rebalance.topic_subscribe_info[topic] = set(mqs)
+
+    async def do_rebalance(self) -> None:
+        if self._state == "RUNNING" and self._mode == "subscribe":
+            await self.rebalance.do_rebalance(False)
+
+    async def persist_offsets(self) -> None:
+        if self.offset_store is not None and self._state == "RUNNING":
+            await self.offset_store.persist_all(list(self._assigned))
+
+    # ------------------------------------------------------------------ assignment
+    def _queues_changed(self, topic: str, mine: set[MessageQueue]) -> None:
+        """``updateAssignQueueAndStartPullTask`` for one topic (on the loop): the rebalance's process queues
+        are the assigned ones."""
+        for mq in [m for m in self._assigned if m.topic == topic and m not in mine]:
+            self._drop(mq)
+        for mq in mine:
+            pq = self.rebalance.process_queue_table.get(mq)
+            if pq is not None and self._assigned.get(mq) is not pq:
+                self._start_task(mq, pq)
+
+    async def _apply_assignment(self, mqs: set[MessageQueue]) -> None:
+        for mq in [m for m in self._assigned if m not in mqs]:
+            self._drop(mq)
+            self.rebalance.process_queue_table.pop(mq, None)
+        for mq in sorted(mqs):
+            if mq not in self._assigned:
+                pq = ProcessQueue()
+                self.rebalance.process_queue_table[mq] = pq
+                self._start_task(mq, pq)
+
+    def _drop(self, mq: MessageQueue) -> None:
+        pq = self._assigned.pop(mq, None)
+        if pq is not None:
+            pq.dropped = True
+        task = self._tasks.pop(mq, None)
+        if task is not None:
+            task.cancel()
+        self._pull_offset.pop(mq, None)
+        self._consume_offset.pop(mq, None)
+
+    def _start_task(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        old = self._tasks.pop(mq, None)
+        if old is not None:
+            old.cancel()
+        self._assigned[mq] = pq
+        self._tasks[mq] = asyncio.get_running_loop().create_task(self._pull_task(mq, pq),
+                                                                  name=f"PullTaskImpl[{mq}]")
+
+    def assignment(self) -> set[MessageQueue]:
+        return set(self._assigned)
+
+    async def _next_pull_offset(self, mq: MessageQueue) -> int:
+        """``nextPullOffset``: a pending seek, else the pull cursor, else the committed / computed offset."""
+        if mq in self._seek_offset:
+            off = self._seek_offset.pop(mq)
+            self._consume_offset[mq] = off
+            self._pull_offset[mq] = off
+            return off
+        if mq in self._pull_offset:
+            return self._pull_offset[mq]
+        off = await self.rebalance.compute_pull_from_where(mq)
+        if off >= 0:
+            self._pull_offset[mq] = off
+            self._consume_offset.setdefault(mq, off)
+        return off
+
+    async def _pull_task(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """``PullTaskImpl.run``, as a loop."""
+        while not pq.dropped and self._state == "RUNNING":
+            if mq in self._paused:
+                await asyncio.sleep(PULL_TIME_DELAY_WHEN_PAUSE_S)
+                continue
+            if (self._cached_messages > self.pull_threshold_for_all
+                    or flow_control(pq, pull_threshold_for_queue=self.pull_threshold_for_queue,
+                                    pull_threshold_size_for_queue_mib=self.pull_threshold_size_for_queue,
+                                    consume_concurrently_max_span=self.consume_max_span, orderly=False)):
+                await asyncio.sleep(PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S)
+                continue
+            try:
+                await self._pull_once(mq, pq)
+            except asyncio.CancelledError:
+                raise
+            except (RemotingError, MQClientError, asyncio.TimeoutError) as exc:
+                if self._state == "RUNNING" and not pq.dropped:
+                    log.warning("%s: pull of %s failed: %s", self.group, mq, exc)
+                await asyncio.sleep(PULL_TIME_DELAY_ON_EXCEPTION_S)
+
+    async def _pull_once(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        assert self.instance is not None
+        offset = await self._next_pull_offset(mq)
+        if offset < 0:
+            await asyncio.sleep(PULL_TIME_DELAY_ON_EXCEPTION_S)
+            return
+        sub = self._subscriptions.get(mq.topic)
+        if sub is None:
+            await asyncio.sleep(PULL_TIME_DELAY_ON_EXCEPTION_S)
+            return
+        found = self.instance.find_broker_for_subscribe(mq.broker_name)
+        if found is None:
+            await self.instance.update_route(mq.topic)
+            found = self.instance.find_broker_for_subscribe(mq.broker_name)
+        if found is None:
+            raise MQClientError(f"the broker[{mq.broker_name}] of {mq} has no address")
+        addr = found[0]
+        result = await self.instance.api.pull(
+            addr, group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=offset,
+            max_nums=self.pull_batch_size, sys_flag=build_pull_sys_flag(False, True, True, lite_pull=True),
+            suspend_ms=self.broker_suspend_max_time_ms, subscription=sub.expression, sub_version=0,
+            expression_type=sub.expression_type,
+            timeout=max(CONSUMER_TIMEOUT_WHEN_SUSPEND_S, self.broker_suspend_max_time_ms / 1000 + 5))
+        if pq.dropped or mq in self._seek_offset or self._pull_offset.get(mq) != offset:
+            return   # seeked or dropped meanwhile: the answer is stale
+        if result.status is PullStatus.FOUND:
+            msgs = process_pull_result(result, mq.broker_name, sub.tags_filter(), addr=addr)
+            if msgs:
+                pq.put_messages(msgs)
+                with self._lock:
+                    self._cached_messages += len(msgs)
+                self._cache.put(_ConsumeRequest(msgs, mq, pq))
+        elif result.status is PullStatus.OFFSET_ILLEGAL:
+            log.warning("%s: offset %d of %s is illegal, continuing at %d", self.group, offset, mq,
+                        result.next_begin_offset)
+        self._pull_offset[mq] = result.next_begin_offset
+
+    # ------------------------------------------------------------------ the API
+    def poll(self, timeout: float | None = None) -> list[MessageExt]:
+        """The next batch of messages (empty after ``timeout`` seconds, default ``poll_timeout_s``)."""
+        if self._state != "RUNNING":
+            raise MQClientError(f"the LitePullConsumer {self.group} is not running (state {self._state})")
+        if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s:
+            self.commit()
+        deadline = time.monotonic() + (self.poll_timeout_s if timeout is None else timeout)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                req = self._cache.get(timeout=max(left, 0)) if left > 0 else self._cache.get_nowait()
+            except queue.Empty:
+                return []
+            with self._lock:
+                self._cached_messages -= len(req.messages)
+            if req.pq.dropped:
+                continue
+            offset = req.pq.remove_messages(req.messages)
+            if offset >= 0 and self._assigned.get(req.mq) is req.pq and req.mq not in self._seek_offset:
+                self._consume_offset[req.mq] = offset
+            return req.messages
+
+    def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
+        """Store consumed offsets (``commitSync``): ``offsets`` given, else every assigned queue's consumed
+        offset; CLUSTERING: UPDATE_CONSUMER_OFFSET to the broker (synchronous), BROADCASTING: offsets.json."""
+        store = self.offset_store
+        if store is None or self.instance is None:
+            raise MQClientError(f"the LitePullConsumer {self.group} is not started")
+        table = dict(self._consume_offset) if offsets is None else dict(offsets)
+        for mq, off in table.items():
+            if isinstance(off, bool) or not isinstance(off, int) or off < 0:
+                raise OptionError("offsets", f"offset of {mq} must be an int >= 0", off)
+            store.update_offset(mq, off, False)
+        self._last_commit = time.monotonic()
+        if not table:
+            return
+        if isinstance(store, LocalFileOffsetStore):
+            store.persist_now()
+            return
+        assert isinstance(store, RemoteBrokerOffsetStore) and isinstance(store.broker, _BrokerOffsets)
+        broker = store.broker
+
+        async def persist() -> None:
+            for mq, off in table.items():
+                await broker.update_offset(mq, off, oneway=False)
+        self.instance.run(persist(), 15.0)
+
+    def committed(self, mq: MessageQueue) -> int:
+        """The offset stored for ``mq`` (broker or offsets.json); -1 when none."""
+        store = self.offset_store
+        if store is None:
+            raise MQClientError(f"the LitePullConsumer {self.group} is not started")
+        result: int = self._run(store.read_offset(mq, ReadOffsetType.READ_FROM_STORE))
+        return result
+
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Read ``mq`` from ``offset`` next (within [min, max] of the queue, as Java checks)."""
+        if mq not in self._assigned:
+            raise OptionError("mq", "is not assigned to this consumer", mq)
+        lo, hi = self._run(self._bounds(mq))
+        if isinstance(offset, bool) or not isinstance(offset, int) or not lo <= offset <= hi:
+            raise OptionError("offset", f"seek offset of {mq} must be within [{lo}, {hi}]", offset)
+        self._run(self._seek(mq, offset))
+
+    async def _bounds(self, mq: MessageQueue) -> tuple[int, int]:
+        return await self.rebalance.min_offset(mq), await self.rebalance.max_offset(mq)
+
+    async def _seek(self, mq: MessageQueue, offset: int) -> None:
+        old = self._assigned.get(mq)
+        if old is None:
+            return
+        old.dropped = True
+        self._seek_offset[mq] = offset
+        self._pull_offset.pop(mq, None)
+        pq = ProcessQueue()
+        self.rebalance.process_queue_table[mq] = pq
+        self._start_task(mq, pq)
+
+    def seek_to_begin(self, mq: MessageQueue) -> None:
+        self.seek(mq, self._run(self.rebalance.min_offset(mq)))
+
+    def seek_to_end(self, mq: MessageQueue) -> None:
+        self.seek(mq, self._run(self.rebalance.max_offset(mq)))
+
+    def pause(self, mqs: Iterable[MessageQueue]) -> None:
+        self._paused |= set(mqs)
+
+    def resume(self, mqs: Iterable[MessageQueue]) -> None:
+        self._paused -= set(mqs)
+
+    def fetch_message_queues(self, topic: str) -> set[MessageQueue]:
+        """``fetchMessageQueues``: every readable queue of ``topic`` from the name server."""
+        inst = self.instance
+        if inst is None:
+            raise MQClientError(f"the LitePullConsumer {self.group} is not started")
+
+        async def fetch() -> set[MessageQueue]:
+            route = await inst.api.get_route(topic)
+            if route is None:
+                raise MQClientError(f"topic {topic} does not exist (no route)")
+            return subscribe_queues(topic, route)
+        result: set[MessageQueue] = inst.run(fetch(), 10.0)
+        return result

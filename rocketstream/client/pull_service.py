@@ -1,0 +1,151 @@
+"""``PullRequest`` and ``PullMessageService`` (seeds 001/003; ``PullMessageService.java`` 4.9.8).
+
+A :class:`PullRequest` is one queue's pull cursor (group, MessageQueue, ProcessQueue, next offset). The
+:class:`PullMessageService` takes requests off its queue and hands each to the consumer's ``pull_message``
+(``DefaultMQPushConsumerImpl.pullMessage``), which pulls asynchronously and puts the request back: at once after
+a pull, :data:`PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S` (50 ms) later when the ProcessQueue is over a threshold,
+:data:`PULL_TIME_DELAY_WHEN_EXCEPTION_S` (3 s) later after an error. Everything here runs on the client
+instance's event loop.
+
+:func:`flow_control` is the pull-side decision of ``pullMessage`` (seed 003): the queue holds more than
+``pull_threshold_for_queue`` messages, or more than ``pull_threshold_size_for_queue`` MiB, or (concurrent
+consumption only) its offsets span more than ``consume_concurrently_max_span``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from rocketstream.client.allocate import MessageQueue
+from rocketstream.client.process_queue import ProcessQueue
+
+__all__ = [
+    "PullRequest",
+    "PullMessageService",
+    "flow_control",
+    "PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S",
+    "PULL_TIME_DELAY_WHEN_EXCEPTION_S",
+    "PULL_TIME_DELAY_WHEN_SUSPEND_S",
+    "PULL_TIME_DELAY_WHEN_BROKER_FLOW_CONTROL_S",
+    "BROKER_SUSPEND_MAX_TIME_MS",
+    "CONSUMER_TIMEOUT_WHEN_SUSPEND_S",
+]
+
+log = logging.getLogger("rocketstream.client")
+
+PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S = 0.050   # DefaultMQPushConsumerImpl.PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
+PULL_TIME_DELAY_WHEN_EXCEPTION_S = 3.0        # pullTimeDelayMillsWhenException
+PULL_TIME_DELAY_WHEN_SUSPEND_S = 1.0          # PULL_TIME_DELAY_MILLS_WHEN_SUSPEND (paused consumer)
+PULL_TIME_DELAY_WHEN_BROKER_FLOW_CONTROL_S = 0.020   # response code 215 FLOW_CONTROL
+BROKER_SUSPEND_MAX_TIME_MS = 15_000           # BROKER_SUSPEND_MAX_TIME_MILLIS (long-polling hold)
+CONSUMER_TIMEOUT_WHEN_SUSPEND_S = 30.0        # CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND
+MIB = 1024 * 1024
+
+
+@dataclass(eq=False)
+class PullRequest:
+    """``PullRequest``: where the next pull of one queue starts; ``locked_first`` is set by orderly
+    consumption once the start offset was computed under the broker lock."""
+
+    consumer_group: str
+    message_queue: MessageQueue
+    process_queue: ProcessQueue
+    next_offset: int
+    locked_first: bool = False
+    previously_locked: bool = field(default=False, repr=False)
+
+
+def flow_control(pq: ProcessQueue, *, pull_threshold_for_queue: int, pull_threshold_size_for_queue_mib: int,
+                 consume_concurrently_max_span: int, orderly: bool) -> str | None:
+    """Why the next pull of ``pq`` must wait (``"count"``, ``"size"``, ``"span"``), or None to pull now."""
+    if pq.msg_count > pull_threshold_for_queue:
+        return "count"
+    if pq.msg_size // MIB > pull_threshold_size_for_queue_mib:
+        return "size"
+    if not orderly and pq.max_span() > consume_concurrently_max_span:
+        return "span"
+    return None
+
+
+class PullMessageService:
+    """A queue of pull requests on the event loop; ``pull`` is called once per request taken.
+
+    ``pull`` is a coroutine (the consumer's ``pull_message``); each runs as its own task so that one slow
+    long-poll does not hold up other queues (RocketMQ pulls asynchronously from one thread).
+    """
+
+    def __init__(self, pull: Callable[[PullRequest], Awaitable[None]], name: str = "PullMessageService") -> None:
+        self._pull = pull
+        self.name = name
+        self._queue: asyncio.Queue[PullRequest] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._timers: set[asyncio.TimerHandle] = set()
+        self.stopped = False
+
+    def start(self) -> None:
+        """Start on the running loop (call from the loop)."""
+        self._queue = asyncio.Queue()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
+
+    async def _run(self) -> None:
+        assert self._queue is not None
+        while not self.stopped:
+            request = await self._queue.get()
+            if self.stopped:
+                break
+            task = asyncio.get_running_loop().create_task(self._pull_one(request))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def _pull_one(self, request: PullRequest) -> None:
+        try:
+            await self._pull(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception:   # never lose the request: log and retry later, as the Java service does
+            log.exception("%s: pull of %s failed", self.name, request.message_queue)
+            self.execute_pull_request_later(request, PULL_TIME_DELAY_WHEN_EXCEPTION_S)
+
+    def execute_pull_request_immediately(self, request: PullRequest) -> None:
+        """``executePullRequestImmediately`` (call from the loop)."""
+        if self._queue is not None and not self.stopped:
+            self._queue.put_nowait(request)
+
+    def execute_pull_request_later(self, request: PullRequest, delay_s: float) -> None:
+        """``executePullRequestLater``: back on the queue after ``delay_s`` (call from the loop)."""
+        if self.stopped:
+            return
+        self.execute_task_later(lambda: self.execute_pull_request_immediately(request), delay_s)
+
+    def execute_task_later(self, fn: Callable[[], object], delay_s: float) -> None:
+        """``executeTaskLater``: run ``fn`` on the loop after ``delay_s``."""
+        if self.stopped:
+            return
+        loop = asyncio.get_running_loop()
+        handle: asyncio.TimerHandle | None = None
+
+        def fire() -> None:
+            if handle is not None:
+                self._timers.discard(handle)
+            if not self.stopped:
+                fn()
+
+        handle = loop.call_later(delay_s, fire)
+        self._timers.add(handle)
+
+    def pending(self) -> int:
+        return self._queue.qsize() if self._queue is not None else 0
+
+    async def stop(self) -> None:
+        self.stopped = True
+        for h in list(self._timers):
+            h.cancel()
+        self._timers.clear()
+        tasks = [t for t in (self._task, *self._inflight) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

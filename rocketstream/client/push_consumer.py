@@ -1,0 +1,709 @@
+"""``PushConsumer``: RocketMQ's ``DefaultMQPushConsumer`` (seeds 000-004; ``DefaultMQPushConsumerImpl`` 4.9.8).
+
+"Push" is long-polling pull (seed 003): the rebalance (:class:`RebalancePushImpl`) creates a
+:class:`~rocketstream.client.pull_service.PullRequest` per assigned queue; the
+:class:`~rocketstream.client.pull_service.PullMessageService` hands each to :meth:`PushConsumer.pull_message`,
+which applies the flow control (1,000 messages / 100 MiB per queue, a 2,000-offset span for concurrent
+consumption, 50 ms back-off), pulls (broker hold 15 s), puts the messages into the queue's
+:class:`~rocketstream.client.process_queue.ProcessQueue` and submits them to the consume service
+(:mod:`rocketstream.client.consume_service`). Offsets: :class:`RemoteBrokerOffsetStore` (CLUSTERING) or
+:class:`LocalFileOffsetStore` (BROADCASTING), persisted every 5 s by the client instance.
+
+Example::
+
+    consumer = PushConsumer("my_group", namesrv="127.0.0.1:9876")
+    consumer.subscribe("TopicTest", "TagA || TagB")
+    consumer.register_message_listener_concurrently(
+        lambda msgs, ctx: print(msgs) or ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
+    consumer.start()
+    ...
+    consumer.shutdown()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rocketstream.client.allocate import STRATEGIES, MessageQueue
+from rocketstream.client.api import build_pull_sys_flag, process_pull_result
+from rocketstream.client.common import (
+    PROPERTY_MAX_OFFSET,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_MIN_OFFSET,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TRAN_MSG,
+    Message,
+    MessageExt,
+    PullStatus,
+    check_group,
+    check_topic,
+)
+from rocketstream.client.consume_service import (
+    PROPERTY_CONSUME_START_TIME,
+    ConcurrentListener,
+    ConsumeMessageConcurrentlyService,
+    ConsumeMessageOrderlyService,
+    OrderlyListener,
+)
+from rocketstream.client.instance import MQClientInstance
+from rocketstream.client.offset_store import (
+    LocalFileOffsetStore,
+    OffsetStore,
+    RemoteBrokerOffsetStore,
+)
+from rocketstream.client.process_queue import REBALANCE_LOCK_INTERVAL_S, REBALANCE_LOCK_MAX_LIVE_TIME_S, ProcessQueue
+from rocketstream.client.pull_service import (
+    BROKER_SUSPEND_MAX_TIME_MS,
+    CONSUMER_TIMEOUT_WHEN_SUSPEND_S,
+    PULL_TIME_DELAY_WHEN_BROKER_FLOW_CONTROL_S,
+    PULL_TIME_DELAY_WHEN_EXCEPTION_S,
+    PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S,
+    PULL_TIME_DELAY_WHEN_SUSPEND_S,
+    PullMessageService,
+    PullRequest,
+    flow_control,
+)
+from rocketstream.client.rebalance import (
+    BROADCASTING,
+    CLUSTERING,
+    CONSUME_FROM_LAST_OFFSET,
+    CONSUME_FROM_TIMESTAMP,
+    CONSUME_FROM_WHERE,
+    RebalanceImpl,
+    Subscription,
+    parse_consume_timestamp,
+    retry_topic,
+)
+from rocketstream.client.route import publish_info
+from rocketstream.client.subscription import SubscriptionData
+from rocketstream.codec import PROPERTY_UNIQ_KEY, new_uniq_key
+from rocketstream.errors import BrokerResponseError, MQClientError, OptionError, RemotingError
+from rocketstream.remoting import RemotingCommand, RequestCode, ResponseCode, json_body
+
+__all__ = [
+    "PushConsumer",
+    "RebalancePushImpl",
+    "CLUSTERING",
+    "BROADCASTING",
+    "UNLOCK_DELAY_TIME_S",
+    "check_client_config",
+]
+
+log = logging.getLogger("rocketstream.client")
+
+UNLOCK_DELAY_TIME_S = 20.0        # RebalancePushImpl.UNLOCK_DELAY_TIME_MILLS (rocketmq.client.unlockDelayTimeMills)
+OFFSET_ILLEGAL_FIX_DELAY_S = 10.0  # pullMessage, OFFSET_ILLEGAL: fix the offset 10 s later
+SEND_BACK_TIMEOUT_S = 5.0
+FLOW_CONTROL_CODE = 215            # ResponseCode.FLOW_CONTROL: re-pull after 20 ms
+EXPRESSION_TYPES = ("TAG", "SQL92")
+_CLIENT_ONLY_PROPERTIES = (PROPERTY_MIN_OFFSET, PROPERTY_MAX_OFFSET, PROPERTY_CONSUME_START_TIME)
+
+
+async def check_client_config(instance: MQClientInstance, group: str, sub: Subscription) -> None:
+    """``checkClientInBroker``: CHECK_CLIENT_CONFIG (46) for a non-TAG (SQL92) subscription to every master
+    of the topic's route; a broker that cannot filter with it makes ``start`` fail (MQClientError naming
+    the broker and its answer) instead of the consumer silently receiving everything."""
+    route = instance.topic_route(sub.topic)
+    if route is None:
+        await instance.update_route(sub.topic)
+        route = instance.topic_route(sub.topic)
+    if route is None:
+        raise MQClientError(f"no route for topic {sub.topic}: cannot check the SQL92 subscription")
+    body = {"clientId": instance.client_id, "group": group, "subscriptionData": sub.to_json()}
+    for bd in route.broker_datas:
+        addr = bd.master_addr()
+        if addr is None:
+            continue
+        req = RemotingCommand.request(RequestCode.CHECK_CLIENT_CONFIG, None, json_body.dumps(body))
+        resp = await instance.api.invoke(addr, req, 3.0)
+        if resp.code != ResponseCode.SUCCESS:
+            raise MQClientError(
+                f"the broker[{bd.broker_name}, {addr}] does not support consumer group {group}'s {sub.expression_type} "
+                f"filter {sub.expression!r} on {sub.topic}: code {resp.code}, remark {resp.remark!r}"
+                + (" (the broker needs enablePropertyFilter=true)" if sub.expression_type == "SQL92" else ""))
+
+
+class _BrokerOffsets:
+    """RemoteBrokerOffsetStore's two requests, to the master of the queue's broker."""
+
+    def __init__(self, rebalance: RebalanceImpl) -> None:
+        self.rebalance = rebalance
+
+    def _api(self) -> Any:
+        inst = self.rebalance.instance
+        if inst is None:
+            raise MQClientError("no client instance")
+        return inst.api
+
+    async def query_offset(self, mq: MessageQueue) -> int | None:
+        addr = await self.rebalance.master_addr(mq.broker_name, mq.topic)
+        result: int | None = await self._api().query_offset(addr, self.rebalance.group, mq.topic, mq.queue_id)
+        return result
+
+    async def update_offset(self, mq: MessageQueue, offset: int, oneway: bool = True) -> None:
+        addr = await self.rebalance.master_addr(mq.broker_name, mq.topic)
+        await self._api().update_offset(addr, self.rebalance.group, mq.topic, mq.queue_id, offset, oneway=oneway)
+
+
+class RebalancePushImpl(RebalanceImpl):
+    consume_type = "CONSUME_PASSIVELY"
+
+    def __init__(self, consumer: PushConsumer, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.consumer = consumer
+
+    async def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        """``removeUnnecessaryMessageQueue``: persist and forget the offset; orderly CLUSTERING: wait up to 1 s
+        for the running listener call (``consume_lock``), then unlock the queue on the broker (20 s later when
+        messages are still cached, ``unlockDelay``)."""
+        await super().remove_unnecessary_message_queue(mq, pq)
+        if not (self.consumer.orderly and self.message_model == CLUSTERING):
+            return True
+        got = await asyncio.to_thread(pq.consume_lock.acquire, True, 1.0)
+        if not got:
+            pq.try_unlock_times += 1
+            log.warning("%s: %s is being consumed; unlock retried at the next rebalance", self.group, mq)
+            return False
+        try:
+            if pq.has_temp_message() and self.consumer.unlock_delay_s > 0:
+                loop = asyncio.get_running_loop()
+                loop.call_later(self.consumer.unlock_delay_s,
+                                lambda: loop.create_task(self.unlock(mq, oneway=True)))
+            else:
+                await self.unlock(mq, oneway=True)
+        finally:
+            pq.consume_lock.release()
+        return True
+
+    def dispatch_pull_requests(self, requests: list[PullRequest]) -> None:
+        for r in requests:
+            self.consumer.pull_service.execute_pull_request_immediately(r)
+
+    async def message_queue_changed(self, topic: str, mq_all: set[MessageQueue], mq_divided: set[MessageQueue]) -> None:
+        """``messageQueueChanged``: per-queue thresholds from the topic thresholds, a new subscription version
+        and a heartbeat at once (before the new queues' first pulls)."""
+        c = self.consumer
+        n = max(1, len(mq_divided))
+        if c.pull_threshold_for_topic != -1:
+            c.pull_threshold_for_queue = max(1, c.pull_threshold_for_topic // n)
+        if c.pull_threshold_size_for_topic != -1:
+            c.pull_threshold_size_for_queue = max(1, c.pull_threshold_size_for_topic // n)
+        sub = self.subscription_inner.get(topic)
+        if sub is not None:
+            sub.sub_version = max(int(time.time() * 1000), sub.sub_version + 1)
+        if self.instance is not None:
+            await self.instance.send_heartbeat_to_all()
+
+
+class PushConsumer:
+    """A push consumer of one group (see the module docstring). Listener return values:
+    ``ConsumeConcurrentlyStatus`` / ``ConsumeOrderlyStatus``; an exception or ``None`` means retry."""
+
+    def __init__(
+        self,
+        group: str,
+        *,
+        namesrv: str,
+        message_model: str = CLUSTERING,
+        consume_from_where: str = CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp: int | str | None = None,
+        allocate_strategy: str = "AVG",
+        allocate_args: dict[str, Any] | None = None,
+        consume_thread_min: int = 20,
+        consume_thread_max: int = 20,
+        pull_batch_size: int = 32,
+        consume_message_batch_max_size: int = 1,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue: int = 100,
+        pull_threshold_for_topic: int = -1,
+        pull_threshold_size_for_topic: int = -1,
+        consume_concurrently_max_span: int = 2000,
+        max_reconsume_times: int = -1,
+        suspend_current_queue_time_millis: int = 1000,
+        pull_interval_ms: int = 0,
+        instance_name: str = "DEFAULT",
+        offset_store_dir: str | Path | None = None,
+        rebalance_interval_s: float | None = None,
+        lock_interval_s: float = REBALANCE_LOCK_INTERVAL_S,
+        lock_max_live_time_s: float = REBALANCE_LOCK_MAX_LIVE_TIME_S,
+        unlock_delay_s: float = UNLOCK_DELAY_TIME_S,
+        pull_delay_on_exception_s: float = PULL_TIME_DELAY_WHEN_EXCEPTION_S,
+        broker_suspend_max_time_ms: int = BROKER_SUSPEND_MAX_TIME_MS,
+        await_termination_s: float = 5.0,
+    ) -> None:
+        """``pull_threshold_size_for_queue`` / ``..._for_topic`` are in MiB as in RocketMQ. ``max_reconsume_times``
+        -1 means 16 (concurrent) or unlimited (orderly), as in RocketMQ. ``rebalance_interval_s`` lowers the
+        shared client instance's rebalance period (Java: ``rocketmq.client.rebalance.waitInterval``)."""
+        self.group = check_group(group, argument="group")
+        if message_model not in (CLUSTERING, BROADCASTING):
+            raise OptionError("message_model", f"must be {CLUSTERING} or {BROADCASTING}", message_model)
+        if consume_from_where not in CONSUME_FROM_WHERE:
+            raise OptionError("consume_from_where", f"must be one of {', '.join(CONSUME_FROM_WHERE)}",
+                              consume_from_where)
+        strategy_name = allocate_strategy.split("-", 1)[0] if allocate_strategy.startswith("MACHINE_ROOM_NEARBY-") \
+            else allocate_strategy
+        if strategy_name not in STRATEGIES:
+            raise OptionError("allocate_strategy", f"must be one of {', '.join(STRATEGIES)}", allocate_strategy)
+        ints = {"consume_thread_min": (consume_thread_min, 1, 1000),
+                "consume_thread_max": (consume_thread_max, 1, 1000),
+                "pull_batch_size": (pull_batch_size, 1, 1024),
+                "consume_message_batch_max_size": (consume_message_batch_max_size, 1, 1024),
+                "pull_threshold_for_queue": (pull_threshold_for_queue, 1, 65535),
+                "pull_threshold_size_for_queue": (pull_threshold_size_for_queue, 1, 1024),
+                "consume_concurrently_max_span": (consume_concurrently_max_span, 1, 65535)}
+        for name, (value, lo, hi) in ints.items():   # DefaultMQPushConsumerImpl.checkConfig ranges
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise OptionError(name, f"must be an int in [{lo}, {hi}]", value)
+        if consume_thread_min > consume_thread_max:
+            raise OptionError("consume_thread_min", "must not be larger than consume_thread_max", consume_thread_min)
+        for name, value in (("pull_threshold_for_topic", pull_threshold_for_topic),
+                            ("pull_threshold_size_for_topic", pull_threshold_size_for_topic)):
+            if isinstance(value, bool) or not isinstance(value, int) or (value != -1 and not 1 <= value <= 6553500):
+                raise OptionError(name, "must be -1 or an int in [1, 6553500]", value)
+        if not isinstance(max_reconsume_times, int) or max_reconsume_times < -1:
+            raise OptionError("max_reconsume_times", "must be -1 or >= 0", max_reconsume_times)
+        self.namesrv = namesrv
+        self.message_model = message_model
+        self.consume_from_where = consume_from_where
+        self.consume_timestamp_ms = (parse_consume_timestamp(consume_timestamp)
+                                     if consume_timestamp is not None else None)
+        if consume_from_where == CONSUME_FROM_TIMESTAMP and self.consume_timestamp_ms is None:
+            self.consume_timestamp_ms = int((time.time() - 30 * 60) * 1000)
+        self.allocate_strategy = allocate_strategy
+        self.consume_thread_max = consume_thread_max
+        self.pull_batch_size = pull_batch_size
+        self.consume_message_batch_max_size = consume_message_batch_max_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
+        self.pull_threshold_for_topic = pull_threshold_for_topic
+        self.pull_threshold_size_for_topic = pull_threshold_size_for_topic
+        self.consume_concurrently_max_span = consume_concurrently_max_span
+        self.max_reconsume_times = max_reconsume_times
+        self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
+        self.pull_interval_ms = pull_interval_ms
+        self.instance_name = instance_name
+        self.offset_store_dir = offset_store_dir
+        self.rebalance_interval_s = rebalance_interval_s
+        self.lock_interval_s = lock_interval_s
+        self.unlock_delay_s = unlock_delay_s
+        self.pull_delay_on_exception_s = pull_delay_on_exception_s
+        self.broker_suspend_max_time_ms = broker_suspend_max_time_ms
+        self.await_termination_s = await_termination_s
+        self._subscriptions: dict[str, Subscription] = {}
+        self._listener: ConcurrentListener | OrderlyListener | None = None
+        self.orderly = False
+        self.paused = False
+        self._state = "CREATE_JUST"
+        self._state_lock = threading.Lock()
+        self.instance: MQClientInstance | None = None
+        self.offset_store: OffsetStore | None = None
+        self.consume_service: ConsumeMessageConcurrentlyService | ConsumeMessageOrderlyService | None = None
+        self.pull_service = PullMessageService(self.pull_message, name=f"PullMessageService[{self.group}]")
+        self._suggested_broker: dict[MessageQueue, int] = {}
+        self.flow_control_times = 0
+        self.rebalance = RebalancePushImpl(self, group=self.group, message_model=message_model,
+                                           allocate_strategy=allocate_strategy, instance=None, offset_store=None,
+                                           consume_from_where=consume_from_where,
+                                           consume_timestamp_ms=self.consume_timestamp_ms,
+                                           allocate_args=allocate_args, lock_max_live_time_s=lock_max_live_time_s)
+
+    def __repr__(self) -> str:
+        return f"PushConsumer({self.group}, {self.message_model}, {self._state})"
+
+    # ------------------------------------------------------------------ configuration
+    def subscribe(self, topic: str, expression: str | None = "*", *, expression_type: str = "TAG") -> None:
+        """Subscribe to ``topic``: TAG expressions ``"*"`` or ``"TagA || TagB"``; ``expression_type="SQL92"``
+        needs a broker with ``enablePropertyFilter=true`` (checked at start: MQClientError otherwise)."""
+        check_topic(topic)
+        if expression_type not in EXPRESSION_TYPES:
+            raise OptionError("expression_type", f"must be one of {', '.join(EXPRESSION_TYPES)}", expression_type)
+        if expression_type == "TAG":
+            data = SubscriptionData.parse_option(expression, "expression")
+        else:
+            if not expression or not expression.strip():
+                raise OptionError("expression", "a SQL92 expression must not be empty", expression)
+            data = SubscriptionData(False, frozenset(), frozenset(), expression)
+        sub = Subscription(topic, data, expression_type)
+        self._subscriptions[topic] = sub
+        self.rebalance.subscription_inner[topic] = sub
+        if self._state == "RUNNING" and self.instance is not None:
+            self.instance.spawn(self._after_subscribe(sub))
+
+    async def _after_subscribe(self, sub: Subscription) -> None:
+        assert self.instance is not None
+        await self.instance.update_route(sub.topic)
+        await self.instance.send_heartbeat_to_all()
+        self.instance.rebalance_now()
+
+    def unsubscribe(self, topic: str) -> None:
+        self._subscriptions.pop(topic, None)
+        self.rebalance.subscription_inner.pop(topic, None)
+
+    def register_message_listener_concurrently(self, listener: ConcurrentListener) -> None:
+        self._set_listener(listener, orderly=False)
+
+    def register_message_listener_orderly(self, listener: OrderlyListener) -> None:
+        self._set_listener(listener, orderly=True)
+
+    def _set_listener(self, listener: Any, orderly: bool) -> None:
+        if not callable(listener):
+            raise OptionError("listener", "must be callable (msgs, context) -> status", listener)
+        if self._state != "CREATE_JUST":
+            raise MQClientError(f"consumer {self.group}: register the listener before start()")
+        self._listener = listener
+        self.orderly = orderly
+
+    def effective_max_reconsume_times(self, orderly: bool) -> int:
+        """``getMaxReconsumeTimes``: -1 means 16 (concurrent) or unlimited (orderly)."""
+        if self.max_reconsume_times == -1:
+            return 2**31 - 1 if orderly else 16
+        return self.max_reconsume_times
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self.instance is None:
+            raise MQClientError(f"consumer {self.group} is not started")
+        return self.instance.loop
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> PushConsumer:
+        with self._state_lock:
+            if self._state != "CREATE_JUST":
+                raise MQClientError(f"the PushConsumer service state is {self._state}, not CREATE_JUST")
+            if self._listener is None:
+                raise MQClientError("messageListener is null: register a listener before start()")
+            if not self._subscriptions:
+                raise MQClientError(f"consumer {self.group} has no subscription")
+            if self.orderly and self.message_model == BROADCASTING:
+                log.warning("%s: orderly consumption in BROADCASTING does not lock queues", self.group)
+            self._state = "START_FAILED"
+        instance = MQClientInstance.get(self.namesrv, self.instance_name)
+        if self.message_model == CLUSTERING:
+            retry = retry_topic(self.group)
+            sub = Subscription(retry, SubscriptionData.parse("*"))
+            self.rebalance.subscription_inner[retry] = sub
+        self.instance = instance
+        self.rebalance.instance = instance
+        if self.message_model == CLUSTERING:
+            store: OffsetStore = RemoteBrokerOffsetStore(self.group, _BrokerOffsets(self.rebalance))
+        else:
+            local_id = f"{instance.client_id.split('@', 1)[0]}@{self.instance_name}"
+            store = LocalFileOffsetStore(local_id, self.group, self.offset_store_dir)
+        store.load()
+        self.offset_store = store
+        self.rebalance.offset_store = store
+        if self.orderly:
+            self.consume_service = ConsumeMessageOrderlyService(self, self._listener,  # type: ignore[arg-type]
+                                                                self.consume_thread_max,
+                                                                lock_interval_s=self.lock_interval_s)
+        else:
+            self.consume_service = ConsumeMessageConcurrentlyService(self, self._listener,  # type: ignore[arg-type]
+                                                                     self.consume_thread_max)
+        instance.register_consumer(self.group, self)
+        try:
+            instance.start()
+            if self.rebalance_interval_s is not None:
+                instance.rebalance_interval = min(instance.rebalance_interval, self.rebalance_interval_s)
+            instance.run(self._start_on_loop(), 30.0)
+        except BaseException:
+            self._state = "START_FAILED"
+            self._abort_start()
+            raise
+        self._state = "RUNNING"
+        instance.rebalance_now()
+        return self
+
+    def _abort_start(self) -> None:
+        inst = self.instance
+        if inst is None:
+            return
+        try:
+            if inst.running:
+                inst.run(self._stop_on_loop(), 10.0)
+                inst.run(inst.unregister_consumer(self.group), 10.0)
+        except Exception as exc:   # the start error is what the caller sees
+            log.warning("%s: cleanup after a failed start: %s", self.group, exc)
+        finally:
+            inst.consumers.pop(self.group, None)
+            if self.consume_service is not None:
+                self.consume_service.shutdown()
+            inst.shutdown()
+
+    async def _start_on_loop(self) -> None:
+        assert self.instance is not None and self.consume_service is not None
+        self.pull_service.start()
+        self.consume_service.start()
+        for topic in list(self.rebalance.subscription_inner):
+            try:
+                found = await self.instance.update_route(topic)
+            except RemotingError as exc:
+                raise MQClientError(f"route of topic {topic} not available: {exc}") from exc
+            if not found and not topic.startswith("%RETRY%"):
+                log.warning("%s: topic %s has no route yet", self.group, topic)
+        for sub in list(self._subscriptions.values()):
+            if sub.expression_type != "TAG":
+                await check_client_config(self.instance, self.group, sub)
+        await self.instance.send_heartbeat_to_all()
+        self._state = "RUNNING"
+        await self.do_rebalance()
+
+    async def _stop_on_loop(self) -> None:
+        await self.pull_service.stop()
+
+    def shutdown(self) -> None:
+        """``shutdown``: stop pulling, let running listener calls end (``await_termination_s``), unlock orderly
+        queues, persist offsets, UNREGISTER_CLIENT, release the client instance."""
+        with self._state_lock:
+            if self._state != "RUNNING":
+                self._state = "SHUTDOWN_ALREADY"
+                return
+            self._state = "SHUTDOWN_ALREADY"
+        inst = self.instance
+        assert inst is not None and self.consume_service is not None and self.offset_store is not None
+        try:
+            inst.run(self._stop_on_loop(), 10.0)
+            self.consume_service.shutdown(self.await_termination_s)
+            if self.orderly and self.message_model == CLUSTERING:
+                inst.run(self.rebalance.unlock_all(oneway=False), 10.0)
+            self.persist_offsets_sync()
+            for pq in self.rebalance.process_queue_table.values():
+                pq.dropped = True
+            inst.run(inst.unregister_consumer(self.group), 10.0)
+        finally:
+            inst.consumers.pop(self.group, None)
+            inst.shutdown()
+
+    def persist_offsets_sync(self) -> None:
+        inst, store = self.instance, self.offset_store
+        assert inst is not None and store is not None
+        mqs = list(self.rebalance.process_queue_table)
+        if isinstance(store, LocalFileOffsetStore):
+            store.persist_now()
+            return
+        assert isinstance(store, RemoteBrokerOffsetStore)
+        broker = store.broker
+        assert isinstance(broker, _BrokerOffsets)
+
+        async def persist() -> None:
+            for mq, off in store.snapshot(mqs).items():
+                try:
+                    await broker.update_offset(mq, off, oneway=False)
+                except (RemotingError, MQClientError) as exc:
+                    log.warning("%s: final offset %d of %s not stored: %s", self.group, off, mq, exc)
+        inst.run(persist(), 15.0)
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
+    # ------------------------------------------------------------------ MQClientInstance callbacks
+    def consumer_data(self) -> dict[str, Any]:
+        return {"consumeFromWhere": self.consume_from_where, "consumeType": "CONSUME_PASSIVELY",
+                "groupName": self.group, "messageModel": self.message_model,
+                "subscriptionDataSet": [s.to_json() for s in list(self.rebalance.subscription_inner.values())],
+                "unitMode": False}
+
+    def subscribed_topics(self) -> set[str]:
+        return set(self.rebalance.subscription_inner)
+
+    def update_topic_subscribe_info(self, topic: str, mqs: set[MessageQueue]) -> None:
+        if topic in self.rebalance.subscription_inner:
+            self.rebalance.topic_subscribe_info[topic] = set(mqs)
+
+    async def do_rebalance(self) -> None:
+        if self._state == "RUNNING":
+            await self.rebalance.do_rebalance(self.orderly)
+
+    async def persist_offsets(self) -> None:
+        if self.offset_store is not None and self._state == "RUNNING":
+            await self.offset_store.persist_all(list(self.rebalance.process_queue_table))
+
+    # ------------------------------------------------------------------ consume service callbacks
+    def update_offset(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
+        if self.offset_store is not None:
+            self.offset_store.update_offset(mq, offset, increase_only)
+
+    def send_message_back(self, msg: MessageExt, delay_level: int, broker_name: str | None) -> bool:
+        """``sendMessageBack`` (from a consume thread): CONSUMER_SEND_MSG_BACK to the broker the message came
+        from; if that fails, a copy to ``%RETRY%<group>`` (delay 3 + reconsume times). False when both fail."""
+        inst = self.instance
+        if inst is None or not inst.running:
+            return False
+        try:
+            return inst.run(self._send_back(msg, delay_level, broker_name), SEND_BACK_TIMEOUT_S * 3)
+        except (RemotingError, MQClientError) as exc:
+            log.warning("%s: send back of %s failed: %s", self.group, msg.msg_id, exc)
+            return False
+
+    async def _send_back(self, msg: MessageExt, delay_level: int, broker_name: str | None) -> bool:
+        try:
+            if broker_name:
+                addr = await self.rebalance.master_addr(broker_name, msg.topic)
+            else:
+                addr = f"{msg.store_host.host}:{msg.store_host.port}"
+            assert self.instance is not None
+            await self.instance.api.send_back(addr, msg, self.group, delay_level,
+                                              self.effective_max_reconsume_times(self.orderly), SEND_BACK_TIMEOUT_S)
+            return True
+        except (RemotingError, MQClientError, asyncio.TimeoutError) as exc:
+            log.warning("%s: CONSUMER_SEND_MSG_BACK of %s failed (%s): sending to %s", self.group, msg.msg_id, exc,
+                        retry_topic(self.group))
+        return await self._send_retry_copy(msg, msg.reconsume_times + 1)
+
+    def send_to_retry_topic(self, msg: MessageExt, reconsume_times: int) -> bool:
+        """Orderly ``sendMessageBack``: a copy to ``%RETRY%<group>`` carrying ``reconsume_times`` (at the limit
+        the broker stores it in ``%DLQ%<group>``)."""
+        inst = self.instance
+        if inst is None or not inst.running:
+            return False
+        try:
+            return inst.run(self._send_retry_copy(msg, reconsume_times), SEND_BACK_TIMEOUT_S * 2)
+        except (RemotingError, MQClientError) as exc:
+            log.warning("%s: retry copy of %s failed: %s", self.group, msg.msg_id, exc)
+            return False
+
+    async def _send_retry_copy(self, msg: MessageExt, reconsume_times: int) -> bool:
+        inst = self.instance
+        assert inst is not None
+        topic = retry_topic(self.group)
+        props = {k: v for k, v in msg.properties.items() if k not in _CLIENT_ONLY_PROPERTIES}
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, msg.properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or msg.msg_id)
+        props[PROPERTY_RETRY_TOPIC] = msg.topic
+        props[PROPERTY_RECONSUME_TIME] = str(reconsume_times)
+        props[PROPERTY_MAX_RECONSUME_TIMES] = str(self.effective_max_reconsume_times(self.orderly))
+        props.pop(PROPERTY_TRAN_MSG, None)
+        props.pop("DELAY", None)
+        props.setdefault(PROPERTY_UNIQ_KEY, new_uniq_key())
+        copy = Message(topic, bytes(msg.body), flag=msg.flag, properties=props, delay_level=3 + msg.reconsume_times)
+        try:
+            route = inst.topic_route(topic)
+            if route is None:
+                await inst.update_route(topic)
+                route = inst.topic_route(topic)
+            if route is None:
+                raise MQClientError(f"no route for {topic}")
+            mq = publish_info(topic, route).select()
+            addr = await self.rebalance.master_addr(mq.broker_name, topic)
+            wire = copy.wire_properties()
+            await inst.api.send(addr, mq.broker_name, copy, mq.queue_id, producer_group="CLIENT_INNER_PRODUCER",
+                                properties=wire, timeout=SEND_BACK_TIMEOUT_S)
+            return True
+        except (RemotingError, MQClientError, IndexError, asyncio.TimeoutError) as exc:
+            log.warning("%s: sending %s to %s failed: %s", self.group, msg.msg_id, topic, exc)
+            return False
+
+    # ------------------------------------------------------------------ the pull loop
+    def _flow_controlled(self, pq: ProcessQueue) -> str | None:
+        return flow_control(pq, pull_threshold_for_queue=self.pull_threshold_for_queue,
+                            pull_threshold_size_for_queue_mib=self.pull_threshold_size_for_queue,
+                            consume_concurrently_max_span=self.consume_concurrently_max_span, orderly=self.orderly)
+
+    async def pull_message(self, pr: PullRequest) -> None:
+        """``DefaultMQPushConsumerImpl.pullMessage`` (runs on the loop, one task per pull)."""
+        pq = pr.process_queue
+        svc = self.pull_service
+        if pq.dropped:
+            return
+        pq.last_pull_timestamp = time.monotonic()
+        if self._state != "RUNNING":
+            svc.execute_pull_request_later(pr, self.pull_delay_on_exception_s)
+            return
+        if self.paused:
+            svc.execute_pull_request_later(pr, PULL_TIME_DELAY_WHEN_SUSPEND_S)
+            return
+        if self._flow_controlled(pq) is not None:
+            self.flow_control_times += 1
+            svc.execute_pull_request_later(pr, PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S)
+            return
+        if self.orderly:
+            if pq.locked:
+                if not pr.locked_first:
+                    offset = await self.rebalance.compute_pull_from_where(pr.message_queue)
+                    if offset < 0:
+                        svc.execute_pull_request_later(pr, self.pull_delay_on_exception_s)
+                        return
+                    pr.locked_first = True
+                    pr.next_offset = offset
+            else:
+                svc.execute_pull_request_later(pr, self.pull_delay_on_exception_s)
+                return
+        mq = pr.message_queue
+        sub = self.rebalance.subscription_inner.get(mq.topic)
+        if sub is None:
+            svc.execute_pull_request_later(pr, self.pull_delay_on_exception_s)
+            return
+        commit_offset = 0
+        if self.message_model == CLUSTERING and self.offset_store is not None:
+            mem = self.offset_store.offset_table.get(mq, -1)
+            commit_offset = mem if mem > 0 else 0
+        assert self.instance is not None
+        found = self.instance.find_broker_for_subscribe(mq.broker_name, self._suggested_broker.get(mq, 0))
+        if found is None:
+            await self.instance.update_route(mq.topic)
+            found = self.instance.find_broker_for_subscribe(mq.broker_name, self._suggested_broker.get(mq, 0))
+        if found is None:
+            log.warning("%s: no address of broker %s", self.group, mq.broker_name)
+            svc.execute_pull_request_later(pr, self.pull_delay_on_exception_s)
+            return
+        addr, slave = found
+        sys_flag = build_pull_sys_flag(commit_offset > 0 and not slave, True, False)
+        try:
+            result = await self.instance.api.pull(
+                addr, group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=pr.next_offset,
+                max_nums=self.pull_batch_size, sys_flag=sys_flag, commit_offset=commit_offset,
+                suspend_ms=self.broker_suspend_max_time_ms, subscription=sub.expression,
+                sub_version=sub.sub_version, expression_type=sub.expression_type,
+                timeout=max(CONSUMER_TIMEOUT_WHEN_SUSPEND_S, self.broker_suspend_max_time_ms / 1000 + 5))
+        except BrokerResponseError as exc:
+            if exc.code == FLOW_CONTROL_CODE:
+                svc.execute_pull_request_later(pr, PULL_TIME_DELAY_WHEN_BROKER_FLOW_CONTROL_S)
+            else:
+                if exc.code not in (24, 25):   # subscription not registered yet: heals with the next heartbeat
+                    log.warning("%s: pull of %s failed: %s", self.group, mq, exc)
+                svc.execute_pull_request_later(pr, self.pull_delay_on_exception_s)
+            return
+        except (RemotingError, asyncio.TimeoutError) as exc:
+            if self._state == "RUNNING":
+                log.warning("%s: pull of %s from %s failed: %s", self.group, mq, addr, exc)
+            svc.execute_pull_request_later(pr, self.pull_delay_on_exception_s)
+            return
+        self._suggested_broker[mq] = result.suggest_which_broker_id
+        if result.status is PullStatus.FOUND:
+            msgs = process_pull_result(result, mq.broker_name, sub.tags_filter(), addr=addr)
+            pr.next_offset = result.next_begin_offset
+            if not msgs:
+                svc.execute_pull_request_immediately(pr)
+                return
+            dispatch = pq.put_messages(msgs)
+            if self.consume_service is not None and not pq.dropped:
+                self.consume_service.submit_consume_request(msgs, pq, mq, dispatch)
+            if self.pull_interval_ms > 0:
+                svc.execute_pull_request_later(pr, self.pull_interval_ms / 1000)
+            else:
+                svc.execute_pull_request_immediately(pr)
+        elif result.status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
+            pr.next_offset = result.next_begin_offset
+            if pq.msg_count == 0 and self.offset_store is not None:   # correctTagsOffset
+                self.offset_store.update_offset(mq, pr.next_offset, True)
+            svc.execute_pull_request_immediately(pr)
+        else:   # OFFSET_ILLEGAL
+            log.warning("%s: pull offset %d of %s is illegal; the queue restarts at %d", self.group,
+                        pr.next_offset, mq, result.next_begin_offset)
+            pr.next_offset = result.next_begin_offset
+            pq.dropped = True
+
+            async def fix() -> None:
+                if self.offset_store is not None:
+                    self.offset_store.update_offset(mq, pr.next_offset, False)
+                    await self.offset_store.persist(mq)
+                await self.rebalance.remove_process_queue(mq)
+            svc.execute_task_later(lambda: self.loop.create_task(fix()), OFFSET_ILLEGAL_FIX_DELAY_S)
