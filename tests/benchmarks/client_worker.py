@@ -53,7 +53,7 @@ def api(*mods: str):
     modes run before the consumer modules exist."""
     import importlib
     ns = argparse.Namespace()
-    for name in (*mods, "common"):
+    for name in (*mods, "common", "rebalance", "consume_service"):
         mod = importlib.import_module(f"rocketstream.client.{name}")
         for k in dir(mod):
             if not k.startswith("_") and not hasattr(ns, k):
@@ -62,9 +62,7 @@ def api(*mods: str):
 
 
 def from_first(a) -> dict:
-    if hasattr(a, "ConsumeFromWhere"):
-        return {"consume_from_where": a.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET}
-    return {}
+    return {"consume_from_where": a.CONSUME_FROM_FIRST_OFFSET}
 
 
 # --- producers ---------------------------------------------------------------------------------------------
@@ -150,7 +148,7 @@ def push(args) -> dict:
 
     c = a.PushConsumer(args.group, namesrv=args.ns, **from_first(a))
     c.subscribe(args.topic, "*")
-    c.register_message_listener(listener)
+    c.register_message_listener_concurrently(listener)
     t0 = time.perf_counter()
     c.start()
     done.wait(args.timeout_s)
@@ -221,7 +219,7 @@ def flow(args) -> dict:
 
     c = a.PushConsumer(args.group, namesrv=args.ns, **from_first(a))
     c.subscribe(args.topic, "*")
-    c.register_message_listener(listener)
+    c.register_message_listener_concurrently(listener)
     c.start()
     thresholds = {k: getattr(c, k, None) for k in ("pull_threshold_for_queue", "pull_threshold_size_for_queue",
                                                    "pull_threshold_for_topic", "pull_threshold_size_for_topic",

@@ -194,7 +194,7 @@ def client_api(*need: str) -> SimpleNamespace:
             mods.append(importlib.import_module(MODULES[key]))
         except ImportError as exc:
             pytest.skip(f"the Python client is not there yet: {exc}")
-    for extra in ("rocketstream.client.common", "rocketstream.client.consume_service"):
+    for extra in ("rocketstream.client.common", "rocketstream.client.consume_service", "rocketstream.client.rebalance"):
         try:
             mods.append(importlib.import_module(extra))
         except ImportError:

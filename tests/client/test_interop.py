@@ -55,25 +55,16 @@ def py_body(i: int) -> bytes:
 
 
 # --- the client under test: the public API of the plan --------------------------------------------------------
-def _attr(obj, *names):
-    for n in names:
-        if hasattr(obj, n):
-            return getattr(obj, n)
-    raise AttributeError(f"{type(obj).__name__} has none of {names}")
-
-
 def start_push(api, group: str, ns: str, topic: str, listener, **kw):
     c = api.PushConsumer(group, namesrv=ns, **kw)
     c.subscribe(topic, "*")
-    _attr(c, "register_message_listener", "register_listener")(listener)
+    c.register_message_listener_concurrently(listener)
     c.start()
     return c
 
 
 def from_first(api) -> dict:
-    if hasattr(api, "ConsumeFromWhere"):
-        return {"consume_from_where": api.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET}
-    return {}
+    return {"consume_from_where": api.CONSUME_FROM_FIRST_OFFSET}
 
 
 def success(api):

@@ -68,10 +68,10 @@ def main() -> int:
         kw["consume_from_where"] = statuses["first"]
     c = pc.PushConsumer(args.group, namesrv=args.namesrv, **kw)
     c.subscribe(args.topic, "*")
-    if args.orderly and hasattr(c, "register_message_listener_orderly"):
+    if args.orderly:
         c.register_message_listener_orderly(listener)
     else:
-        c.register_message_listener(listener)
+        c.register_message_listener_concurrently(listener)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     c.start()
@@ -93,7 +93,8 @@ def main() -> int:
 def _statuses(pc) -> dict:
     out = {}
     mods = [pc]
-    for name in ("rocketstream.client.consume_service", "rocketstream.client.common"):
+    for name in ("rocketstream.client.consume_service", "rocketstream.client.common",
+                 "rocketstream.client.rebalance"):
         try:
             mods.append(__import__(name, fromlist=["x"]))
         except ImportError:
@@ -103,8 +104,8 @@ def _statuses(pc) -> dict:
             out["ok"] = mod.ConsumeConcurrentlyStatus.CONSUME_SUCCESS
         if "orderly_ok" not in out and hasattr(mod, "ConsumeOrderlyStatus"):
             out["orderly_ok"] = mod.ConsumeOrderlyStatus.SUCCESS
-        if "first" not in out and hasattr(mod, "ConsumeFromWhere"):
-            out["first"] = mod.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+        if "first" not in out and hasattr(mod, "CONSUME_FROM_FIRST_OFFSET"):
+            out["first"] = mod.CONSUME_FROM_FIRST_OFFSET
     return out
 
 

@@ -296,7 +296,7 @@ def test_consumers_with_bad_peers_never_hang(fakes: Fakes, peer: str) -> None:
     calls: list = []
     push = api.PushConsumer("BadInputPush", namesrv=ns)
     push.subscribe("GoodTopic", "*")
-    push.register_message_listener(lambda msgs, ctx=None: calls.append(msgs))
+    push.register_message_listener_concurrently(lambda msgs, ctx=None: calls.append(msgs))
     res, _ = timed(push.start, OP_BOUND_S, f"PushConsumer.start ({peer})")
     if isinstance(res, BaseException):
         assert_names(res, ns)
