@@ -25,6 +25,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from rocketstream.client.allocate import MessageQueue as AMQ
 from rocketstream.client.allocate import allocate_all
 from tests.client.interop_peers import JavaPeer, client_api, consumer_ids, create_topic, query_offset
@@ -263,10 +265,12 @@ class _JavaMember:
             self.peer.stop()
 
 
-def mixed_group(t, classes: Path, tmp_path: Path, kinds: tuple[str, str], queues: int = 8, count: int = 400) -> str:
+def mixed_group(t, classes: Path, tmp_path: Path, kinds: tuple[str, str], queues: int = 8, count: int = 400,
+                java_sorts_first: bool = False) -> str:
     """Two members of one group (``py`` = our PushConsumer, ``java`` = DefaultMQPushConsumer) on one topic: each
     consumes exactly the queues AllocateMessageQueueAveragely gives it over the broker's consumer-id list, no queue
-    is consumed by both, every message is consumed once. Returns the report line."""
+    is consumed by both, every message is consumed once. Java members' instance names sort after our client id
+    ("ip@pid#nanos") or, with ``java_sorts_first``, before it ("00..."). Returns the report line."""
     api = client_api("push") if "py" in kinds else None
     topic, group = _name("Mixed", t.kind), _name("MixedG", t.kind)
     create_topic(t, topic, queues)
@@ -274,7 +278,8 @@ def mixed_group(t, classes: Path, tmp_path: Path, kinds: tuple[str, str], queues
     try:
         for i, kind in enumerate(kinds):
             members.append(_PyMember(api, t, topic, group) if kind == "py" else
-                           _JavaMember(classes, t, topic, group, f"mixedJava{i}", tmp_path / f"stop-{i}"))
+                           _JavaMember(classes, t, topic, group, f"{'00' if java_sorts_first else ''}mixedJava{i}",
+                                       tmp_path / f"stop-{i}"))
         javas = [m for m in members if isinstance(m, _JavaMember)]
         deadline = time.monotonic() + 60
         expected: dict[str, list[int]] = {}
@@ -325,8 +330,9 @@ def mixed_group(t, classes: Path, tmp_path: Path, kinds: tuple[str, str], queues
     return report
 
 
-def test_mixed_group_python_and_java_push_consumers(mq_broker, interop_classes, tmp_path) -> None:
-    mixed_group(mq_broker, interop_classes, tmp_path, ("py", "java"))
+@pytest.mark.parametrize("java_sorts_first", [False, True], ids=["py-first", "java-first"])
+def test_mixed_group_python_and_java_push_consumers(mq_broker, interop_classes, tmp_path, java_sorts_first) -> None:
+    mixed_group(mq_broker, interop_classes, tmp_path, ("py", "java"), java_sorts_first=java_sorts_first)
 
 
 def test_mixed_group_control_two_java_members(mq_broker, interop_classes, tmp_path) -> None:
