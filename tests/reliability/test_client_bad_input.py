@@ -31,7 +31,7 @@ from tests.client.interop_peers import client_api
 from tests.realbroker import peers
 
 SLACK_S = 3.0            # beyond an operation's own timeout
-OP_BOUND_S = 3.0 * 3 + SLACK_S   # a send: route lookup (3 s) + up to 3 attempts, generous
+OP_BOUND_S = 3.0 * 3 + SLACK_S   # start/shutdown of a consumer: a few 3 s requests, generous
 
 
 class Fakes:
@@ -246,34 +246,37 @@ def test_broker_requests_to_a_bad_broker(fakes: Fakes, peer: str) -> None:
 
 
 # --- unreachable / garbage peers -------------------------------------------------------------------------------
-def _producer_send(api, namesrv: str):
-    p = api.Producer("BadInputProducer2", namesrv=namesrv)
+SEND_TIMEOUT_S = 3.0     # Producer.send_msg_timeout (sendMsgTimeout 3000 ms): a budget for the whole send
+SHUTDOWN_BOUND_S = 3 * 3.0 + SLACK_S   # unregister: 3 s per registered group and broker, as the Java client
+
+
+def _producer_send(api, namesrv: str, peer: str, addr: str) -> None:
+    """Send once: a typed error naming ``addr`` within the send timeout; then shutdown within its bound."""
+    p = api.Producer("BadInputProducer2", namesrv=namesrv, send_msg_timeout=SEND_TIMEOUT_S)
     p.start()
     try:
-        return p.send("GoodTopic", b"hello")
+        exc, secs = timed(lambda: p.send("GoodTopic", b"hello"), SEND_TIMEOUT_S + 1.0 + SLACK_S,
+                          f"send ({peer} {addr})")
+        assert isinstance(exc, BaseException), f"send ({peer} {addr}) returned {exc}"
+        assert_names(exc, addr)
+        print(f"{peer}: {type(exc).__name__} after {secs:.1f} s: {exc}")
     finally:
-        p.shutdown()
+        _, secs = timed(p.shutdown, SHUTDOWN_BOUND_S, f"Producer.shutdown ({peer} {addr})")
+        print(f"{peer}: shutdown took {secs:.1f} s")
 
 
 @pytest.mark.parametrize("peer", ["closed", "garbage", "silent"])
 def test_producer_with_a_bad_name_server_fails_typed_and_in_time(fakes: Fakes, peer: str) -> None:
     api = client_api("producer")
     addr = {"closed": closed_addr(), "garbage": fakes.garbage, "silent": fakes.silent}[peer]
-    exc, secs = timed(lambda: _producer_send(api, addr), OP_BOUND_S, f"send via a {peer} name server")
-    assert isinstance(exc, BaseException), f"send via a {peer} name server {addr} returned {exc}"
-    assert_names(exc, addr)
-    print(f"{peer} name server: {type(exc).__name__} after {secs:.1f} s: {exc}")
+    _producer_send(api, addr, f"{peer} name server", addr)
 
 
 @pytest.mark.parametrize("peer", ["garbage", "silent", "closed"])
 def test_producer_with_a_bad_broker_fails_typed_and_in_time(fakes: Fakes, peer: str) -> None:
     api = client_api("producer")
     broker = {"closed": closed_addr(), "garbage": fakes.garbage, "silent": fakes.silent}[peer]
-    ns = fakes.namesrv_to(broker)
-    exc, secs = timed(lambda: _producer_send(api, ns), OP_BOUND_S, f"send to a {peer} broker")
-    assert isinstance(exc, BaseException), f"send to a {peer} broker {broker} returned {exc}"
-    assert_names(exc, broker)
-    print(f"{peer} broker: {type(exc).__name__} after {secs:.1f} s: {exc}")
+    _producer_send(api, fakes.namesrv_to(broker), f"{peer} broker", broker)
 
 
 @pytest.mark.parametrize("peer", ["closed-namesrv", "garbage-namesrv", "garbage-broker", "silent-broker"])
