@@ -13,7 +13,7 @@ bodies round-robin over the queues at a steady rate; at a random moment one memb
 * orderly: per queue, each member's deliveries are contiguous and increasing, a handoff never skips a
   sequence number, and no queue's deliveries alternate between members (never two owners at once).
 
-    pytest tests/reliability/test_client_kill.py                 # 1 trial each, our broker
+    pytest tests/reliability/test_client_kill.py                 # 1 concurrent trial, our broker
     pytest -m slow -s tests/reliability/test_client_kill.py      # 10 trials each
     ROCKETSTREAM_CLIENT_KILL_BROKERS=ours,java ROCKETSTREAM_KILL_TRIALS=10 pytest -m slow -s ...
 """
@@ -117,6 +117,7 @@ def test_kill_one_of_three_concurrent(kill_broker, tmp_path) -> None:
     campaign(kill_broker, tmp_path, orderly=False, trials=1)
 
 
+@pytest.mark.slow   # ~100 s: the killed member's broker locks expire after 60 s
 def test_kill_one_of_three_orderly(kill_broker, tmp_path) -> None:
     campaign(kill_broker, tmp_path, orderly=True, trials=1)
 
