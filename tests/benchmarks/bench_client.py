@@ -154,7 +154,8 @@ def table(results: dict) -> str:
             th = fl.get("thresholds", {})
             out.append(f"  flow control (listener 10 ms): max ProcessQueue {fl['max_queue_msgs']} msgs / "
                        f"{fl['max_queue_bytes']:,} B (threshold {th.get('pull_threshold_for_queue')} msgs + one batch "
-                       f"= {fl['queue_limit_with_one_batch']}; {th.get('pull_threshold_size_for_queue')} B), topic max "
+                       f"= {fl['queue_limit_with_one_batch']}; {th.get('pull_threshold_size_for_queue')} MiB), "
+                       f"peak count kept by the ProcessQueues {fl.get('max_count_seen_by_process_queue')}, topic max "
                        f"{fl['max_topic_msgs']} msgs; consumed {fl['consumed']} in {fl['seconds']} s")
             out.append(f"  RSS MiB over time: {fl['rss_mib_series']}  (max first half {fl['rss_mib_first_half_max']}, "
                        f"second half {fl['rss_mib_second_half_max']})")
