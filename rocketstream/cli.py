@@ -26,7 +26,11 @@ EXAMPLES = {
                "  rocketstream produce --namesrv 127.0.0.1:9876 --topic TopicTest --count 1000 --keys order-1,order-2",
     "topic-list": "rocketstream topic-list --json",
     "topic-status": "rocketstream topic-status --topic TopicTest",
-    "consumer-progress": "rocketstream consumer-progress --group demo-group --topic TopicTest",
+    "consumer-progress": "rocketstream consumer-progress --group demo-group --topic TopicTest\n"
+    "  rocketstream consumer-progress --namesrv 127.0.0.1:9876 --group demo-group",
+    "consume": "rocketstream consume --namesrv 127.0.0.1:9876 --group g1 --topic TopicTest --from first --json\n"
+    "  rocketstream consume --namesrv 127.0.0.1:9876 --group g1 --topic TopicTest --expression 'TagA || TagB' "
+    "--count 100 --idle-timeout 10",
     "query-msg": "rocketstream query-msg --topic TopicTest --queue-id 0 --offset 42 --json\n"
     "  rocketstream query-msg --msg-id 7F00000100002A9F0000000000000000\n"
     "  rocketstream query-msg --topic TopicTest --key ORDER-42 --max 16",
@@ -254,6 +258,8 @@ def cmd_topic_status(args: argparse.Namespace) -> int:
 
 
 def cmd_consumer_progress(args: argparse.Namespace) -> int:
+    if args.namesrv is not None:
+        return cmd_consumer_progress_remote(args)
     from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
     with _open_store(args, read_only=True) as store:
@@ -452,6 +458,109 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _progress_payload(group: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"group": group, "queues": rows, "diffTotal": sum(r["diff"] for r in rows)}
+
+
+def _render_progress(p: dict[str, Any]) -> str:
+    return (_table(p["queues"], ["topic", "brokerName", "queueId", "brokerOffset", "consumerOffset", "diff"])
+            + f"\n\nDiff Total: {p['diffTotal']}")
+
+
+def cmd_consumer_progress_remote(args: argparse.Namespace) -> int:
+    """``consumer-progress --namesrv``: GET_CONSUME_STATS (208) from every broker of the group's retry-topic
+    route (``mqadmin consumerProgress -g``), the same table as the local command."""
+    from rocketstream.client.admin import consumer_progress
+    from rocketstream.client.instance import MQClientInstance
+
+    if args.store_given:
+        raise OptionError("--store", "only for the local store (not with --namesrv)", args.store)
+    inst = MQClientInstance.get(args.namesrv, f"rocketstream-cli-{os.getpid()}")
+    inst.start()
+    try:
+        progress = inst.run(consumer_progress(inst, args.group, args.topic), 30.0)
+    finally:
+        inst.shutdown(force=True)
+    rows = [{"topic": r.queue.topic, "brokerName": r.queue.broker_name, "queueId": r.queue.queue_id,
+             "brokerOffset": r.broker_offset, "consumerOffset": r.consumer_offset, "diff": r.diff}
+            for r in progress]
+    if not rows:
+        raise OptionError("--group", "the brokers report no progress for this group", args.group)
+    _emit(args, _progress_payload(args.group, rows), _render_progress)
+    return 0
+
+
+def message_to_row(msg: Any) -> dict[str, Any]:
+    """A received MessageExt as the row fields of DESIGN.md (timestamps epoch ms, body base64)."""
+    return {
+        "topic": msg.topic, "brokerName": msg.broker_name, "queueId": msg.queue_id, "queueOffset": msg.queue_offset,
+        "commitLogOffset": msg.commit_log_offset, "storeSize": msg.store_size, "msgId": msg.msg_id,
+        "offsetMsgId": msg.offset_msg_id, "tags": msg.tags, "keys": msg.keys,
+        "body": base64.b64encode(msg.body).decode("ascii"), "properties": dict(msg.properties),
+        "bornTimestamp": msg.born_timestamp, "bornHost": str(msg.born_host), "storeTimestamp": msg.store_timestamp,
+        "storeHost": str(msg.store_host), "sysFlag": msg.sys_flag, "bodyCRC": msg.body_crc,
+        "reconsumeTimes": msg.reconsume_times, "flag": msg.flag,
+        "preparedTransactionOffset": msg.prepared_transaction_offset,
+    }
+
+
+CONSUME_FROM = {"first": "CONSUME_FROM_FIRST_OFFSET", "last": "CONSUME_FROM_LAST_OFFSET",
+                "timestamp": "CONSUME_FROM_TIMESTAMP"}
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    """``consume``: a LitePullConsumer in the group (rebalance with the group's other members), printing
+    messages as they arrive, committing what was printed (every 5 s and at the end)."""
+    from rocketstream.client.lite_pull import LitePullConsumer
+
+    if args.store_given:
+        raise OptionError("--store", "not used by consume (it reads through a broker)", args.store)
+    if args.count is not None and args.count <= 0:
+        raise OptionError("--count", "must be >= 1", args.count)
+    if args.idle_timeout is not None and args.idle_timeout <= 0:
+        raise OptionError("--idle-timeout", "must be > 0 seconds", args.idle_timeout)
+    if (args.timestamp is not None) != (args.from_ == "timestamp"):
+        raise OptionError("--timestamp", "is required with --from timestamp and only valid with it", args.timestamp)
+    ts: int | str | None = None
+    if args.timestamp is not None:
+        ts = int(args.timestamp) if args.timestamp.isdigit() and len(args.timestamp) != 14 else args.timestamp
+    consumer = LitePullConsumer(args.group, namesrv=args.namesrv, consume_from_where=CONSUME_FROM[args.from_],
+                                consume_timestamp=ts, pull_batch_size=32,
+                                instance_name=f"rocketstream-consume-{os.getpid()}")
+    consumer.subscribe(args.topic, args.expression, expression_type=args.expression_type)
+    consumer.start()
+    printed = 0
+    last = time.monotonic()
+    try:
+        while args.count is None or printed < args.count:
+            wait = 1.0
+            if args.idle_timeout is not None:
+                wait = min(wait, max(args.idle_timeout - (time.monotonic() - last), 0.01))
+            msgs = consumer.poll(wait)
+            if not msgs:
+                if args.idle_timeout is not None and time.monotonic() - last >= args.idle_timeout:
+                    break
+                continue
+            last = time.monotonic()
+            for msg in msgs:
+                if args.count is not None and printed >= args.count:
+                    break
+                if args.json:
+                    print(json.dumps(message_to_row(msg)), flush=True)
+                else:
+                    body = msg.body.decode("utf-8", "backslashreplace")
+                    print(f"{msg.broker_name}:{msg.queue_id}@{msg.queue_offset} {msg.msg_id} tags={msg.tags} "
+                          f"keys={msg.keys} {body}", flush=True)
+                printed += 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.shutdown()
+    if not args.json:
+        print(f"consumed {printed} messages from {args.topic} as {args.group}", file=sys.stderr)
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------
 # parser
 
@@ -508,6 +617,20 @@ def build_parser() -> argparse.ArgumentParser:
             "Per queue of a consumer group: broker offset, consumer offset, diff.")
     p.add_argument("--group", required=True)
     p.add_argument("--topic", default=None)
+    p.add_argument("--namesrv", default=None, help="ask the brokers (GET_CONSUME_STATS) through this name server "
+                   "instead of reading the local store")
+    p = add("consume", cmd_consume, "Consume a topic through a broker as a member of a consumer group (a "
+            "LitePullConsumer), printing messages as they arrive; offsets are committed to the broker.")
+    p.add_argument("--namesrv", required=True, help="name server address(es), 'host:port;host:port'")
+    p.add_argument("--group", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--expression", default="*", help="tag expression ('*', 'TagA || TagB') or SQL92 text")
+    p.add_argument("--expression-type", default="TAG", choices=["TAG", "SQL92"])
+    p.add_argument("--from", dest="from_", choices=sorted(CONSUME_FROM), default="last",
+                   help="where a group without committed offsets starts (RocketMQ consumeFromWhere; default last)")
+    p.add_argument("--timestamp", default=None, help="with --from timestamp: epoch ms or yyyyMMddHHmmss")
+    p.add_argument("--count", type=int, default=None, help="stop after this many messages")
+    p.add_argument("--idle-timeout", type=float, default=None, help="stop after this many seconds without a message")
     p = add("query-msg", cmd_query_msg, "Show one message by queue offset or by message id, or the messages of a "
             "topic with a key (KEYS, through the index/ files of a real broker's store; a commit-log scan otherwise).")
     p.add_argument("--topic")
@@ -557,7 +680,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             os.environ[CONF_ENV] = str(args.conf.resolve())
         args.store_given = args.store is not None
-        if args.store is None and not (args.command == "produce" and args.namesrv is not None):
+        if args.store is None and getattr(args, "namesrv", None) is None:
             args.store = _default_store()
         return args.func(args)
     except RocketStreamError as exc:

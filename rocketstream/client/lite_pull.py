@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rocketstream.client.allocate import MessageQueue
-from rocketstream.client.api import build_pull_sys_flag, process_pull_result
+from rocketstream.client.api import build_pull_sys_flag
 from rocketstream.client.common import MessageExt, PullStatus, check_group, check_topic
 from rocketstream.client.instance import MQClientInstance
 from rocketstream.client.offset_store import (
@@ -33,6 +33,7 @@ from rocketstream.client.offset_store import (
     RemoteBrokerOffsetStore,
 )
 from rocketstream.client.process_queue import ProcessQueue
+from rocketstream.client.pull_decode import process_pull_result_fast as process_pull_result
 from rocketstream.client.pull_service import PullRequest, flow_control
 from rocketstream.client.push_consumer import EXPRESSION_TYPES, _BrokerOffsets, check_client_config
 from rocketstream.client.rebalance import (
@@ -173,6 +174,7 @@ class LitePullConsumer:
         self._paused: set[MessageQueue] = set()
         self._tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self._last_commit = time.monotonic()
+        self._stopping = False
 
     def __repr__(self) -> str:
         return f"LitePullConsumer({self.group}, {self.message_model}, {self._state})"
@@ -297,11 +299,17 @@ class LitePullConsumer:
             inst.shutdown()
 
     async def _stop_tasks(self) -> None:
+        # the flag, not only the cancel: Python 3.11's wait_for returns a result that arrives together with
+        # the cancellation and drops the CancelledError, so a pull task must also see that it has to stop
+        self._stopping = True
         tasks = list(self._tasks.values())
         self._tasks.clear()
         for t in tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=5.0)
+            for t in pending:
+                log.warning("%s: %s did not stop within 5 s", self.group, t.get_name())
 
     # ------------------------------------------------------------------ MQClientInstance callbacks
     def consumer_data(self) -> dict[str, Any]:
@@ -384,7 +392,7 @@ class LitePullConsumer:
 
     async def _pull_task(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         """``PullTaskImpl.run``, as a loop."""
-        while not pq.dropped and self._state == "RUNNING":
+        while not pq.dropped and self._state == "RUNNING" and not self._stopping:
             if mq in self._paused:
                 await asyncio.sleep(PULL_TIME_DELAY_WHEN_PAUSE_S)
                 continue
@@ -428,6 +436,7 @@ class LitePullConsumer:
             timeout=max(CONSUMER_TIMEOUT_WHEN_SUSPEND_S, self.broker_suspend_max_time_ms / 1000 + 5))
         if pq.dropped or mq in self._seek_offset or self._pull_offset.get(mq) != offset:
             return   # seeked or dropped meanwhile: the answer is stale
+        msgs: list[MessageExt] = []
         if result.status is PullStatus.FOUND:
             msgs = process_pull_result(result, mq.broker_name, sub.tags_filter(), addr=addr)
             if msgs:
@@ -439,6 +448,10 @@ class LitePullConsumer:
             log.warning("%s: offset %d of %s is illegal, continuing at %d", self.group, offset, mq,
                         result.next_begin_offset)
         self._pull_offset[mq] = result.next_begin_offset
+        if not msgs and pq.msg_count == 0 and result.status is not PullStatus.OFFSET_ILLEGAL:
+            # nothing cached and nothing delivered (all filtered out, or none new): the consumed offset
+            # follows the pull offset, as the push consumer's correctTagsOffset does
+            self._consume_offset[mq] = max(self._consume_offset.get(mq, 0), result.next_begin_offset)
 
     # ------------------------------------------------------------------ the API
     def poll(self, timeout: float | None = None) -> list[MessageExt]:
@@ -518,6 +531,13 @@ class LitePullConsumer:
         pq = ProcessQueue()
         self.rebalance.process_queue_table[mq] = pq
         self._start_task(mq, pq)
+
+    def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """``offsetForTimestamp``: SEARCH_OFFSET_BY_TIMESTAMP on the queue's broker."""
+        if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or timestamp_ms < 0:
+            raise OptionError("timestamp_ms", "must be ms since the epoch (int >= 0)", timestamp_ms)
+        result: int = self._run(self.rebalance.search_offset(mq, timestamp_ms))
+        return result
 
     def seek_to_begin(self, mq: MessageQueue) -> None:
         self.seek(mq, self._run(self.rebalance.min_offset(mq)))

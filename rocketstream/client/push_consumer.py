@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rocketstream.client.allocate import STRATEGIES, MessageQueue
-from rocketstream.client.api import build_pull_sys_flag, process_pull_result
+from rocketstream.client.api import build_pull_sys_flag
 from rocketstream.client.common import (
     PROPERTY_MAX_OFFSET,
     PROPERTY_MAX_RECONSUME_TIMES,
@@ -59,6 +59,7 @@ from rocketstream.client.offset_store import (
     RemoteBrokerOffsetStore,
 )
 from rocketstream.client.process_queue import REBALANCE_LOCK_INTERVAL_S, REBALANCE_LOCK_MAX_LIVE_TIME_S, ProcessQueue
+from rocketstream.client.pull_decode import process_pull_result_fast as process_pull_result
 from rocketstream.client.pull_service import (
     BROKER_SUSPEND_MAX_TIME_MS,
     CONSUMER_TIMEOUT_WHEN_SUSPEND_S,

@@ -15,13 +15,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from rocketstream.client.offset_ranges import QueueKey
+from rocketstream.client.offset_store import LocalOffsetStore, default_local_offset_dir
 from rocketstream.errors import (
     OptionError,
     ReadOnlyStoreError,
     RocketStreamError,
     StoreError,
 )
-from rocketstream.client.offset_store import LocalOffsetStore, default_local_offset_dir
 from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
 CLUSTERING = "CLUSTERING"

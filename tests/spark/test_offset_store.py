@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rocketstream.client.offset_ranges import QueueKey
+from rocketstream.client.offset_store import LocalOffsetStore
 from rocketstream.errors import (
     OptionError,
     ReadOnlyStoreError,
@@ -12,7 +13,6 @@ from rocketstream.errors import (
     StoreError,
 )
 from rocketstream.spark.offset_store import OffsetStore
-from rocketstream.client.offset_store import LocalOffsetStore
 from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
+from rocketstream.client.offset_store import LocalOffsetStore
 from rocketstream.errors import DataLossError
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
 from rocketstream.spark.stream import RocketMQStreamReader
-from rocketstream.client.offset_store import LocalOffsetStore
 from rocketstream.store.meta.offsets import ConsumerOffsetManager
 from spark_stores import TOPIC, fill, max_offsets, trimmed_store
 

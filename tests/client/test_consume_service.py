@@ -1,0 +1,373 @@
+"""The consume services and the push consumer's pull loop with fake pull input (no broker): flow control
+holds, the committed offset never passes an unconsumed message, orderly consumption is one thread per queue
+in queue order, failures go back to the broker."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from rocketstream.client import consume_service, push_consumer
+from rocketstream.client.allocate import MessageQueue
+from rocketstream.client.common import PullResult, PullStatus
+from rocketstream.client.consume_service import (
+    ConsumeConcurrentlyStatus,
+    ConsumeMessageConcurrentlyService,
+    ConsumeMessageOrderlyService,
+    ConsumeOrderlyStatus,
+)
+from rocketstream.client.offset_store import RemoteBrokerOffsetStore
+from rocketstream.client.process_queue import ProcessQueue
+from rocketstream.client.pull_service import PullRequest
+from rocketstream.client.push_consumer import PushConsumer
+from rocketstream.client.rebalance import Subscription
+from rocketstream.client.subscription import SubscriptionData
+
+MQ = MessageQueue("T", "broker-a", 0)
+
+
+@dataclass
+class Msg:
+    queue_offset: int
+    topic: str = "T"
+    queue_id: int = 0
+    body: bytes = b"x"
+    properties: dict[str, str] = field(default_factory=dict)
+    reconsume_times: int = 0
+
+    @property
+    def msg_id(self) -> str:
+        return f"id{self.queue_offset}"
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    lp = asyncio.new_event_loop()
+    t = threading.Thread(target=lp.run_forever, daemon=True)
+    t.start()
+    yield lp
+    lp.call_soon_threadsafe(lp.stop)
+    t.join(5)
+
+
+class FakeRebalance:
+    def __init__(self) -> None:
+        self.locks = 0
+
+    async def lock(self, mq: MessageQueue) -> bool:
+        self.locks += 1
+        return True
+
+    async def lock_all(self) -> None:
+        self.locks += 1
+
+
+class FakeConsumer:
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, model: str = "CLUSTERING", batch: int = 1,
+                 send_back_ok: bool = True, max_reconsume: int = 16) -> None:
+        self.group = "g"
+        self.message_model = model
+        self.consume_message_batch_max_size = batch
+        self.suspend_current_queue_time_millis = 10
+        self.loop = loop
+        self.rebalance = FakeRebalance()
+        self.offsets: list[tuple[MessageQueue, int]] = []
+        self.sent_back: list[tuple[int, int]] = []
+        self.retry_copies: list[tuple[int, int]] = []
+        self.send_back_ok = send_back_ok
+        self.max_reconsume = max_reconsume
+        self.on_update: Any = None
+
+    def effective_max_reconsume_times(self, orderly: bool) -> int:
+        return self.max_reconsume
+
+    def update_offset(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
+        if self.on_update is not None:
+            self.on_update(offset)
+        self.offsets.append((mq, offset))
+
+    def send_message_back(self, msg: Any, delay_level: int, broker_name: str | None) -> bool:
+        self.sent_back.append((msg.queue_offset, delay_level))
+        return self.send_back_ok
+
+    def send_to_retry_topic(self, msg: Any, reconsume_times: int) -> bool:
+        self.retry_copies.append((msg.queue_offset, reconsume_times))
+        return True
+
+
+def wait_until(cond: Any, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+def feed(service: Any, pq: ProcessQueue, offsets: range) -> list[Msg]:
+    msgs = [Msg(o) for o in offsets]
+    dispatch = pq.put_messages(msgs)
+    service.submit_consume_request(msgs, pq, MQ, dispatch)
+    return msgs
+
+
+# --------------------------------------------------------------------------------------- concurrently
+
+def test_success_commits_past_the_batch(loop: asyncio.AbstractEventLoop) -> None:
+    c = FakeConsumer(loop, batch=4)
+    svc = ConsumeMessageConcurrentlyService(c, lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS, 4)
+    pq = ProcessQueue()
+    feed(svc, pq, range(0, 10))
+    wait_until(lambda: pq.msg_count == 0)
+    wait_until(lambda: max(o for _, o in c.offsets) == 10)
+    assert c.sent_back == []
+    svc.shutdown(1)
+
+
+def test_reconsume_later_exception_and_none_are_sent_back_with_the_context_delay(
+        loop: asyncio.AbstractEventLoop) -> None:
+    c = FakeConsumer(loop)
+
+    def listener(msgs: list[Any], ctx: Any) -> Any:
+        off = msgs[0].queue_offset
+        ctx.delay_level_when_next_consume = 2
+        if off == 0:
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER
+        if off == 1:
+            raise RuntimeError("listener bug")   # logged, a retry, the consumer goes on
+        if off == 2:
+            return None
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = ConsumeMessageConcurrentlyService(c, listener, 2)
+    pq = ProcessQueue()
+    feed(svc, pq, range(0, 5))
+    wait_until(lambda: pq.msg_count == 0)
+    assert sorted(c.sent_back) == [(0, 2), (1, 2), (2, 2)]
+    assert svc.stats.listener_errors == 1 and svc.stats.consumed_ok == 2
+    wait_until(lambda: (MQ, 5) in c.offsets)
+    svc.shutdown(1)
+
+
+def test_ack_index_sends_back_only_the_rest(loop: asyncio.AbstractEventLoop) -> None:
+    c = FakeConsumer(loop, batch=4)
+
+    def listener(msgs: list[Any], ctx: Any) -> Any:
+        ctx.ack_index = 1
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = ConsumeMessageConcurrentlyService(c, listener, 1)
+    pq = ProcessQueue()
+    feed(svc, pq, range(0, 4))
+    wait_until(lambda: pq.msg_count == 0)
+    assert [o for o, _ in c.sent_back] == [2, 3]
+    svc.shutdown(1)
+
+
+def test_failed_send_back_keeps_the_message_and_the_offset_behind_it(
+        loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consume_service, "CONSUME_REQUEST_LATER_DELAY_S", 0.05)
+    c = FakeConsumer(loop, send_back_ok=False)
+    attempts: dict[int, int] = {}
+
+    def listener(msgs: list[Any], ctx: Any) -> Any:
+        off = msgs[0].queue_offset
+        attempts[off] = attempts.get(off, 0) + 1
+        if off == 3 and attempts[off] < 3:
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = ConsumeMessageConcurrentlyService(c, listener, 2)
+    pq = ProcessQueue()
+    msgs = feed(svc, pq, range(0, 8))
+    wait_until(lambda: attempts.get(3) == 2 and len(attempts) == 8)
+    assert all(o <= 3 for _, o in c.offsets)            # message 3 is not consumed: never committed past it
+    wait_until(lambda: pq.msg_count == 0)
+    assert attempts[3] == 3 and msgs[3].reconsume_times == 2   # consumed locally again, counted
+    wait_until(lambda: (MQ, 8) in c.offsets)
+    svc.shutdown(1)
+
+
+def test_committed_offset_never_passes_an_unconsumed_message(loop: asyncio.AbstractEventLoop) -> None:
+    c = FakeConsumer(loop, batch=3)
+    done: set[int] = set()
+    guard = threading.Lock()
+    violations: list[tuple[int, list[int]]] = []
+    rnd = random.Random(7)
+
+    def listener(msgs: list[Any], ctx: Any) -> Any:
+        time.sleep(rnd.random() * 0.01)
+        with guard:
+            done.update(m.queue_offset for m in msgs)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    def on_update(offset: int) -> None:
+        with guard:
+            missing = [o for o in range(offset) if o not in done]
+        if missing:
+            violations.append((offset, missing[:5]))
+
+    c.on_update = on_update
+    svc = ConsumeMessageConcurrentlyService(c, listener, 8)
+    pq = ProcessQueue()
+    for start in range(0, 300, 32):
+        feed(svc, pq, range(start, min(start + 32, 300)))
+    wait_until(lambda: pq.msg_count == 0)
+    assert not violations, violations[:3]
+    wait_until(lambda: max(o for _, o in c.offsets) == 300)
+    svc.shutdown(1)
+
+
+# ------------------------------------------------------------------------------------------ orderly
+
+def test_orderly_one_thread_per_queue_and_queue_order(loop: asyncio.AbstractEventLoop) -> None:
+    c = FakeConsumer(loop, batch=2)
+    seen: dict[MessageQueue, list[int]] = {}
+    active: dict[MessageQueue, int] = {}
+    overlap: list[MessageQueue] = []
+    guard = threading.Lock()
+
+    def listener(msgs: list[Any], ctx: Any) -> Any:
+        mq = ctx.message_queue
+        with guard:
+            active[mq] = active.get(mq, 0) + 1
+            if active[mq] > 1:
+                overlap.append(mq)
+        time.sleep(0.001)
+        with guard:
+            seen.setdefault(mq, []).extend(m.queue_offset for m in msgs)
+            active[mq] -= 1
+        return ConsumeOrderlyStatus.SUCCESS
+
+    svc = ConsumeMessageOrderlyService(c, listener, 8, lock_interval_s=20)
+    queues = [MessageQueue("T", "broker-a", q) for q in range(3)]
+    pqs = {mq: ProcessQueue() for mq in queues}
+    for pq in pqs.values():
+        pq.mark_locked(True)
+    for start in range(0, 120, 10):
+        for mq in queues:
+            msgs = [Msg(o, queue_id=mq.queue_id) for o in range(start, start + 10)]
+            svc.submit_consume_request(msgs, pqs[mq], mq, pqs[mq].put_messages(msgs))
+    wait_until(lambda: all(len(seen.get(mq, [])) == 120 for mq in queues))
+    assert not overlap
+    assert all(seen[mq] == list(range(120)) for mq in queues)
+    assert svc.max_concurrent_per_queue == 1
+    svc.shutdown(1)
+
+
+def test_orderly_suspend_retries_in_order_then_sends_to_retry_topic_at_the_limit(
+        loop: asyncio.AbstractEventLoop) -> None:
+    c = FakeConsumer(loop, max_reconsume=2)
+    calls: list[tuple[int, int]] = []
+
+    def listener(msgs: list[Any], ctx: Any) -> Any:
+        m = msgs[0]
+        calls.append((m.queue_offset, m.reconsume_times))
+        if m.queue_offset == 1:
+            return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        if m.queue_offset == 2 and len([x for x in calls if x[0] == 2]) == 1:
+            raise ValueError("boom")   # an exception suspends too
+        return ConsumeOrderlyStatus.SUCCESS
+
+    svc = ConsumeMessageOrderlyService(c, listener, 2, lock_interval_s=20)
+    pq = ProcessQueue()
+    pq.mark_locked(True)
+    feed(svc, pq, range(0, 4))
+    wait_until(lambda: pq.msg_count == 0)
+    offsets = [o for o, _ in calls]
+    assert offsets == [0, 1, 1, 1, 2, 2, 3]               # 1 retried until the limit, nothing overtakes it
+    assert [r for o, r in calls if o == 1] == [0, 1, 2]
+    assert c.retry_copies == [(1, 2)]                      # at max_reconsume_times: to %RETRY% (then DLQ)
+    wait_until(lambda: (MQ, 4) in c.offsets)
+    svc.shutdown(1)
+
+
+def test_orderly_does_not_consume_an_unlocked_queue(loop: asyncio.AbstractEventLoop) -> None:
+    c = FakeConsumer(loop)
+    calls: list[int] = []
+    svc = ConsumeMessageOrderlyService(c, lambda msgs, ctx: calls.append(1) or ConsumeOrderlyStatus.SUCCESS, 2,
+                                       lock_interval_s=20)
+    pq = ProcessQueue()   # not locked
+    feed(svc, pq, range(0, 3))
+    time.sleep(0.3)
+    assert calls == [] and c.rebalance.locks >= 1         # it asked the broker for the lock instead
+    svc.shutdown(1)
+
+
+# ------------------------------------------------------------------------ push pull loop, fake input
+
+class FakeAPI:
+    def __init__(self, available: int) -> None:
+        self.available = available
+        self.pulls = 0
+
+    async def pull(self, addr: str, *, offset: int, max_nums: int, **kw: Any) -> PullResult:
+        self.pulls += 1
+        if offset >= self.available:
+            await asyncio.sleep(0.01)
+            return PullResult(PullStatus.NO_NEW_MSG, offset, 0, self.available)
+        n = min(max_nums, self.available - offset)
+        return PullResult(PullStatus.FOUND, offset + n, 0, self.available, body=offset.to_bytes(8, "big") + bytes([n]))
+
+
+class FakeInstance:
+    def __init__(self, loop: asyncio.AbstractEventLoop, api: FakeAPI) -> None:
+        self.loop = loop
+        self.api = api
+        self.client_id = "127.0.0.1@test"
+        self.running = True
+
+    def find_broker_for_subscribe(self, name: str, bid: int = 0) -> tuple[str, bool]:
+        return ("127.0.0.1:1", False)
+
+
+def fake_decode(result: PullResult, broker_name: str, tags: Any, *, addr: str | None = None) -> list[Msg]:
+    assert result.body is not None
+    start, n = int.from_bytes(result.body[:8], "big"), result.body[8]
+    return [Msg(o, body=b"y" * 100) for o in range(start, start + n)]
+
+
+@pytest.mark.parametrize("orderly", [False, True])
+def test_flow_control_holds_with_a_sleeping_listener(loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch,
+                                                     orderly: bool) -> None:
+    """The ProcessQueue never holds more than pull_threshold_for_queue + pull_batch_size messages."""
+    monkeypatch.setattr(push_consumer, "process_pull_result", fake_decode)
+    threshold, batch = 100, 32
+    c = PushConsumer("g", namesrv="127.0.0.1:1", pull_threshold_for_queue=threshold, pull_batch_size=batch,
+                     consume_thread_min=4, consume_thread_max=4)
+    api = FakeAPI(available=100_000)
+    inst = FakeInstance(loop, api)
+    c.instance = inst   # type: ignore[assignment]
+    c.orderly = orderly
+    c.offset_store = RemoteBrokerOffsetStore("g", None)   # type: ignore[arg-type]
+    c.rebalance.subscription_inner["T"] = Subscription("T", SubscriptionData.parse("*"))
+    c._state = "RUNNING"
+
+    def sleepy(msgs: list[Any], ctx: Any) -> Any:
+        time.sleep(0.01)
+        return ConsumeOrderlyStatus.SUCCESS if orderly else ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    if orderly:
+        c.consume_service = ConsumeMessageOrderlyService(c, sleepy, 4, lock_interval_s=20)  # type: ignore[arg-type]
+    else:
+        c.consume_service = ConsumeMessageConcurrentlyService(c, sleepy, 4)  # type: ignore[arg-type]
+    pq = ProcessQueue()
+    pq.mark_locked(True)
+    req = PullRequest("g", MQ, pq, 0, locked_first=True)
+
+    async def go() -> None:
+        c.pull_service.start()
+        c.pull_service.execute_pull_request_immediately(req)
+    asyncio.run_coroutine_threadsafe(go(), loop).result(5)
+    time.sleep(1.5)
+    asyncio.run_coroutine_threadsafe(c.pull_service.stop(), loop).result(5)
+    c.consume_service.shutdown(0)
+    assert pq.max_count_seen > threshold                  # it did fill up ...
+    assert pq.max_count_seen <= threshold + batch         # ... and never past the threshold plus one pull
+    assert c.flow_control_times > 0
