@@ -18,6 +18,9 @@ Per broker (fresh store, tests/benchmarks/bench_broker.py's start_java/start_our
               (+ one pull batch, since the check is made before each pull) and the RSS series (flat = bounded).
 Every client runs in its own process. ``--full`` is the issue's setting: a 1 M x 1 KiB drain (200,000 sends,
 800,000 batched). Goals (issue 9): producer >= 0.5x Java, push consumer >= 0.5x, lite pull >= 1.0x.
+
+The default sizes are a smoke run (a few minutes): the JVM is still warming up, so its numbers, and the ratios,
+flatter us; quote ratios from ``--full`` (or at least ``--send 30000 --batch 200000 --drain 200000``).
 """
 
 from __future__ import annotations
