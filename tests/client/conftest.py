@@ -28,3 +28,7 @@ def mq_broker(request, tmp_path_factory) -> java_fixtures.BrokerTarget:
         yield target
     finally:
         java_fixtures.stop(target, clean=(kind == "ours"))
+
+
+# the compiled Java peer of the interop scenarios (tests/client/interop_peers.py)
+from tests.client.interop_peers import interop_classes  # noqa: E402,F401
