@@ -330,11 +330,14 @@ def mixed_group(t, classes: Path, tmp_path: Path, kinds: tuple[str, str], queues
     return report
 
 
-@pytest.mark.parametrize("java_sorts_first", [False, True], ids=["py-first", "java-first"])
+# the default run takes one ordering; the other and the all-Java control are in the slow run
+@pytest.mark.parametrize("java_sorts_first", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["py-first", "java-first"])
 def test_mixed_group_python_and_java_push_consumers(mq_broker, interop_classes, tmp_path, java_sorts_first) -> None:
     mixed_group(mq_broker, interop_classes, tmp_path, ("py", "java"), java_sorts_first=java_sorts_first)
 
 
+@pytest.mark.slow
 def test_mixed_group_control_two_java_members(mq_broker, interop_classes, tmp_path) -> None:
     """The same checks with two Java members: the harness and the broker's group bookkeeping, without our client
     (when this passes and the mixed test fails, the difference is our PushConsumer)."""
