@@ -55,6 +55,8 @@ class MessageQueue:
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, MessageQueue):
             return NotImplemented
+        if self.topic == other.topic and self.broker_name == other.broker_name:
+            return self.queue_id < other.queue_id   # the usual case, without encoding two strings twice
         return self.sort_key() < other.sort_key()
 
     def __le__(self, other: object) -> bool:

@@ -131,6 +131,48 @@ def plan_partitions(
     return plan
 
 
+# The default plan (no task count given): Kafka-like, one task per queue range with data, but a range
+# above DEFAULT_SPLIT_MESSAGES is split (a big backlog is read by many executors) and ranges below
+# DEFAULT_PACK_MESSAGES share tasks (each task costs Spark ~30 ms of Python worker start-up, more than
+# reading a few thousand messages).
+DEFAULT_SPLIT_MESSAGES = 262_144
+DEFAULT_PACK_MESSAGES = 8_192
+
+
+def plan_default(
+    ranges: Iterable[OffsetRange],
+    max_messages_per_partition: int | None = None,
+    *,
+    split_messages: int = DEFAULT_SPLIT_MESSAGES,
+    pack_messages: int = DEFAULT_PACK_MESSAGES,
+) -> list[list[OffsetRange]]:
+    """Tasks for ranges when no task count is given, in queue order.
+
+    Every range with messages is read; one above ``split_messages`` (``max_messages_per_partition`` when
+    given) is cut into near-equal consecutive chunks no larger than that; a chunk of at least
+    ``pack_messages`` is a task of its own, and smaller ones are packed, in queue order, into tasks of at
+    most ``pack_messages`` messages (and at most ``max_messages_per_partition``), so no task reads more
+    than ``max_messages_per_partition`` messages.
+    """
+    limit = max_messages_per_partition
+    chunks = split_ranges(sorted(ranges, key=lambda r: (r.queue, r.start)), limit or split_messages)
+    pack = min(pack_messages, limit) if limit else pack_messages
+    plan: list[list[OffsetRange]] = []
+    packed: list[OffsetRange] = []
+    packed_size = 0
+    for chunk in chunks:
+        if chunk.size >= pack:
+            plan.append([chunk])
+            continue
+        if packed and packed_size + chunk.size > pack:
+            packed, packed_size = [], 0
+        if not packed:
+            plan.append(packed)   # the pack task takes its place in queue order when it opens
+        packed.append(chunk)
+        packed_size += chunk.size
+    return plan
+
+
 def rate_limit(
     start: Mapping[QueueKey, int],
     latest: Mapping[QueueKey, int],
@@ -300,6 +342,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 __all__ = [
-    "EARLIEST", "LATEST", "OffsetRange", "QueueKey", "offsets_from_dict", "offsets_from_json", "offsets_to_dict",
-    "offsets_to_json", "plan_partitions", "ranges_between", "rate_limit", "split_ranges", "task_ids",
+    "DEFAULT_PACK_MESSAGES", "DEFAULT_SPLIT_MESSAGES", "EARLIEST", "LATEST", "OffsetRange", "QueueKey",
+    "offsets_from_dict", "offsets_from_json", "offsets_to_dict", "offsets_to_json", "plan_default",
+    "plan_partitions", "ranges_between", "rate_limit", "split_ranges", "task_ids",
 ]

@@ -48,6 +48,8 @@ def as_int(value: object, bounds: tuple[int, int]) -> int | None:
 
 def check_int(name: str, value: object, bounds: tuple[int, int]) -> int:
     """An integer option within ``bounds`` (numpy integers accepted), else OptionError naming ``name``."""
+    if type(value) is int and bounds[0] <= value <= bounds[1]:
+        return value   # the usual case, without the (slow) runtime Protocol check below
     if not isinstance(value, SupportsIndex):   # has no __index__: floats, strings, None ...
         raise OptionError(name, "must be an integer", value)
     try:

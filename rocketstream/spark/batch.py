@@ -20,7 +20,6 @@ So a reader gets ``pushFilters`` exactly when it will be asked to push filters: 
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from rocketstream.client.offset_ranges import OffsetRange, QueueKey, plan_partitions
+from rocketstream.client.offset_ranges import OffsetRange, QueueKey, plan_default, plan_partitions
 from rocketstream.spark import positions
 from rocketstream.spark.broker_view import (
     BrokerLocation,
@@ -215,8 +214,13 @@ def plan_tasks(
     tags: frozenset[str] | None,
     store_time_us: tuple[int, int] | None = None,
 ) -> list[ReadTask]:
-    """Share the ranges among ``numPartitions`` tasks with ``allocateStrategy``, as a consumer group
-    of that many members would share the queues, split by ``maxMessagesPerPartition``."""
+    """The tasks of a batch.
+
+    Default (no ``numPartitions``): Kafka-like (:func:`plan_default`): a task per queue range with messages,
+    big ranges split, small ones packed, no task above ``maxMessagesPerPartition`` messages when given.
+    With ``numPartitions``: that many tasks share the queues as a consumer group of that many members
+    would with ``allocateStrategy``, ranges split by ``maxMessagesPerPartition``. CONFIG and MACHINE_ROOM
+    choose the queues read either way."""
     args: dict[str, Any] = dict(options.strategy_args)  # each strategy's own keyword arguments
     strategy = options.allocate_strategy
     queues = [q for q in ends if ends[q] > starts[q]]
@@ -227,11 +231,17 @@ def plan_tasks(
         queues = [q for q in queues if (q.broker_name, q.queue_id) in wanted or ("", q.queue_id) in wanted]
         args["message_queue_list"] = sorted(queues)
         num_tasks = 1
+        if options.num_partitions is None:
+            return _tasks(options, brokers, _default_plan(options, starts, ends, queues), projection, tags,
+                          store_time_us)
     else:
         if strategy == "MACHINE_ROOM":
             rooms = args["consumeridcs"]
             queues = [q for q in queues if q.broker_name.count("@") == 1 and q.broker_name.split("@")[0] in rooms]
-        num_tasks = options.num_partitions or max(1, min(len(queues), os.cpu_count() or 1))
+        if options.num_partitions is None:
+            return _tasks(options, brokers, _default_plan(options, starts, ends, queues), projection, tags,
+                          store_time_us)
+        num_tasks = options.num_partitions
         if strategy.startswith("MACHINE_ROOM_NEARBY"):
             rooms_all = sorted({_room(q) for q in queues}) or ["default"]
             args.setdefault("inner", strategy.partition("-")[2] or "AVG")
@@ -240,6 +250,17 @@ def plan_tasks(
             args["machine_room_of_cid"] = _TaskRoom(tuple(rooms_all))
     ranges = [OffsetRange(q, starts[q], ends[q]) for q in sorted(queues)]
     plan = plan_partitions(ranges, num_tasks, strategy, options.max_messages_per_partition, **args)
+    return _tasks(options, brokers, plan, projection, tags, store_time_us)
+
+
+def _default_plan(options: RocketMQOptions, starts: Mapping[QueueKey, int], ends: Mapping[QueueKey, int],
+                  queues: Iterable[QueueKey]) -> list[list[OffsetRange]]:
+    return plan_default([OffsetRange(q, starts[q], ends[q]) for q in queues], options.max_messages_per_partition)
+
+
+def _tasks(options: RocketMQOptions, brokers: tuple[BrokerLocation, ...], plan: list[list[OffsetRange]],
+           projection: Projection, tags: frozenset[str] | None,
+           store_time_us: tuple[int, int] | None) -> list[ReadTask]:
     return [
         ReadTask(
             brokers=brokers,

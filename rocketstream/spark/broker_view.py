@@ -16,20 +16,25 @@ task carries its locations to the executor and opens views there (executors see 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
 from rocketstream.client.offset_ranges import QueueKey
-from rocketstream.errors import StoreError
+from rocketstream.errors import OptionError, StoreError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from rocketstream.client.api import MQClientAPI
     from rocketstream.spark.offset_store import OffsetStore
     from rocketstream.store import MessageStore
+
+T = TypeVar("T")
 
 
 class BrokerView(Protocol):
@@ -79,6 +84,9 @@ class BrokerView(Protocol):
 
     def close(self) -> None: ...
 
+    # Optional, used when a view has it: ``bounds(topic) -> {queueId: QueueBounds}`` for all of a topic's
+    # queues at once (queue_bounds() asks each queue's min and max otherwise).
+
 
 class BrokerLocation(Protocol):
     """Where a broker is, as a picklable value that travels in a task: ``open()`` gives its view."""
@@ -101,9 +109,10 @@ class LocalBroker(NamedTuple):
 
     name: str
     root: str
+    broker_addr: str | None = None  # option brokerAddr: the live broker serving this store, if any
 
     def open(self) -> LocalBrokerView:
-        return LocalBrokerView(self.name, self.root)
+        return LocalBrokerView(self.name, self.root, self.broker_addr)
 
 
 class LocalBrokerView:
@@ -111,9 +120,10 @@ class LocalBrokerView:
     reads and commits open no store files) and reread on every open, so a stream sees what a live writer
     appended since. Batches come from the mapped commit log without copies."""
 
-    def __init__(self, broker_name: str, root: str) -> None:
+    def __init__(self, broker_name: str, root: str, broker_addr: str | None = None) -> None:
         self._name = broker_name
         self.root = root
+        self.broker_addr = broker_addr
         self._store: MessageStore | None = None
 
     @property
@@ -137,6 +147,12 @@ class LocalBrokerView:
     def min_offset(self, topic: str, queue_id: int) -> int:
         return self.store.min_offset(topic, queue_id)
 
+    def bounds(self, topic: str) -> dict[int, QueueBounds]:
+        """Every queue of ``topic`` with its [min, max) offsets, the store refreshed once for all of them."""
+        ids = self.store.queue_ids(topic)
+        return {qid: QueueBounds(low, high) for qid, (low, high) in zip(ids, self.store.queue_bounds(topic, ids),
+                                                                       strict=True)}
+
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.store.max_offset(topic, queue_id)
 
@@ -152,14 +168,56 @@ class LocalBrokerView:
                                      tags=tags, check_crc=check_crc)
 
     def query_offsets(self, group: str, topic: str, queue_ids: Iterable[int]) -> dict[int, int]:
+        addr = self._live_broker()
+        if addr is not None:   # the broker's table in memory is the truth; its file lags up to 5 s
+            ids = list(queue_ids)
+
+            async def query(api: MQClientAPI) -> list[int | None]:
+                return list(await asyncio.gather(*(api.query_offset(addr, group, topic, q) for q in ids)))
+
+            answers = _with_broker(addr, query)
+            return {q: -1 if o is None else o for q, o in zip(ids, answers, strict=True)}
         queues = [QueueKey(topic, self._name, qid) for qid in queue_ids]
         committed = self._offset_store(read_only=True).read(group, queues)
         return {q.queue_id: offset for q, offset in committed.items()}
 
     def commit_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
         flat = {QueueKey(topic, self._name, qid): o for topic, queues in offsets.items() for qid, o in queues.items()}
-        if flat:
-            self._offset_store(read_only=False).commit(group, flat)
+        if not flat:
+            return
+        addr = self._live_broker()
+        if addr is not None:
+            async def update(api: MQClientAPI) -> None:
+                await asyncio.gather(*(api.update_offset(addr, group, q.topic, q.queue_id, o, oneway=False)
+                                       for q, o in flat.items()))
+
+            _with_broker(addr, update)
+            return
+        self._offset_store(read_only=False).commit(group, flat)
+
+    def _live_broker(self) -> str | None:
+        """The address to commit through when another process (a broker) holds the store's ``lock``;
+        None when none does. A live broker keeps offsets in memory and rewrites consumerOffset.json from
+        them every 5 s, so a commit written to the file would be lost: without an address, refuse."""
+        from rocketstream.store.files.lock import lock_holder
+
+        pid = lock_holder(Path(self.root))
+        if pid is None:
+            return None
+        if self.broker_addr:
+            return self.broker_addr
+        from rocketstream.store.meta.config import broker_conf_for
+
+        conf = broker_conf_for(self.root)
+        if conf is not None and conf.store_host is not None:
+            return f"{conf.store_host.host}:{conf.store_host.port}"
+        raise OptionError(
+            "brokerAddr",
+            f"process {pid} holds the lock of store {self.root}: a live broker serves it, and it keeps consumer "
+            f"offsets in memory and overwrites config/consumerOffset.json every 5 s, so consumerGroup offsets "
+            f"cannot be committed to the file. Set option 'brokerAddr' to that broker's host:port (its "
+            f"listenPort) to commit through it, read over the network with option 'nameServer', or stop the "
+            f"broker")
 
     def _offset_store(self, *, read_only: bool) -> OffsetStore:
         # The broker's config/consumerOffset.json (ConsumerOffsetManager), one atomic rewrite per commit.
@@ -174,6 +232,20 @@ class LocalBrokerView:
 
     def __repr__(self) -> str:
         return f"LocalBrokerView({self._name!r}, {self.root!r})"
+
+
+def _with_broker(addr: str, work: Callable[[MQClientAPI], Awaitable[T]]) -> T:
+    """Run ``work`` with a client connected to the broker at ``addr`` (planning calls are synchronous)."""
+    from rocketstream.client.api import MQClientAPI
+
+    async def run() -> T:
+        api = MQClientAPI(addr)   # no name server is asked: every request names the broker
+        try:
+            return await work(api)
+        finally:
+            await api.close()
+
+    return asyncio.run(run())
 
 
 @contextmanager
@@ -205,6 +277,10 @@ def queue_bounds(views: Mapping[str, BrokerView], topics: Iterable[str]) -> dict
         known = set(view.topics())
         for topic in topics:
             if topic not in known:
+                continue
+            many = getattr(view, "bounds", None)  # optional: all queues of a topic in one call
+            if many is not None:
+                bounds.update((QueueKey(topic, broker, qid), b) for qid, b in many(topic).items())
                 continue
             for qid in view.queue_ids(topic):
                 bounds[QueueKey(topic, broker, qid)] = QueueBounds(view.min_offset(topic, qid),

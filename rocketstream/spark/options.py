@@ -56,6 +56,7 @@ FAIL_ON_DATA_LOSS = "failOnDataLoss"
 CHECK_CRC = "checkCRC"  # verify every row's BODYCRC while reading (RocketMQ consumer's checkCRC)
 BROKER_NAME = "brokerName"
 BROKERS = "brokers"
+BROKER_ADDR = "brokerAddr"  # local mode: the live broker serving the store (group commits go through it)
 # strategy arguments (only read by the strategy that needs them)
 CONSUMER_IDCS = "consumeridcs"  # MACHINE_ROOM: rooms whose queues (room@broker) are read
 VIRTUAL_NODE_CNT = "virtualNodeCnt"  # CONSISTENT_HASH
@@ -69,7 +70,7 @@ ALL_OPTIONS: tuple[str, ...] = (
     MIN_PARTITIONS, MAX_MESSAGES_PER_PARTITION, MAX_MESSAGES_PER_TRIGGER, MAX_OFFSETS_PER_TRIGGER,
     MAX_BYTES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY,
     FAIL_ON_DATA_LOSS, CHECK_CRC, BROKER_NAME, BROKERS, CONSUMER_IDCS, VIRTUAL_NODE_CNT, ALLOCATE_QUEUES,
-    OFFSETS_STORE_DIR, CLIENT_ID,
+    OFFSETS_STORE_DIR, CLIENT_ID, BROKER_ADDR,
 )
 _CANONICAL = {k.lower(): k for k in ALL_OPTIONS}
 _ALIASES = {MIN_PARTITIONS: NUM_PARTITIONS, MAX_OFFSETS_PER_TRIGGER: MAX_MESSAGES_PER_TRIGGER,
@@ -115,6 +116,7 @@ class RocketMQOptions:
     check_crc: bool = False
     offsets_store_dir: Path | None = None
     client_id: str | None = None
+    broker_addr: str | None = None  # host:port of a live broker serving the (single) store
 
     @property
     def broadcasting(self) -> bool:
@@ -175,6 +177,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
         check_crc=_bool(given, CHECK_CRC, False),
         offsets_store_dir=Path(given[OFFSETS_STORE_DIR]).expanduser() if given.get(OFFSETS_STORE_DIR) else None,
         client_id=given.get(CLIENT_ID) or None,
+        broker_addr=_broker_addr(given),
     )
 
 
@@ -232,6 +235,18 @@ def _brokers(given: Mapping[str, str]) -> tuple[tuple[str, Path], ...]:
             raise OptionError(BROKERS, f"broker {name!r} listed twice", raw)
         result[name] = Path(root).expanduser()
     return tuple(result.items())
+
+
+def _broker_addr(given: Mapping[str, str]) -> str | None:
+    raw = given.get(BROKER_ADDR)
+    if raw is None:
+        return None
+    if BROKERS in given:
+        raise OptionError(BROKER_ADDR, f"applies to a single load(path) store, not with '{BROKERS}'", raw)
+    host, sep, port = raw.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise OptionError(BROKER_ADDR, "expected host:port of the broker serving the store (its listenPort)", raw)
+    return raw.strip()
 
 
 def _positions(given: Mapping[str, str], *, streaming: bool) -> tuple[StartPosition, EndPosition]:

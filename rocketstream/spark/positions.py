@@ -48,7 +48,8 @@ Views = Mapping[str, BrokerView]
 def resolve_broker_names(options: RocketMQOptions) -> tuple[LocalBroker, ...]:
     """The brokers to read. An unnamed ``load(path)`` store is called by conf/broker.conf's brokerName when
     it is the configured default store, else by its directory's name."""
-    return tuple(LocalBroker(name or _default_broker_name(root), str(root)) for name, root in options.brokers)
+    return tuple(LocalBroker(name or _default_broker_name(root), str(root), options.broker_addr)
+                 for name, root in options.brokers)
 
 
 def _default_broker_name(root: Path) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -37,7 +38,6 @@ from rocketstream.spark.batch import ReadTask, plan_tasks, read_task
 from rocketstream.spark.broker_view import (
     BrokerView,
     QueueBounds,
-    open_views,
     queue_bounds,
 )
 from rocketstream.spark.offsets import OffsetJson, QueueOffsets
@@ -57,12 +57,49 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None  # AvailableNow: never read past these offsets
         self._last_trigger = time.monotonic()  # for maxTriggerDelay
         self._committed: QueueOffsets | None = None  # last offsets written to the group's offset store
+        # Planning state kept between calls of one query (never pickled to executors): the brokers' views,
+        # opened once (a local view rereads its queues on every call), and the bounds latestOffset saw
+        # with the end it returned, which partitions(start, that end) reuses.
+        self._open: dict[str, BrokerView] | None = None
+        self._planned: tuple[QueueOffsets, dict[QueueKey, QueueBounds]] | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        state = self.__dict__.copy()
+        state["_open"] = None
+        state["_planned"] = None
+        return state
+
+    @contextmanager
+    def _views(self) -> Iterator[dict[str, BrokerView]]:
+        """The query's broker views; closed (and reopened by the next call) when a call fails with them."""
+        if self._open is None:
+            with ExitStack() as stack:
+                views: dict[str, BrokerView] = {}
+                for location in self.brokers:
+                    view = location.open()
+                    stack.callback(view.close)
+                    views[location.name] = view
+                stack.pop_all()
+            self._open = views
+        try:
+            yield self._open
+        except BaseException:
+            self._close_views()
+            raise
+
+    def _close_views(self) -> None:
+        views, self._open, self._planned = self._open, None, None
+        for view in (views or {}).values():
+            try:
+                view.close()
+            except Exception:  # noqa: BLE001 - closing must not hide the error that got us here
+                log.warning("closing %r failed", view, exc_info=True)
 
     # ---- offsets ------------------------------------------------------------------------------
     def initialOffset(self) -> OffsetJson:
         # Spark may call this twice; "latest" must not move between the calls.
         if self._initial is None:
-            with open_views(self.brokers) as views:
+            with self._views() as views:
                 bounds = queue_bounds(views, self.options.topics)
                 positions.require_queues(views, bounds, self.options.topics)
                 self._initial = QueueOffsets(positions.starting_offsets(self.options, views, bounds))
@@ -79,13 +116,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        with open_views(self.brokers) as views:
+        with self._views() as views:
             self._target = {q: b.max for q, b in queue_bounds(views, self.options.topics).items()}
 
     def latestOffset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
         committed = _parse(start)
         self._commit(committed)  # every batch up to start has completed
-        with open_views(self.brokers) as views:
+        with self._views() as views:
             bounds = queue_bounds(views, self.options.topics)
             begin = self._checked_starts(committed, bounds)
             latest = {q: b.max for q, b in bounds.items()}
@@ -93,6 +130,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 latest = {q: min(m, self._target.get(q, begin[q])) for q, m in latest.items()}
             latest = {q: max(m, begin[q]) for q, m in latest.items()}
             end = self._admit(begin, latest, limit, views)
+        self._planned = (QueueOffsets(end), bounds)
         if end != begin:
             self._last_trigger = time.monotonic()
         return QueueOffsets(end).to_dict()
@@ -121,7 +159,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                           bytes_fn=sizes if max_bytes is not None else None, min_messages=min_rows)
 
     def reportLatestOffset(self) -> OffsetJson | None:
-        with open_views(self.brokers) as views:
+        # Spark asks right after latestOffset, for its progress report: the max offsets latestOffset saw
+        # (as Spark's Kafka source reports its cached latestPartitionOffsets).
+        if self._planned is not None:
+            return QueueOffsets({q: b.max for q, b in self._planned[1].items()}).to_dict()
+        with self._views() as views:
             bounds = queue_bounds(views, self.options.topics)
         return QueueOffsets({q: b.max for q, b in bounds.items()}).to_dict()
 
@@ -130,8 +172,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = _parse(start), _parse(end)
         if begin == stop:
             return []
-        with open_views(self.brokers) as views:
-            bounds = queue_bounds(views, self.options.topics)
+        planned = self._planned
+        with self._views() as views:
+            if planned is not None and planned[0] == stop:
+                bounds = planned[1]  # the same trigger: latestOffset just read them
+            else:
+                bounds = queue_bounds(views, self.options.topics)
             for q in stop:
                 if q not in bounds:
                     raise DataLossError(
@@ -157,12 +203,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _commit(self, offsets: QueueOffsets) -> None:
         # An idle stream plans a trigger every few milliseconds: rewrite the table only on change.
         if offsets != self._committed:
-            with open_views(self.brokers) as views:
+            with self._views() as views:
                 positions.commit_offsets(self.options, views, offsets)
             self._committed = offsets
 
     def stop(self) -> None:
-        pass  # nothing held open between calls
+        self._close_views()
 
 
 def _parse(offset: Mapping[str, object]) -> QueueOffsets:

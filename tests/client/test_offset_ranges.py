@@ -343,3 +343,28 @@ def test_malformed_offset_json_names_the_option_and_the_problem(name, text, prob
         offsets_from_json(text, option="startingOffsets")
     assert problem in str(info.value)
     assert info.value.option == "startingOffsets"
+
+
+def test_plan_default_is_kafka_like_split_and_packed():
+    from rocketstream.client.offset_ranges import DEFAULT_PACK_MESSAGES, DEFAULT_SPLIT_MESSAGES, plan_default
+
+    def q(i):
+        return QueueKey("T", "b", i)
+
+    big = DEFAULT_SPLIT_MESSAGES * 2 + 1
+    ranges = [OffsetRange(q(0), 0, big), OffsetRange(q(1), 5, 5 + DEFAULT_PACK_MESSAGES),
+              OffsetRange(q(2), 0, 10), OffsetRange(q(3), 7, 7), OffsetRange(q(4), 0, 20)]
+    plan = plan_default(reversed(ranges))
+    # the big range in three near-equal chunks, the 8 Ki one alone, the small ones packed, empty dropped
+    assert [[(r.queue.queue_id, r.start, r.end) for r in t] for t in plan] == [
+        [(0, 0, big // 3)], [(0, big // 3, 2 * big // 3)], [(0, 2 * big // 3, big)],
+        [(1, 5, 5 + DEFAULT_PACK_MESSAGES)], [(2, 0, 10), (4, 0, 20)]]
+    # 1,024 queues of 10 k messages: a task per queue; of 100 messages: packed into a few tasks
+    assert len(plan_default([OffsetRange(q(i), 0, 10_000) for i in range(1024)])) == 1024
+    small = plan_default([OffsetRange(q(i), 0, 100) for i in range(1024)])
+    assert len(small) == -(-1024 * 100 // DEFAULT_PACK_MESSAGES)
+    # maxMessagesPerPartition bounds every task, split or packed
+    limited = plan_default([OffsetRange(q(i), 0, 7) for i in range(10)] + [OffsetRange(q(10), 0, 100)], 15)
+    assert all(sum(r.size for r in t) <= 15 for t in limited)
+    assert sum(r.size for t in limited for r in t) == 170
+    assert plan_default([]) == []

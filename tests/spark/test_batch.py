@@ -186,6 +186,12 @@ def test_partition_planning(stores):
     assert len(plan(allocateStrategy="CONSISTENT_HASH", numPartitions="3")) >= 1
     config = plan(allocateStrategy="CONFIG", allocateQueues="broker-a:1,broker-a:2")
     assert sorted(r[2] for t in config for r in t.ranges) == [1, 2]
+    # default (no numPartitions): Kafka-like, small queue ranges packed into one task, whatever the cores
+    assert [[r[2] for r in t.ranges] for t in plan()] == [[0, 1, 2, 3]]
+    assert [[(r[2], r[3], r[4]) for r in t.ranges] for t in plan(maxMessagesPerPartition="15")] == [
+        [(0, 0, 10)], [(0, 10, 20)], [(1, 0, 10)], [(1, 10, 20)], [(2, 0, 10)], [(2, 10, 20)], [(3, 0, 10)],
+        [(3, 10, 20)]]
+    assert len(plan(maxMessagesPerPartition="40")) == 2
 
 
 def test_data_loss_rules(stores):

@@ -178,7 +178,7 @@ def test_broker_name_of_an_unnamed_store(tmp_path):
     default_root = str(conf.store_path_root_dir)
     # the configured default store takes broker.conf's brokerName; any other store its directory's name
     assert resolve_broker_names(parse_options({"path": default_root, "topic": "T"}, streaming=False)) == (
-        (conf.broker_name, default_root),)
+        (conf.broker_name, default_root, None),)
     other = tmp_path / "my-broker"
     assert resolve_broker_names(parse_options({"path": str(other), "topic": "T"}, streaming=False)) == (
-        ("my-broker", str(other)),)
+        ("my-broker", str(other), None),)

@@ -87,6 +87,23 @@ def _holder(fd: int) -> int | None:
     return pid if l_type != fcntl.F_UNLCK else None
 
 
+def lock_holder(root: Path) -> int | None:
+    """The pid of another process holding ``root``'s ``lock`` (a live broker or writer), else None; a lock
+    this process holds counts as free (see ``warn_if_locked``)."""
+    path = root / "lock"
+    with _held_guard:
+        if os.path.realpath(path) in _held_locks:
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            return _holder(fd)
+        finally:
+            os.close(fd)
+
+
 def warn_if_locked(root: Path) -> int | None:
     """Log a warning when another process holds ``root``'s ``lock``; returns its pid (None: free).
 

@@ -20,6 +20,7 @@ import errno
 import logging
 import mmap
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ from rocketstream.store.files.durable import os_errors
 
 NAME_LENGTH = 20
 _ZERO_CHUNK = 4 << 20
+_TRUSTED_AGE_NS = 2_000_000_000   # MappedFileQueue.refresh: a listing reused while the directory is unchanged
 log = logging.getLogger(__name__)
 
 
@@ -158,6 +160,8 @@ class MappedFileQueue:
         self.file_size = file_size
         self.writable = writable
         self.files: list[MappedFile] = []
+        self._listed_mtime: int | None = None   # reader: directory mtime of a listing still valid (refresh)
+        self._dropped_empty = False
 
     # --- loading ------------------------------------------------------------------------------
     def _list_names(self) -> list[str]:
@@ -177,7 +181,9 @@ class MappedFileQueue:
                                         f"{self.file_size}", path=self.directory / name)
             out.append(name)
         out.sort()
+        self._dropped_empty = False
         if out and self._is_empty(out[-1]):
+            self._dropped_empty = True
             if self.writable:
                 log.warning("removing the zero-length last file %s (a crash while creating it; it holds nothing)",
                             self.directory / out[-1])
@@ -204,6 +210,7 @@ class MappedFileQueue:
         for mf in self.files:
             mf.release()
         self.files = []
+        self._listed_mtime = None
         for name in self._list_names():
             try:
                 self._append_mapped(self.directory / name)
@@ -226,8 +233,22 @@ class MappedFileQueue:
         """Reader side: drop files a writer deleted at the front, map new files at the end.
 
         Returns True when new files were mapped.
+
+        The directory is listed again only when its mtime changed since a listing taken when that mtime
+        was already ``_TRUSTED_AGE_NS`` old (creating, renaming or deleting a file sets the mtime to the
+        kernel's clock, so a later change cannot carry the old value); a planner refreshing a thousand
+        queues per trigger then pays a stat per queue instead of a listdir.
         """
+        try:
+            mtime: int | None = os.stat(self.directory).st_mtime_ns
+        except OSError:
+            mtime = None
+        if mtime is not None and mtime == self._listed_mtime:
+            return False
         names = self._list_names()
+        trusted = (mtime is not None and not self.writable and not self._dropped_empty
+                   and time.time_ns() - mtime > _TRUSTED_AGE_NS)
+        self._listed_mtime = mtime if trusted else None
         present = set(names)
         while self.files and self.files[0].path.name not in present:
             self.files.pop(0)
@@ -239,6 +260,7 @@ class MappedFileQueue:
                     mf = self._append_mapped(self.directory / name)
                 except StoreError:
                     if not (self.directory / name).exists():
+                        self._listed_mtime = None
                         break  # deleted between listdir and open
                     raise
                 mf.wrote_position = 0  # unknown yet: the owner scans for the end
