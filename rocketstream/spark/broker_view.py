@@ -206,6 +206,11 @@ def queue_bounds(views: Mapping[str, BrokerView], topics: Iterable[str]) -> dict
         for topic in topics:
             if topic not in known:
                 continue
+            many = getattr(view, "queue_bounds", None)  # a network view asks for all queues at once
+            if many is not None:
+                for qid, b in many(topic, view.queue_ids(topic)).items():
+                    bounds[QueueKey(topic, broker, qid)] = b
+                continue
             for qid in view.queue_ids(topic):
                 bounds[QueueKey(topic, broker, qid)] = QueueBounds(view.min_offset(topic, qid),
                                                                    view.max_offset(topic, qid))
