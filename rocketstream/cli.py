@@ -36,7 +36,7 @@ EXAMPLES = {
     "  rocketstream query-msg --topic TopicTest --key ORDER-42 --max 16",
     "check": "rocketstream check --store /data/rocketmq/store",
     "delete-expired": "rocketstream delete-expired --reserved-hours 24",
-    "demo": "rocketstream demo",
+    "demo": "rocketstream demo\n  rocketstream demo --namesrv 127.0.0.1:9876",
     "namesrv": "rocketstream namesrv --listen 127.0.0.1:9876\n"
     "  RMQ_NAMESRV_ADDR=127.0.0.1:9876 rocketmq-4.9.8/bin/broker   # a Java broker registers with it",
     "broker": "rocketstream broker --store ./storage --listen 127.0.0.1:10911 --namesrv 127.0.0.1:9876",
@@ -394,7 +394,8 @@ def cmd_delete_expired(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from rocketstream.demo import run_demo
 
-    return run_demo(store=args.store, count=args.count, json_output=args.json, run_command=main)
+    return run_demo(store=args.store, count=args.count, json_output=args.json, run_command=main,
+                    namesrv=args.namesrv)
 
 
 def cmd_namesrv(args: argparse.Namespace) -> int:
@@ -652,6 +653,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "written by a real broker, unless conf/broker.conf configures that store)")
     p = add("demo", cmd_demo, "Produce a sample topic and aggregate it with a Spark streaming query (AvailableNow).")
     p.add_argument("--count", type=int, default=20000, help="messages to produce (default 20000)")
+    p.add_argument("--namesrv", default=None, help="network mode: produce to and read from the running broker of "
+                   "this name server ('host:port;host:port') instead of the store directory")
     p = add("namesrv", cmd_namesrv, "Run a RocketMQ name server (brokers register, clients get routes) until "
             "SIGTERM; --store is not used.")
     p.add_argument("--listen", default="127.0.0.1:9876", help="HOST:PORT to bind (default 127.0.0.1:9876)")

@@ -77,16 +77,38 @@ def produce_sample(store_root: Path, count: int) -> dict:
     return {"produced": count, "seconds": round(elapsed, 3), "brokerName": broker_name}
 
 
+def produce_sample_network(namesrv: str, count: int) -> dict:
+    """``produce_sample`` through a running broker (network mode): batches per queue with our Producer."""
+    from rocketstream.client import Producer
+    from rocketstream.client.common import Message, MessageQueue
+
+    start = time.time()
+    with Producer("demo-producer", namesrv=namesrv) as producer:
+        first = producer.send(DEMO_TOPIC, b"{}", tags=DEMO_TAGS[0], keys="order-warmup")  # creates the topic
+        queues = sorted({first.queue.queue_id} | set(range(DEMO_QUEUES)))
+        broker = first.queue.broker_name
+        for q in queues:
+            ids = range(q, count, len(queues))
+            msgs = [Message(DEMO_TOPIC, json.dumps({"order": i, "amount": (i * 37) % 1000}).encode(),
+                            tags=DEMO_TAGS[(i * 7 + i // 3) % len(DEMO_TAGS)], keys=f"order-{i}") for i in ids]
+            for k in range(0, len(msgs), 256):
+                producer.send_batch(DEMO_TOPIC, msgs[k:k + 256], queue=MessageQueue(DEMO_TOPIC, broker, q))
+    return {"produced": count + 1, "seconds": round(time.time() - start, 3), "brokerName": broker}
+
+
 def run_demo(store: Path, count: int = 20000, json_output: bool = False, *,
-             run_command: Callable[[list[str]], int]) -> int:
+             run_command: Callable[[list[str]], int], namesrv: str | None = None) -> int:
     """Produce ``count`` sample messages, count them per tag and queue with a streaming query, then show
-    the group's progress through ``run_command`` (the CLI's ``main``, passed in by ``rocketstream demo``)."""
+    the group's progress through ``run_command`` (the CLI's ``main``, passed in by ``rocketstream demo``).
+    With ``namesrv`` everything goes through a running broker (network mode): the messages are sent with
+    the Producer, Spark reads by name server and commits the group's offsets to the broker."""
     store = Path(store)
     store.mkdir(parents=True, exist_ok=True)
-    produced = produce_sample(store, count)
+    produced = produce_sample_network(namesrv, count) if namesrv else produce_sample(store, count)
     if not json_output:
+        where = f"name server {namesrv}" if namesrv else f"store {store}"
         print(f"produced {produced['produced']} messages to {DEMO_TOPIC} in {produced['seconds']} s "
-              f"(store {store}, broker {produced['brokerName']})")
+              f"({where}, broker {produced['brokerName']})")
 
     spark = spark_session()
     try:
@@ -96,14 +118,14 @@ def run_demo(store: Path, count: int = 20000, json_output: bool = False, *,
             .option("consumerGroup", DEMO_GROUP)
             .option("consumeFromWhere", "CONSUME_FROM_FIRST_OFFSET")
             .option("maxMessagesPerTrigger", "50000")
-            .load(str(store))
         )
+        stream = stream.option("nameServer", namesrv).load() if namesrv else stream.load(str(store))
         counts = stream.groupBy("tags", "queueId").count()
         query = (
             counts.writeStream.outputMode("complete")
             .format("memory")
             .queryName("demo_counts")
-            .option("checkpointLocation", str(store / "spark-checkpoints" / DEMO_GROUP))
+            .option("checkpointLocation", str(store / "spark-checkpoints" / (DEMO_GROUP + ("-net" if namesrv else ""))))
             .trigger(availableNow=True)
             .start()
         )
@@ -123,5 +145,6 @@ def run_demo(store: Path, count: int = 20000, json_output: bool = False, *,
         print(f"total: {sum(r['count'] for r in result)}\n")
         print(f"consumer progress of group {DEMO_GROUP} (rocketstream consumer-progress):")
         sys.stdout.flush()
-    args = ["consumer-progress", "--store", str(store), "--group", DEMO_GROUP, "--topic", DEMO_TOPIC]
+    source = ["--namesrv", namesrv] if namesrv else ["--store", str(store)]
+    args = ["consumer-progress", *source, "--group", DEMO_GROUP, "--topic", DEMO_TOPIC]
     return run_command(args + (["--json"] if json_output else []))

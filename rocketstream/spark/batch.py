@@ -75,6 +75,9 @@ def read_task(task: ReadTask, projection: Projection) -> Iterator[pa.RecordBatch
     read_columns = columns + (["storeTimestamp"] if need_time else [])
     needed = {broker for broker, *_ in task.ranges}
     with open_views(b for b in task.brokers if b.name in needed) as views:
+        if any(hasattr(v, "read_ranges") for v in views.values()):
+            yield from _read_network(task, projection, views, columns, read_columns, need_time)
+            return
         for broker, topic, qid, start, end in task.ranges:
             view = views[broker]
             start = _surviving_start(view, QueueKey(topic, broker, qid), start, end, task.fail_on_data_loss)
@@ -88,6 +91,25 @@ def read_task(task: ReadTask, projection: Projection) -> Iterator[pa.RecordBatch
                         batch = batch.select(columns)
                 if batch.num_rows:
                     yield projection.relabel(batch)
+
+
+def _read_network(task: ReadTask, projection: Projection, views: Mapping[str, BrokerView], columns: list[str],
+                  read_columns: list[str], need_time: bool) -> Iterator[pa.RecordBatch]:
+    """Network views pull several queues of the task at once (``read_ranges``), each broker's ranges in turn;
+    a range below the queue's min follows failOnDataLoss (at planning time and while pulling)."""
+    by_broker: dict[str, list[tuple[str, int, int, int]]] = {}
+    for broker, topic, qid, start, end in task.ranges:
+        by_broker.setdefault(broker, []).append((topic, qid, start, end))
+    for broker, ranges in by_broker.items():
+        view: Any = views[broker]
+        for batch in view.read_ranges(ranges, columns=read_columns, tags=task.tags, check_crc=task.check_crc,
+                                      fail_on_data_loss=task.fail_on_data_loss):
+            if task.store_time_us is not None:
+                batch = _filter_time(batch, *task.store_time_us)
+                if need_time:
+                    batch = batch.select(columns)
+            if batch.num_rows:
+                yield projection.relabel(batch)
 
 
 def _surviving_start(view: BrokerView, q: QueueKey, start: int, end: int, fail_on_data_loss: bool) -> int:

@@ -278,9 +278,14 @@ def queue_bounds(views: Mapping[str, BrokerView], topics: Iterable[str]) -> dict
         for topic in topics:
             if topic not in known:
                 continue
-            many = getattr(view, "bounds", None)  # optional: all queues of a topic in one call
+            many = getattr(view, "bounds", None)  # optional: all queues of a topic in one call (local)
             if many is not None:
                 bounds.update((QueueKey(topic, broker, qid), b) for qid, b in many(topic).items())
+                continue
+            many_of = getattr(view, "queue_bounds", None)  # a network view asks for all queues at once
+            if many_of is not None:
+                for qid, b in many_of(topic, view.queue_ids(topic)).items():
+                    bounds[QueueKey(topic, broker, qid)] = b
                 continue
             for qid in view.queue_ids(topic):
                 bounds[QueueKey(topic, broker, qid)] = QueueBounds(view.min_offset(topic, qid),

@@ -63,6 +63,8 @@ VIRTUAL_NODE_CNT = "virtualNodeCnt"  # CONSISTENT_HASH
 ALLOCATE_QUEUES = "allocateQueues"  # CONFIG: "brokerName:queueId,..." the queues read
 OFFSETS_STORE_DIR = "offsetsStoreDir"  # BROADCASTING: base dir of <clientId>/<group>/offsets.json
 CLIENT_ID = "clientId"  # BROADCASTING: client id directory name
+NAME_SERVER = "nameServer"  # network mode: "host:port[;host:port]"
+NAMESRV_ADDR = "namesrvAddr"  # alias (RocketMQ's name)
 
 ALL_OPTIONS: tuple[str, ...] = (
     PATH, TOPIC, SUB_EXPRESSION, STARTING_OFFSETS, ENDING_OFFSETS, STARTING_TIMESTAMP, ENDING_TIMESTAMP,
@@ -70,11 +72,13 @@ ALL_OPTIONS: tuple[str, ...] = (
     MIN_PARTITIONS, MAX_MESSAGES_PER_PARTITION, MAX_MESSAGES_PER_TRIGGER, MAX_OFFSETS_PER_TRIGGER,
     MAX_BYTES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY,
     FAIL_ON_DATA_LOSS, CHECK_CRC, BROKER_NAME, BROKERS, CONSUMER_IDCS, VIRTUAL_NODE_CNT, ALLOCATE_QUEUES,
-    OFFSETS_STORE_DIR, CLIENT_ID, BROKER_ADDR,
+    OFFSETS_STORE_DIR, CLIENT_ID, BROKER_ADDR, NAME_SERVER, NAMESRV_ADDR,
 )
 _CANONICAL = {k.lower(): k for k in ALL_OPTIONS}
 _ALIASES = {MIN_PARTITIONS: NUM_PARTITIONS, MAX_OFFSETS_PER_TRIGGER: MAX_MESSAGES_PER_TRIGGER,
-            MIN_OFFSETS_PER_TRIGGER: MIN_MESSAGES_PER_TRIGGER}
+            MIN_OFFSETS_PER_TRIGGER: MIN_MESSAGES_PER_TRIGGER, NAMESRV_ADDR: NAME_SERVER}
+# Options that name or need a store directory: an error in network mode (and nameServer one in local mode).
+LOCAL_ONLY = (PATH, BROKERS, BROKER_NAME, BROKER_ADDR)
 
 # ---- values -------------------------------------------------------------------------------------
 CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
@@ -95,7 +99,7 @@ class RocketMQOptions:
     against the brokers (:mod:`rocketstream.spark.positions`)."""
 
     topics: tuple[str, ...]
-    brokers: tuple[tuple[str, Path], ...]  # (brokerName, store root); names resolved by broker_names()
+    brokers: tuple[tuple[str, Path], ...]  # (brokerName, store root); () in network mode
     subscription: SubscriptionData
     # startingTimestamp over startingOffsets (as Spark's Kafka source); not given: batch earliest, stream group
     starting: StartPosition
@@ -117,6 +121,11 @@ class RocketMQOptions:
     offsets_store_dir: Path | None = None
     client_id: str | None = None
     broker_addr: str | None = None  # host:port of a live broker serving the (single) store
+    name_server: str | None = None  # network mode: the name server addresses ("a:9876;b:9876")
+
+    @property
+    def network(self) -> bool:
+        return self.name_server is not None
 
     @property
     def broadcasting(self) -> bool:
@@ -152,7 +161,14 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
     for key in (OFFSETS_STORE_DIR, CLIENT_ID):
         _only_with(given, key, message_model == BROADCASTING, f"{MESSAGE_MODEL}={BROADCASTING}")
     topics = _topics(given)
-    brokers = _brokers(given)
+    name_server = _name_server(given)
+    brokers = () if name_server is not None else _brokers(given)
+    if name_server is not None and MAX_BYTES_PER_TRIGGER in given:
+        # Message sizes come from consume-queue units, which RocketMQ's protocol does not serve to clients
+        # (QUERY_CONSUME_QUEUE is an admin request our broker lacks): refuse rather than approximate.
+        raise OptionError(MAX_BYTES_PER_TRIGGER, f"is not supported in network mode ('{given.label(NAME_SERVER)}'): "
+                          f"the broker does not tell clients message sizes before a pull; use "
+                          f"{MAX_MESSAGES_PER_TRIGGER} instead", given[MAX_BYTES_PER_TRIGGER])
     subscription = SubscriptionData.parse_option(given.get(SUB_EXPRESSION, "*"), SUB_EXPRESSION)
     starting, ending = _positions(given, streaming=streaming)
     return RocketMQOptions(
@@ -178,6 +194,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
         offsets_store_dir=Path(given[OFFSETS_STORE_DIR]).expanduser() if given.get(OFFSETS_STORE_DIR) else None,
         client_id=given.get(CLIENT_ID) or None,
         broker_addr=_broker_addr(given),
+        name_server=name_server,
     )
 
 
@@ -212,11 +229,36 @@ def _topics(given: Mapping[str, str]) -> tuple[str, ...]:
     return topics
 
 
+_ADDR = re.compile(r"[A-Za-z0-9_.\-]+:\d{1,5}\Z|\[[0-9A-Fa-f:.]+\]:\d{1,5}\Z")
+
+
+def _name_server(given: _Given) -> str | None:
+    """Network mode's name server list ("host:port;host:port"), or None (local mode)."""
+    raw = given.get(NAME_SERVER)
+    if raw is None:
+        return None
+    label = given.label(NAME_SERVER)
+    for key in LOCAL_ONLY:
+        if key in given and (key != PATH or given[key]):
+            what = "a load() path" if key == PATH else f"option '{key}'"
+            raise OptionError(key if key != PATH else PATH,
+                              f"{what} reads a store directory (local mode) and cannot be combined with "
+                              f"'{label}' (network mode); give one or the other", given[key])
+    addrs = [a.strip() for a in raw.split(";") if a.strip()]
+    if not addrs:
+        raise OptionError(label, "expected 'host:port' or 'host:port;host:port'", raw)
+    for a in addrs:
+        if not _ADDR.match(a) or not 0 < int(a.rsplit(":", 1)[1]) < 65536:
+            raise OptionError(label, f"{a!r} is not host:port; expected 'host:port' or 'host:port;host:port'", raw)
+    return ";".join(addrs)
+
+
 def _brokers(given: Mapping[str, str]) -> tuple[tuple[str, Path], ...]:
     raw, path = given.get(BROKERS), given.get(PATH)
     if raw is None:
         if not path:
-            raise OptionError(PATH, f"is required: .load('<store root>') or option '{BROKERS}'")
+            raise OptionError(PATH, f"is required: .load('<store root>') or option '{BROKERS}' (local mode), "
+                                    f"or option '{NAME_SERVER}' (network mode)")
         name = given.get(BROKER_NAME, "")
         if BROKER_NAME in given and not _NAME.match(name):
             raise OptionError(BROKER_NAME, "must be a non-empty RocketMQ name", name)

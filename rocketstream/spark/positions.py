@@ -20,6 +20,7 @@ from rocketstream.client.offset_ranges import QueueKey
 from rocketstream.errors import DataLossError, OptionError, RocketStreamError
 from rocketstream.spark import options as opt
 from rocketstream.spark.broker_view import (
+    BrokerLocation,
     BrokerView,
     LocalBroker,
     QueueBounds,
@@ -45,9 +46,14 @@ Offsets = dict[QueueKey, int]
 Views = Mapping[str, BrokerView]
 
 
-def resolve_broker_names(options: RocketMQOptions) -> tuple[LocalBroker, ...]:
-    """The brokers to read. An unnamed ``load(path)`` store is called by conf/broker.conf's brokerName when
-    it is the configured default store, else by its directory's name."""
+def resolve_broker_names(options: RocketMQOptions) -> tuple[BrokerLocation, ...]:
+    """The brokers to read. Network mode: every broker with a readable queue of the topics in the name
+    server's routes. Local mode: an unnamed ``load(path)`` store is called by conf/broker.conf's brokerName
+    when it is the configured default store, else by its directory's name."""
+    if options.name_server is not None:
+        from rocketstream.spark.network_view import resolve_network_brokers
+
+        return resolve_network_brokers(options.name_server, options.topics, options.consumer_group)
     return tuple(LocalBroker(name or _default_broker_name(root), str(root), options.broker_addr)
                  for name, root in options.brokers)
 

@@ -1,0 +1,492 @@
+"""Network mode: a :class:`~rocketstream.spark.broker_view.BrokerView` over a broker's address (RocketMQ's
+remoting protocol through :class:`rocketstream.client.api.MQClientAPI`), for any RocketMQ cluster reachable
+by name server — ours or Apache's.
+
+* The driver asks the name server for each topic's route (GET_ROUTEINFO_BY_TOPIC): every broker with a
+  queue data that has the READ permission bit becomes a :class:`NetworkBroker` location carrying its address
+  and its readable queue ids (``0 .. readQueueNums-1``, as ``topicRouteData2TopicSubscribeInfo``).
+* Planning: GET_MIN_OFFSET / GET_MAX_OFFSET (all queues of a broker at once, concurrently),
+  SEARCH_OFFSET_BY_TIMESTAMP, QUERY_CONSUMER_OFFSET and UPDATE_CONSUMER_OFFSET (answered, not oneway: a
+  commit that the broker did not take fails the query), so ``mqadmin consumerProgress`` shows the query's group.
+* Executors: PULL_MESSAGE of each queue range with the broker-side tag filter (subscription flag, no
+  suspend: a bounded range never long-polls), several queues of a task in flight at once, bodies decoded
+  with the vectorized codec straight into Arrow batches of the requested columns; rows past the range end
+  (the broker's tag scan may run ahead) are dropped, and a tag filter is re-checked exactly on TAGS.
+
+Executors need nothing but the location: the pickled :class:`NetworkBroker` holds the address. One asyncio
+loop thread per process carries every connection (:func:`_client`); views are cheap handles on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+import threading
+from collections.abc import Awaitable, Collection, Iterable, Iterator, Mapping, Sequence
+from typing import NamedTuple, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rocketstream.client.api import PULL_SYS_FLAG_LITE_PULL, PULL_SYS_FLAG_SUBSCRIPTION, MQClientAPI
+from rocketstream.client.common import PullStatus
+from rocketstream.client.route import PERM_READ, TopicRouteData
+from rocketstream.codec import (
+    FLAG_COMPRESSED,
+    MAGIC_V1,
+    MAGIC_V2,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    decompress_body,
+)
+from rocketstream.codec import vectorized as vz
+from rocketstream.errors import BodyError, CorruptStoreError, DataLossError, OptionError, RocketStreamError
+from rocketstream.spark.broker_view import QueueBounds
+from rocketstream.store import project_schema
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_S = 10.0
+PULL_TIMEOUT_S = 30.0
+# Messages asked for per pull: the broker answers with as many as its transfer limits allow
+# (maxTransferCountOnMessageInMemory / ...BytesOn..., 32 messages / 256 KiB by default on 4.9.8).
+PULL_MAX_NUMS = 1024
+# Stored bytes per Arrow batch (the 1-4 MiB range where PySpark's Arrow transfer is cheapest per row).
+BATCH_BYTES = 7 << 19
+# Queue ranges of one task pulled at once (each keeps one pull in flight ahead of the decoder).
+RANGES_IN_FLIGHT = 4
+_HEAD = struct.Struct(">ii")
+_PROPERTY_COLUMNS = {"msgId", "tags", "keys", "properties"}
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+# ---- the process's client ----------------------------------------------------------------------------
+
+class _Client:
+    """An event loop in a daemon thread plus the :class:`MQClientAPI` (connections by address) on it."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.api: MQClientAPI | None = None
+        self.apis: dict[str, MQClientAPI] = {}
+        thread = threading.Thread(target=self.loop.run_forever, name="rocketstream-spark-net", daemon=True)
+        thread.start()
+
+    def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)  # type: ignore[arg-type]
+
+    def submit(self, coro: Awaitable[T]) -> asyncio.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type, return-value]
+
+    def api_for(self, namesrv: str) -> MQClientAPI:
+        api = self.apis.get(namesrv)
+        if api is None:
+            api = self.apis[namesrv] = MQClientAPI(namesrv)
+        return api
+
+
+_CLIENT: _Client | None = None
+_CLIENT_LOCK = threading.Lock()
+
+
+def _client() -> _Client:
+    global _CLIENT
+    with _CLIENT_LOCK:
+        if _CLIENT is None or _CLIENT.pid != os.getpid():  # a forked worker gets its own loop
+            _CLIENT = _Client()
+        return _CLIENT
+
+
+# ---- routes -> locations ------------------------------------------------------------------------------
+
+class NetworkBroker(NamedTuple):
+    """A broker reached over the network (network mode): picklable, travels in every task."""
+
+    name: str
+    addr: str
+    namesrv: str
+    group: str  # the query's consumerGroup: pulls are made on its behalf (brokers check the group)
+    queues: tuple[tuple[str, tuple[int, ...]], ...]  # readable queue ids per topic (from the routes)
+
+    def open(self) -> NetworkBrokerView:
+        return NetworkBrokerView(self)
+
+
+def resolve_network_brokers(namesrv: str, topics: Sequence[str], group: str) -> tuple[NetworkBroker, ...]:
+    """The brokers holding readable queues of ``topics``, by the name server's routes. A topic without a
+    route is an OptionError naming it (a typo far more often than a topic yet to be created)."""
+    client = _client()
+    api = client.api_for(namesrv)
+
+    async def routes() -> list[TopicRouteData | None]:
+        return list(await asyncio.gather(*(api.get_route(t, REQUEST_TIMEOUT_S) for t in topics)))
+
+    try:
+        found = client.run(routes())
+    except RocketStreamError as exc:
+        raise RocketStreamError(f"name server {namesrv}: cannot read the routes of {', '.join(topics)}: {exc}") from exc
+    missing = [t for t, r in zip(topics, found, strict=True) if r is None]
+    if missing:
+        raise OptionError("topic", f"name server {namesrv} has no route for topic {', '.join(missing)}")
+    addrs: dict[str, str] = {}
+    queues: dict[str, dict[str, tuple[int, ...]]] = {}
+    for topic, route in zip(topics, found, strict=True):
+        assert route is not None
+        for qd in route.queue_datas:
+            if not qd.perm & PERM_READ or qd.read_queue_nums <= 0:
+                continue
+            bd = route.broker(qd.broker_name)
+            addr = bd.master_addr() or bd.select_addr() if bd is not None else None
+            if addr is None:
+                continue  # no broker address yet: the queues are unreachable (as the Java client skips them)
+            addrs[qd.broker_name] = addr
+            queues.setdefault(qd.broker_name, {})[topic] = tuple(range(qd.read_queue_nums))
+    if not queues:
+        raise OptionError("topic", f"no broker serves a readable queue of {', '.join(topics)} "
+                                   f"(name server {namesrv}; read permission or addresses missing)")
+    return tuple(NetworkBroker(name, addrs[name], namesrv, group, tuple(sorted(queues[name].items())))
+                 for name in sorted(queues))
+
+
+# ---- the view ----------------------------------------------------------------------------------------
+
+class NetworkBrokerView:
+    """:class:`BrokerView` over one broker's address; methods block on the process's client loop."""
+
+    def __init__(self, location: NetworkBroker) -> None:
+        self.location = location
+        self._client = _client()
+        self.api = self._client.api_for(location.namesrv)
+        self._queues = dict(location.queues)
+
+    @property
+    def broker_name(self) -> str:
+        return self.location.name
+
+    @property
+    def addr(self) -> str:
+        return self.location.addr
+
+    def _run(self, coro: Awaitable[T]) -> T:
+        return self._client.run(coro)
+
+    def topics(self) -> list[str]:
+        return sorted(self._queues)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return list(self._queues.get(topic, ()))
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        return self._run(self.api.min_offset(self.addr, topic, queue_id, REQUEST_TIMEOUT_S))
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self._run(self.api.max_offset(self.addr, topic, queue_id, REQUEST_TIMEOUT_S))
+
+    def queue_bounds(self, topic: str, queue_ids: Sequence[int]) -> dict[int, QueueBounds]:
+        """[min, max) of many queues in one round of concurrent requests."""
+        async def ask() -> list[int]:
+            calls = [self.api.min_offset(self.addr, topic, q, REQUEST_TIMEOUT_S) for q in queue_ids]
+            calls += [self.api.max_offset(self.addr, topic, q, REQUEST_TIMEOUT_S) for q in queue_ids]
+            return list(await asyncio.gather(*calls))
+
+        values = self._run(ask())
+        n = len(queue_ids)
+        return {q: QueueBounds(values[i], values[n + i]) for i, q in enumerate(queue_ids)}
+
+    def message_sizes(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray:
+        raise OptionError("maxBytesPerTrigger", "is not supported in network mode (message sizes are not served "
+                                                "to clients before a pull)")
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """First offset stored at or after ``timestamp_ms`` (max when none). A 4.x broker answers the last
+        message's offset for a time after every message, so the answer is checked against that message."""
+        async def ask() -> int:
+            found = await self.api.search_offset(self.addr, topic, queue_id, timestamp_ms, REQUEST_TIMEOUT_S)
+            high = await self.api.max_offset(self.addr, topic, queue_id, REQUEST_TIMEOUT_S)
+            if found >= high or found < 0:
+                return high
+            ts = await self._store_time(topic, queue_id, found)
+            return found + 1 if ts is not None and ts < timestamp_ms else found
+
+        return self._run(ask())
+
+    async def _store_time(self, topic: str, queue_id: int, offset: int) -> int | None:
+        result = await self.api.pull(self.addr, group=self.location.group, topic=topic, queue_id=queue_id,
+                                     offset=offset, max_nums=1, sys_flag=_PULL_FLAGS, subscription="*",
+                                     timeout=PULL_TIMEOUT_S)
+        if result.status is not PullStatus.FOUND or not result.body:
+            return None
+        return int(struct.unpack_from(">q", result.body, _STORE_TIMESTAMP_POS)[0]) if len(result.body) > 64 else None
+
+    def read_range(self, topic: str, queue_id: int, start: int, end: int, *, columns: Sequence[str],
+                   tags: Collection[str] | None, check_crc: bool) -> Iterator[pa.RecordBatch]:
+        return self.read_ranges([(topic, queue_id, start, end)], columns=columns, tags=tags, check_crc=check_crc)
+
+    def read_ranges(self, ranges: Sequence[tuple[str, int, int, int]], *, columns: Sequence[str],
+                    tags: Collection[str] | None, check_crc: bool,
+                    fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
+        """Batches of every range ``(topic, queueId, start, end)`` in order; up to :data:`RANGES_IN_FLIGHT`
+        ranges are pulled concurrently, each one chunk ahead of the decoder."""
+        pullers = [_RangePuller(self, t, q, s, e, tags, fail_on_data_loss) for t, q, s, e in ranges if e > s]
+        decoder = _Decoder(project_schema(list(columns)), self.broker_name, tags, check_crc, self.addr)
+        pending: dict[int, asyncio.Future[list[bytes]]] = {}
+        try:
+            for i, puller in enumerate(pullers):
+                for j in range(i, min(i + RANGES_IN_FLIGHT, len(pullers))):
+                    if j not in pending and not pullers[j].done:
+                        pending[j] = self._client.submit(pullers[j].next_chunk())
+                while i in pending:
+                    bodies = pending.pop(i).result()
+                    if not puller.done:
+                        pending[i] = self._client.submit(puller.next_chunk())
+                    if bodies:
+                        batch = decoder.decode(b"".join(bodies) if len(bodies) > 1 else bodies[0], puller.topic,
+                                               puller.queue_id, puller.start, puller.end)
+                        if batch.num_rows:
+                            yield batch
+        finally:
+            for fut in pending.values():
+                fut.cancel()
+
+    def query_offsets(self, group: str, topic: str, queue_ids: Iterable[int]) -> dict[int, int]:
+        ids = list(queue_ids)
+
+        async def ask() -> list[int | None]:
+            return list(await asyncio.gather(*(self.api.query_offset(self.addr, group, topic, q, REQUEST_TIMEOUT_S)
+                                               for q in ids)))
+
+        return {q: -1 if o is None else o for q, o in zip(ids, self._run(ask()), strict=True)}
+
+    def commit_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
+        async def send() -> None:
+            await asyncio.gather(*(self.api.update_offset(self.addr, group, topic, q, o, oneway=False,
+                                                          timeout=REQUEST_TIMEOUT_S)
+                                   for topic, queues in offsets.items() for q, o in queues.items()))
+
+        if any(offsets.values()):
+            self._run(send())
+
+    def close(self) -> None:
+        pass  # connections stay with the process's client for the next view
+
+    def __repr__(self) -> str:
+        return f"NetworkBrokerView({self.broker_name!r}, {self.addr!r})"
+
+
+_PULL_FLAGS = PULL_SYS_FLAG_SUBSCRIPTION | PULL_SYS_FLAG_LITE_PULL  # no commit, no suspend (no long polling)
+_STORE_TIMESTAMP_POS = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8  # TOTALSIZE..BORNHOST(v4): STORETIMESTAMP
+
+
+class _RangePuller:
+    """Pulls ``[start, end)`` of one queue, a chunk of about :data:`BATCH_BYTES` per call."""
+
+    def __init__(self, view: NetworkBrokerView, topic: str, queue_id: int, start: int, end: int,
+                 tags: Collection[str] | None, fail_on_data_loss: bool) -> None:
+        self.view, self.topic, self.queue_id, self.start, self.end = view, topic, queue_id, start, end
+        self.offset = start
+        self.subscription = " || ".join(sorted(tags)) if tags else "*"
+        self.fail_on_data_loss = fail_on_data_loss
+        self.done = False
+
+    async def next_chunk(self) -> list[bytes]:
+        bodies: list[bytes] = []
+        size = 0
+        view = self.view
+        while self.offset < self.end and size < BATCH_BYTES:
+            result = await view.api.pull(
+                view.addr, group=view.location.group, topic=self.topic, queue_id=self.queue_id, offset=self.offset,
+                max_nums=min(self.end - self.offset, PULL_MAX_NUMS), sys_flag=_PULL_FLAGS,
+                subscription=self.subscription, timeout=PULL_TIMEOUT_S)
+            status = result.status
+            if status is PullStatus.FOUND and result.body:
+                bodies.append(result.body)
+                size += len(result.body)
+            elif status is PullStatus.OFFSET_ILLEGAL:  # PULL_OFFSET_MOVED: below min or beyond max
+                if self.offset < result.min_offset:
+                    self._lost(result.min_offset)
+                    continue
+                raise DataLossError(
+                    f"{self._where()}: offset {self.offset} is beyond the broker's max offset {result.max_offset} "
+                    f"({view.addr}): the planned offsets do not belong to this broker (was it reset?)",
+                    topic=self.topic, broker_name=view.broker_name, queue_id=self.queue_id,
+                    lost_from=result.max_offset, lost_to=self.end)
+            elif status is PullStatus.NO_NEW_MSG:
+                if result.next_begin_offset > self.offset:  # entries whose messages are gone (OFFSET_FOUND_NULL)
+                    self._lost(result.next_begin_offset)
+                    continue
+                raise DataLossError(
+                    f"{self._where()}: offsets [{self.offset}, {self.end}) were planned but the broker "
+                    f"{view.addr} has none (max offset {result.max_offset}): was the broker reset?",
+                    topic=self.topic, broker_name=view.broker_name, queue_id=self.queue_id,
+                    lost_from=self.offset, lost_to=self.end)
+            if result.next_begin_offset <= self.offset:
+                raise BodyError(f"{self._where()}: pull at {self.offset} did not advance "
+                                f"(nextBeginOffset {result.next_begin_offset})", addr=view.addr)
+            self.offset = result.next_begin_offset  # NO_MATCHED_MSG (all filtered by tag) just moves on
+        if self.offset >= self.end:
+            self.done = True
+        return bodies
+
+    def _where(self) -> str:
+        return f"topic {self.topic!r} on broker {self.view.broker_name!r} queue {self.queue_id}"
+
+    def _lost(self, resume: int) -> None:
+        """Messages ``[offset, resume)`` are gone: DataLossError (failOnDataLoss) or a logged skip."""
+        lost_to = min(resume, self.end)
+        message = f"messages [{self.offset}, {lost_to}) of {self._where()} are gone (removed by retention)"
+        if self.fail_on_data_loss:
+            raise DataLossError(message + "; set failOnDataLoss=false to skip them", topic=self.topic,
+                                broker_name=self.view.broker_name, queue_id=self.queue_id,
+                                lost_from=self.offset, lost_to=lost_to)
+        log.warning("%s; continuing at offset %d (failOnDataLoss=false)", message, resume)
+        self.offset = resume
+
+
+# ---- pull bodies -> Arrow ----------------------------------------------------------------------------
+
+def record_starts(body: bytes, addr: str | None = None) -> np.ndarray:
+    """Start of every record of a pull body (stored records back to back)."""
+    starts: list[int] = []
+    pos, n = 0, len(body)
+    unpack = _HEAD.unpack_from
+    while pos < n:
+        if pos + 8 > n:
+            raise BodyError(f"pull body: truncated record header at byte {pos}", addr=addr)
+        size, magic = unpack(body, pos)
+        if magic != MAGIC_V1 and magic != MAGIC_V2:
+            raise BodyError(f"pull body: record at byte {pos} has magic code {magic:#x}", addr=addr)
+        if size <= 8 or pos + size > n:
+            raise BodyError(f"pull body: record at byte {pos} has size {size} beyond the body ({n} bytes)", addr=addr)
+        starts.append(pos)
+        pos += size
+    return np.asarray(starts, dtype=np.int64)
+
+
+class _Decoder:
+    """Pull bodies of one view to RecordBatches of ``schema`` (MessageExt field names)."""
+
+    def __init__(self, schema: pa.Schema, broker_name: str, tags: Collection[str] | None, check_crc: bool,
+                 addr: str) -> None:
+        self.schema = schema
+        self.names = set(schema.names)
+        self.broker_name = broker_name
+        self.tag_set = frozenset(tags) if tags else None
+        self.check_crc = check_crc
+        self.addr = addr
+        self.parse_props = bool(self.names & _PROPERTY_COLUMNS) or self.tag_set is not None
+        self.wanted = tuple(p for p, need in ((PROPERTY_TAGS, "tags" in self.names or self.tag_set is not None),
+                                             (PROPERTY_KEYS, "keys" in self.names),
+                                             (PROPERTY_UNIQ_KEY, "msgId" in self.names)) if need)
+
+    def decode(self, body: bytes, topic: str, queue_id: int, start: int, end: int) -> pa.RecordBatch:
+        buf = vz.as_uint8(body)
+        rel = record_starts(body, self.addr)
+        h = vz.decode_headers(buf, rel, topic_len_hint=len(topic.encode("utf-8")))
+        problems = vz.record_problems(buf, h, rel, check_ports=True, check_position=False)
+        bad = vz.any_problem(problems)
+        if bad.any():
+            i = int(np.argmax(bad))
+            reasons = [vz.PROBLEM_DESCRIPTIONS[k] for k, m in problems.items() if m[i]]
+            raise BodyError(f"pull body of {topic}:{queue_id}: record at byte {int(rel[i])} does not decode: "
+                            f"{'; '.join(reasons)}", addr=self.addr)
+        qoff = h["queue_offset"].astype(np.int64)
+        keep = (qoff >= start) & (qoff < end) & (h["queue_id"] == queue_id)
+        props = tag_col = keys_col = uniq_col = None
+        if self.parse_props:
+            raw = vz.gather_segments(buf, h["props_pos"], h["props_len"], pa.binary())
+            props, wanted = vz.parse_properties(vz.properties_text(raw), self.wanted)
+            tag_col, keys_col, uniq_col = (wanted.get(PROPERTY_TAGS), wanted.get(PROPERTY_KEYS),
+                                           wanted.get(PROPERTY_UNIQ_KEY))
+            if self.tag_set is not None:  # the broker filters by tag hash code: check the TAGS string
+                hit = pc.fill_null(pc.is_in(tag_col, value_set=pa.array(sorted(self.tag_set), pa.string())), False)
+                keep &= hit.to_numpy(zero_copy_only=False)
+        if not keep.all():
+            sel = np.flatnonzero(keep)
+            h = {k: v[sel] if isinstance(v, np.ndarray) and v.ndim else v for k, v in h.items()}
+            index = vz.numeric_array(sel)
+            props, tag_col, keys_col, uniq_col = (None if a is None else a.take(index)
+                                                  for a in (props, tag_col, keys_col, uniq_col))
+        if self.check_crc:
+            crc_bad = vz.body_crc_mismatches(buf, h)
+            if crc_bad.any():
+                i = int(np.argmax(crc_bad))
+                raise CorruptStoreError(f"BODYCRC mismatch in a pull body from {self.addr}: {topic}:{queue_id} "
+                                        f"offset {int(h['queue_offset'][i])}, stored {int(h['body_crc'][i])}",
+                                        offset=int(h["physical_offset"][i]))
+        return self._assemble(buf, h, topic, queue_id, props, tag_col, keys_col, uniq_col)
+
+    def _assemble(self, buf: np.ndarray, h: dict[str, np.ndarray], topic: str, queue_id: int,
+                  props: pa.Array | None, tags: pa.Array | None, keys: pa.Array | None,
+                  uniq: pa.Array | None) -> pa.RecordBatch:
+        n = len(h["queue_offset"])
+        offset_ids = None
+        arrays: list[pa.Array] = []
+        for name in self.schema.names:
+            if name == "topic":
+                arr = vz.repeat_string(topic, n)
+            elif name == "brokerName":
+                arr = vz.repeat_string(self.broker_name, n)
+            elif name == "queueId":
+                arr = vz.numeric_array(np.full(n, queue_id, dtype=np.int32), pa.int32())
+            elif name == "queueOffset":
+                arr = vz.numeric_array(h["queue_offset"])
+            elif name == "commitLogOffset":
+                arr = vz.numeric_array(h["physical_offset"])
+            elif name == "storeSize":
+                arr = vz.numeric_array(h["total_size"], pa.int32())
+            elif name == "msgId" and uniq is not None and uniq.null_count == 0:
+                arr = uniq
+            elif name in ("msgId", "offsetMsgId"):
+                if offset_ids is None:
+                    offset_ids = vz.offset_msg_ids(buf, h["store_host_pos"], h["store_v6"], h["physical_offset"],
+                                                    h.get("store_key"))
+                arr = offset_ids if name == "offsetMsgId" else pc.coalesce(uniq, offset_ids)
+            elif name == "tags":
+                arr = tags
+            elif name == "keys":
+                arr = keys
+            elif name == "body":
+                arr = self._bodies(buf, h)
+            elif name == "properties":
+                arr = props
+            elif name in ("bornTimestamp", "storeTimestamp"):
+                micros = np.asarray(h["born_timestamp" if name == "bornTimestamp" else "store_timestamp"],
+                                    dtype=np.int64) * 1000
+                arr = pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(micros)])
+            elif name in ("bornHost", "storeHost"):
+                side = name[:-4]
+                arr = vz.host_strings(buf, h[f"{side}_host_pos"], h[f"{side}_v6"], h.get(f"{side}_key"))
+            elif name == "sysFlag":
+                arr = vz.numeric_array(h["sys_flag"], pa.int32())
+            elif name == "bodyCRC":
+                arr = vz.numeric_array(h["body_crc"], pa.int32())
+            elif name == "reconsumeTimes":
+                arr = vz.numeric_array(h["reconsume_times"], pa.int32())
+            elif name == "flag":
+                arr = vz.numeric_array(h["flag"], pa.int32())
+            else:  # preparedTransactionOffset
+                arr = vz.numeric_array(h["prepared_transaction_offset"])
+            arrays.append(arr)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _bodies(self, buf: np.ndarray, h: dict[str, np.ndarray]) -> pa.Array:
+        stored = vz.gather_segments(buf, h["body_pos"], h["body_len"], pa.binary())
+        compressed = np.flatnonzero(h["sys_flag"] & FLAG_COMPRESSED)
+        if len(compressed) == 0:
+            return stored
+        values = stored.to_pylist()
+        for i in compressed.tolist():
+            try:
+                values[i] = decompress_body(values[i], int(h["sys_flag"][i]))
+            except CorruptStoreError as exc:
+                raise BodyError(f"pull body: queue offset {int(h['queue_offset'][i])}: {exc}", addr=self.addr) from exc
+        return pa.array(values, pa.binary())
+
+
+__all__ = ["NetworkBroker", "NetworkBrokerView", "record_starts", "resolve_network_brokers"]
