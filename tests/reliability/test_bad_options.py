@@ -107,6 +107,10 @@ CASES = [
     Case("brokers-and-brokerName", {"brokers": "broker-a=/tmp/x", "brokerName": "b"}, ("brokerName", "brokers"),
          path=None),
     Case("brokers-malformed", {"brokers": "broker-a:/tmp/x"}, ("brokers", "broker-a:/tmp/x"), path=None),
+    # network mode and the live-broker address
+    Case("brokerAddr-no-port", {"brokerAddr": "nohost"}, ("brokerAddr", "nohost")),
+    Case("nameServer-and-path", {"nameServer": "127.0.0.1:9876"}, ("path", "nameServer")),
+    Case("namesrvAddr-malformed", {"namesrvAddr": "abc"}, ("namesrvAddr", "abc"), path=None),
     Case("consumeTimestamp-without-from-timestamp", {"consumeTimestamp": "20240101000000"},
          ("consumeTimestamp", "consumeFromWhere")),
     Case("allocateQueues-without-config", {"allocateQueues": "0,1"}, ("allocateQueues", "allocateStrategy")),
