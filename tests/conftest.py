@@ -99,3 +99,31 @@ def copy_of(tmp_path_factory):
     def copy(src: Path, name: str = "store") -> Path:
         return make_store.copy_store(src, tmp_path_factory.mktemp(name) / "store")
     return copy
+
+
+# --- a name server + broker, "ours" (rocketstream serve) and "java" (the real Apache RocketMQ 4.9.8), each
+# started once per session with the same settings (tests/broker/java_fixtures.py); "java" is skipped only
+# when Java or the distribution is missing. Used by tests/client and the Spark network tests.
+BROKER_KINDS = ["ours", "java"]
+
+
+@pytest.fixture(scope="session", params=BROKER_KINDS)
+def mq_broker(request, tmp_path_factory):
+    from tests.broker import java_fixtures
+    from tests.realbroker import peers
+
+    kind = request.param
+    if kind == "java":
+        try:
+            peers.find_java()
+            peers.find_dist()
+        except peers.JavaUnavailable as exc:
+            pytest.skip(f"real broker unavailable: {exc}")
+    home = tmp_path_factory.mktemp(f"client-{kind}")
+    target = java_fixtures._start_java(home) if kind == "java" else java_fixtures.start_ours(home)
+    try:
+        yield target
+    finally:
+        java_fixtures.stop(target, clean=(kind == "ours"))
+
+

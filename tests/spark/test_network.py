@@ -1,5 +1,5 @@
 """Network mode (``.option("nameServer", ...)``) against our broker and the real Apache RocketMQ 4.9.8
-(``mq_broker`` of tests/client/conftest.py: ours, java): rows equal local mode over the same store and what
+(``mq_broker`` of tests/conftest.py: ours, java): rows equal local mode over the same store and what
 was sent; ranges, tags, timestamps; streaming with the group's offsets committed to the broker (read back
 with GET_CONSUME_STATS, as mqadmin consumerProgress does) and a restart from the checkpoint; bad options."""
 
@@ -17,14 +17,13 @@ from rocketstream.client.admin import consume_stats
 from rocketstream.client.api import MQClientAPI
 from rocketstream.errors import OptionError
 from rocketstream.spark.options import parse_options
-from tests.client.conftest import mq_broker  # noqa: F401  (the session fixture: ours + java)
 from tests.client.scenario_util import produce, unique
 
 TAGS = ["a", "b", None]
 
 
 @pytest.fixture(scope="module")
-def sent(mq_broker):  # noqa: F811
+def sent(mq_broker):
     """A topic of 60 messages (tags a, b, none in turn) on 4 queues; the send results and the times around."""
     topic = unique("NetT")
     before = int(time.time() * 1000)
