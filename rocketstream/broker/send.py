@@ -11,13 +11,15 @@ client's socket address, properties as sent plus ``CLUSTER`` and without ``WAIT`
 offsetMsgId(s), queue id and queue offset, and the ``MSG_REGION`` / ``TRACE_ON`` extFields the Java
 producer reads without a null check.
 
-Every put goes through ``MessageStore.put_*``, whose put listeners wake held pulls (pull.py).
+Every put goes through ``MessageStore.put_*``, whose put listeners wake held pulls (pull.py). Under
+SYNC_FLUSH a put whose ``WAIT`` is true is answered once the flush thread has synced it (flush.py).
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -230,7 +232,32 @@ def _put_response(controller: BrokerContext, request: RemotingCommand, result: P
     return _response(controller, request, ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR" + reason)
 
 
-def send_message(controller: BrokerContext, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+def _wait_store_msg_ok(props: dict[str, str]) -> bool:
+    """``Message.isWaitStoreMsgOK``: the ``WAIT`` property, true when absent."""
+    wait = props.get(codec.PROPERTY_WAIT)
+    return wait is None or wait.lower() == "true"
+
+
+def _answer(controller: BrokerContext, request: RemotingCommand, result: PutMessageResult, queue_id: int,
+            wait: bool) -> RemotingCommand | Awaitable[RemotingCommand]:
+    """The response now, or - SYNC_FLUSH, a put that waits for the store (``handleDiskFlush``) - once the
+    flush thread has synced the put's bytes (flush.py; the loop serves other requests meanwhile)."""
+    flusher = controller.flusher
+    if (wait and flusher is not None and result.status is PutMessageStatus.PUT_OK
+            and controller.store.config.sync_flush):
+        return _answer_when_durable(controller, request, result, queue_id)
+    return _put_response(controller, request, result, queue_id)
+
+
+async def _answer_when_durable(controller: BrokerContext, request: RemotingCommand, result: PutMessageResult,
+                               queue_id: int) -> RemotingCommand:
+    if not await controller.flusher.wait_durable(result.physical_offset + result.wrote_bytes):
+        result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+    return _put_response(controller, request, result, queue_id)
+
+
+def send_message(controller: BrokerContext, channel: Channel,
+                 request: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
     """Codes 10 and 310 (one message) and 320 (a batch)."""
     header = SendHeader.decode(request)
     tc, error = _msg_check(controller, channel, request, header)
@@ -256,6 +283,7 @@ def send_message(controller: BrokerContext, channel: Channel, request: RemotingC
     # 4.9.8 stores no WAIT for single messages (9 bytes saved) - but a delayed message's properties string is
     # rebuilt from the map, WAIT included, when CommitLog.putMessage rewrites it to SCHEDULE_TOPIC_XXXX
     # (seen in stores the real broker wrote: SCHEDULE_TOPIC_XXXX records carry WAIT=true, others none)
+    wait = _wait_store_msg_ok(props)
     delay_text = props.get(codec.PROPERTY_DELAY, "0").strip()
     if not (delay_text.isdigit() and int(delay_text) > 0):
         props.pop(codec.PROPERTY_WAIT, None)
@@ -268,11 +296,12 @@ def send_message(controller: BrokerContext, channel: Channel, request: RemotingC
     if dlq_queue is not None:
         queue_id = dlq_queue
     result = controller.store.put_message(msg, queue_id)
-    return _put_response(controller, request, result, queue_id)
+    return _answer(controller, request, result, queue_id, wait)
 
 
 def _send_batch(controller: BrokerContext, channel: Channel, request: RemotingCommand, header: SendHeader,
-                tc: TopicConfig, queue_id: int, sys_flag: int, batch_props: dict[str, str]) -> RemotingCommand:
+                tc: TopicConfig, queue_id: int, sys_flag: int,
+                batch_props: dict[str, str]) -> RemotingCommand | Awaitable[RemotingCommand]:
     """``sendBatchMessage``: the body is ``MessageDecoder.encodeMessages``' concatenation; the batch's own
     properties (header ``i``: ``WAIT``) and ``CLUSTER`` are appended to each inner message's
     (``MessageExtEncoder.encode(MessageExtBatch)``)."""
@@ -304,7 +333,7 @@ def _send_batch(controller: BrokerContext, channel: Channel, request: RemotingCo
                             & ~codec.COMPRESSION_TYPE_MASK,
                             reconsume_times=header.reconsume_times or 0, as_sent=True))
     result = controller.store.put_messages(msgs, queue_id)
-    return _put_response(controller, request, result, queue_id)
+    return _answer(controller, request, result, queue_id, _wait_store_msg_ok(batch_props))
 
 
 def register(controller: BrokerContext) -> None:
