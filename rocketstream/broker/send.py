@@ -40,7 +40,7 @@ from rocketstream.remoting.codes import RequestCode, ResponseCode
 from rocketstream.remoting.command import RemotingCommand
 from rocketstream.store.write.messages import Message, PutMessageResult, PutMessageStatus
 
-__all__ = ["SendHeader", "register", "send_message", "born_host_of", "FAQ_APPLY_TOPIC"]
+__all__ = ["SendHeader", "register", "send_message", "born_host_of", "batch_messages", "FAQ_APPLY_TOPIC"]
 
 log = logging.getLogger("rocketstream.broker")
 
@@ -304,36 +304,53 @@ def _send_batch(controller: BrokerContext, channel: Channel, request: RemotingCo
                 batch_props: dict[str, str]) -> RemotingCommand | Awaitable[RemotingCommand]:
     """``sendBatchMessage``: the body is ``MessageDecoder.encodeMessages``' concatenation; the batch's own
     properties (header ``i``: ``WAIT``) and ``CLUSTER`` are appended to each inner message's
-    (``MessageExtEncoder.encode(MessageExtBatch)``)."""
+    (``MessageExtEncoder.encode(MessageExtBatch)``). The store takes the body as a whole when it can
+    (``MessageStore.put_raw_batch``); otherwise - and to word a refusal - one ``Message`` per inner message."""
     if len(header.topic) > 127:
         return _response(controller, request, ResponseCode.MESSAGE_ILLEGAL,
                          f"message topic length too long {len(header.topic)}")
     if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         return _response(controller, request, ResponseCode.MESSAGE_ILLEGAL,
                          f"batch request does not support retry group {header.topic}")
-    try:
-        entries = codec.decode_batch_body(request.body or b"")
-    except CorruptStoreError as exc:
-        return _response(controller, request, ResponseCode.MESSAGE_ILLEGAL, f"the batch body does not decode: {exc}")
-    if not entries:
-        return _response(controller, request, ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
     batch_props = dict(batch_props)
     batch_props[PROPERTY_CLUSTER] = controller.config.broker_cluster_name
     born_host = born_host_of(channel)
+    sys_flag = sys_flag & ~codec.TRANSACTION_MASK & ~codec.FLAG_COMPRESSED & ~codec.COMPRESSION_TYPE_MASK
+    wait = _wait_store_msg_ok(batch_props)
+    result = controller.store.put_raw_batch(header.topic, queue_id, request.body or b"", batch_properties=batch_props,
+                                            sys_flag=sys_flag, born_timestamp=header.born_timestamp,
+                                            born_host=born_host, reconsume_times=header.reconsume_times or 0)
+    if result is not None:
+        return _answer(controller, request, result, queue_id, wait)
+    msgs = batch_messages(header.topic, request.body or b"", batch_props, sys_flag=sys_flag,
+                          born_timestamp=header.born_timestamp, born_host=born_host,
+                          reconsume_times=header.reconsume_times or 0)
+    if isinstance(msgs, str):
+        return _response(controller, request, ResponseCode.MESSAGE_ILLEGAL, msgs)
+    result = controller.store.put_messages(msgs, queue_id)
+    return _answer(controller, request, result, queue_id, wait)
+
+
+def batch_messages(topic: str, body: bytes, batch_props: dict[str, str], *, sys_flag: int, born_timestamp: int,
+                   born_host: HostAddress, reconsume_times: int) -> list[Message] | str:
+    """The general path's messages of a batch body (each inner message's properties, then ``batch_props``),
+    or the reason the batch is refused."""
+    try:
+        entries = codec.decode_batch_body(body)
+    except CorruptStoreError as exc:
+        return f"the batch body does not decode: {exc}"
+    if not entries:
+        return "the batch body holds no message"
     msgs = []
     for entry in entries:
         props = dict(entry.properties)
         props.update(batch_props)
         if int(props.get(codec.PROPERTY_DELAY, "0") or 0) > 0:
-            return _response(controller, request, ResponseCode.MESSAGE_ILLEGAL,
-                             "TimeDelayLevel is not supported for batch")
-        msgs.append(Message(topic=header.topic, body=entry.body, properties=props, flag=entry.flag,
-                            born_timestamp=header.born_timestamp, born_host=born_host,
-                            sys_flag=sys_flag & ~codec.TRANSACTION_MASK & ~codec.FLAG_COMPRESSED
-                            & ~codec.COMPRESSION_TYPE_MASK,
-                            reconsume_times=header.reconsume_times or 0, as_sent=True))
-    result = controller.store.put_messages(msgs, queue_id)
-    return _answer(controller, request, result, queue_id, _wait_store_msg_ok(batch_props))
+            return "TimeDelayLevel is not supported for batch"
+        msgs.append(Message(topic=topic, body=entry.body, properties=props, flag=entry.flag,
+                            born_timestamp=born_timestamp, born_host=born_host, sys_flag=sys_flag,
+                            reconsume_times=reconsume_times, as_sent=True))
+    return msgs
 
 
 def register(controller: BrokerContext) -> None:

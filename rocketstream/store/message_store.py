@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from operator import attrgetter
@@ -97,6 +97,7 @@ from rocketstream.store.write.messages import (
 )
 from rocketstream.store.write.put_batch import PreparedList, prepare_batch
 from rocketstream.store.write.put_columns import Bodies, build_columns
+from rocketstream.store.write.put_raw import build_raw_batch
 
 if TYPE_CHECKING:   # imported when first used (MessageStore.offsets)
     from rocketstream.store.meta.offsets import ConsumerOffsetManager
@@ -489,6 +490,23 @@ class MessageStore:
             # refuses what prepare_batch would, so put_messages' columnar attempt is skipped, not repeated.
             return self._put_prepared(_messages_of(topic, bodies, tags, keys, flag, born_timestamp, born_host),
                                       queue_id)
+        with self._lock:
+            return self._put(batch, topic, queue_id)
+
+    def put_raw_batch(self, topic: str, queue_id: int, body: bytes, *, batch_properties: Mapping[str, str],
+                      sys_flag: int, born_timestamp: int, born_host: HostAddress,
+                      reconsume_times: int = 0) -> PutMessageResult | None:
+        """A broker's SEND_BATCH_MESSAGE body stored as a whole (put_raw.py): what ``put_messages`` stores
+        for the messages the broker would make of it, or None (nothing stored) when the batch needs those
+        messages - the general rules, which also say what is wrong."""
+        self._check_writable()
+        cfg = self.config
+        batch = build_raw_batch(topic, queue_id, body, batch_properties=batch_properties, sys_flag=sys_flag,
+                                born_timestamp=born_timestamp, born_host=born_host,
+                                reconsume_times=reconsume_times, store_host=cfg.store_host,
+                                max_message_size=cfg.max_message_size)
+        if batch is None:
+            return None
         with self._lock:
             return self._put(batch, topic, queue_id)
 
