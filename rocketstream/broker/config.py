@@ -63,6 +63,7 @@ _PROPERTIES: dict[str, tuple[str, str]] = {
     "clusterTopicEnable": ("cluster_topic_enable", "bool"),
     "brokerTopicEnable": ("broker_topic_enable", "bool"),
     "flushIntervalCommitLog": ("flush_interval_commit_log", "int"),
+    "syncFlushTimeout": ("sync_flush_timeout", "int"),
     "channelExpiredTimeout": ("channel_expired_timeout", "int"),
 }
 
@@ -99,6 +100,7 @@ class BrokerConfig:
     cluster_topic_enable: bool = True
     broker_topic_enable: bool = True
     flush_interval_commit_log: int = 500            # ms, FlushRealTimeService's period (ASYNC_FLUSH)
+    sync_flush_timeout: int = 5000                  # ms, a SYNC_FLUSH send waits this long for its flush
     channel_expired_timeout: int = 120000           # ms, ConsumerManager/ProducerManager CHANNEL_EXPIRED_TIMEOUT
     conf_path: Path | None = field(default=None, compare=False)
     store_config: StoreConfig | None = field(default=None, compare=False, repr=False)

@@ -36,6 +36,7 @@ class BrokerContext(Protocol):
     pull_holds: PullRequestHoldService
     schedule: Any
     stats: BrokerStats
+    flusher: Any   # flush.FlushService once started
 
     @property
     def broker_addr(self) -> str: ...

@@ -4,16 +4,17 @@ asyncio loop (RocketMQ's ``BrokerController``: ``initialize`` / ``start`` / ``sh
 Start: bind the server (``brokerIP1:listenPort``), open the store for writing (its store host is that
 address: it is in every record and offsetMsgId), load topics, offsets and subscription groups, register
 the processors, start the services, register with every name server (REGISTER_BROKER with the
-``TopicConfigSerializeWrapper`` body), and only then log the ready line. Services: commit-log flush
-(``flushIntervalCommitLog``, ASYNC_FLUSH), consumer-offset persist every 5 s
+``TopicConfigSerializeWrapper`` body), and only then log the ready line. Services: store flush in a thread
+of its own (flush.py: every ``flushIntervalCommitLog``, and SYNC_FLUSH group commits), consumer-offset persist every 5 s
 (``flushConsumerOffsetInterval``), registration every 30 s (``registerNameServerPeriod``) and at once
 when a topic is created, client housekeeping (client_manager.py). Stop: UNREGISTER_BROKER, answer
 nothing more, persist offsets and groups, close the store (no ``abort`` left).
 
-All store calls run on the loop's thread. How in-process code puts messages so that held pulls wake:
-through ``controller.store.put_message`` / ``put_messages`` (or ``put_batch``) — the store calls its
-``put_listeners`` after every put with the queue's new max offset, and the controller's listener
-(:meth:`on_put`) wakes the PullRequestHoldService for that queue.
+All store calls run on the loop's thread, except the flush thread's fdatasync (flush.py). How
+in-process code puts messages so that held pulls wake: through ``controller.store.put_message`` /
+``put_messages`` (or ``put_batch``) — the store calls its ``put_listeners`` after every put with the
+queue's new max offset, and the controller's listener (:meth:`on_put`) wakes the PullRequestHoldService
+for that queue.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 from rocketstream.broker import acl, admin, client_manager, locks, pull, queries, send, send_back
 from rocketstream.broker.config import BrokerConfig
 from rocketstream.broker.consumer_manager import ConsumerManager, ProducerManager
+from rocketstream.broker.flush import FlushService
 from rocketstream.broker.hold import PullRequestHoldService
 from rocketstream.broker.offset_manager import BrokerOffsetManager
 from rocketstream.broker.rebalance_lock import RebalanceLockManager
@@ -80,7 +82,7 @@ class BrokerController:
         self._ns_channels: dict[str, Channel] = {}
         self._register_lock = asyncio.Lock()
         self._running = False
-        self._flushed_to = -1
+        self.flusher: FlushService | None = None   # made by start() once the store is open
 
     # --- helpers other modules use -----------------------------------------------------------------
     @property
@@ -135,10 +137,12 @@ class BrokerController:
             self.subscription_groups = SubscriptionGroupManager(self.store.root)
             self.subscription_groups.load()
             self.store.put_listeners.append(self.on_put)
+            self.flusher = FlushService(self.store, interval_ms=self.config.flush_interval_commit_log,
+                                        sync_timeout_ms=self.config.sync_flush_timeout)
             for module in (send, pull, queries, client_manager, locks):
                 module.register(self)
             self._wire_modules()
-            self.add_service(self._flush_service, "flush-commitlog")
+            self.add_service(self.flusher.run_periodic, "flush-commitlog")
             self.add_service(self._persist_service, "persist-offsets")
             self.add_service(self._register_service, "register-broker")
             self._running = True
@@ -172,6 +176,8 @@ class BrokerController:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._service_tasks.clear()
+        if self.flusher is not None:   # the flush in progress ends before anything is closed
+            await self.flusher.stop()
         self.pull_holds.stop()
         if self.schedule is not None:
             try:
@@ -194,19 +200,6 @@ class BrokerController:
                 self.store.close()
 
     # --- services ---------------------------------------------------------------------------------
-    async def _flush_service(self) -> None:
-        """FlushRealTimeService (ASYNC_FLUSH): msync what was appended since the last flush."""
-        period = max(self.config.flush_interval_commit_log, 10) / 1000.0
-        while True:
-            await asyncio.sleep(period)
-            end = self.store.commit_log_max_offset()
-            if end != self._flushed_to:
-                try:
-                    self.store.flush()
-                    self._flushed_to = end
-                except RocketStreamError:
-                    log.exception("flushing the store failed")
-
     async def _persist_service(self) -> None:
         """ConsumerOffsetManager.persist every flushConsumerOffsetInterval (5 s)."""
         period = max(self.config.flush_consumer_offset_interval, 100) / 1000.0

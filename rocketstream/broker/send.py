@@ -11,13 +11,15 @@ client's socket address, properties as sent plus ``CLUSTER`` and without ``WAIT`
 offsetMsgId(s), queue id and queue offset, and the ``MSG_REGION`` / ``TRACE_ON`` extFields the Java
 producer reads without a null check.
 
-Every put goes through ``MessageStore.put_*``, whose put listeners wake held pulls (pull.py).
+Every put goes through ``MessageStore.put_*``, whose put listeners wake held pulls (pull.py). Under
+SYNC_FLUSH a put whose ``WAIT`` is true is answered once the flush thread has synced it (flush.py).
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -38,7 +40,7 @@ from rocketstream.remoting.codes import RequestCode, ResponseCode
 from rocketstream.remoting.command import RemotingCommand
 from rocketstream.store.write.messages import Message, PutMessageResult, PutMessageStatus
 
-__all__ = ["SendHeader", "register", "send_message", "born_host_of", "FAQ_APPLY_TOPIC"]
+__all__ = ["SendHeader", "register", "send_message", "born_host_of", "batch_messages", "FAQ_APPLY_TOPIC"]
 
 log = logging.getLogger("rocketstream.broker")
 
@@ -230,7 +232,32 @@ def _put_response(controller: BrokerContext, request: RemotingCommand, result: P
     return _response(controller, request, ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR" + reason)
 
 
-def send_message(controller: BrokerContext, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+def _wait_store_msg_ok(props: dict[str, str]) -> bool:
+    """``Message.isWaitStoreMsgOK``: the ``WAIT`` property, true when absent."""
+    wait = props.get(codec.PROPERTY_WAIT)
+    return wait is None or wait.lower() == "true"
+
+
+def _answer(controller: BrokerContext, request: RemotingCommand, result: PutMessageResult, queue_id: int,
+            wait: bool) -> RemotingCommand | Awaitable[RemotingCommand]:
+    """The response now, or - SYNC_FLUSH, a put that waits for the store (``handleDiskFlush``) - once the
+    flush thread has synced the put's bytes (flush.py; the loop serves other requests meanwhile)."""
+    flusher = controller.flusher
+    if (wait and flusher is not None and result.status is PutMessageStatus.PUT_OK
+            and controller.store.config.sync_flush):
+        return _answer_when_durable(controller, request, result, queue_id)
+    return _put_response(controller, request, result, queue_id)
+
+
+async def _answer_when_durable(controller: BrokerContext, request: RemotingCommand, result: PutMessageResult,
+                               queue_id: int) -> RemotingCommand:
+    if not await controller.flusher.wait_durable(result.physical_offset + result.wrote_bytes):
+        result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+    return _put_response(controller, request, result, queue_id)
+
+
+def send_message(controller: BrokerContext, channel: Channel,
+                 request: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
     """Codes 10 and 310 (one message) and 320 (a batch)."""
     header = SendHeader.decode(request)
     tc, error = _msg_check(controller, channel, request, header)
@@ -256,6 +283,7 @@ def send_message(controller: BrokerContext, channel: Channel, request: RemotingC
     # 4.9.8 stores no WAIT for single messages (9 bytes saved) - but a delayed message's properties string is
     # rebuilt from the map, WAIT included, when CommitLog.putMessage rewrites it to SCHEDULE_TOPIC_XXXX
     # (seen in stores the real broker wrote: SCHEDULE_TOPIC_XXXX records carry WAIT=true, others none)
+    wait = _wait_store_msg_ok(props)
     delay_text = props.get(codec.PROPERTY_DELAY, "0").strip()
     if not (delay_text.isdigit() and int(delay_text) > 0):
         props.pop(codec.PROPERTY_WAIT, None)
@@ -268,43 +296,61 @@ def send_message(controller: BrokerContext, channel: Channel, request: RemotingC
     if dlq_queue is not None:
         queue_id = dlq_queue
     result = controller.store.put_message(msg, queue_id)
-    return _put_response(controller, request, result, queue_id)
+    return _answer(controller, request, result, queue_id, wait)
 
 
 def _send_batch(controller: BrokerContext, channel: Channel, request: RemotingCommand, header: SendHeader,
-                tc: TopicConfig, queue_id: int, sys_flag: int, batch_props: dict[str, str]) -> RemotingCommand:
+                tc: TopicConfig, queue_id: int, sys_flag: int,
+                batch_props: dict[str, str]) -> RemotingCommand | Awaitable[RemotingCommand]:
     """``sendBatchMessage``: the body is ``MessageDecoder.encodeMessages``' concatenation; the batch's own
     properties (header ``i``: ``WAIT``) and ``CLUSTER`` are appended to each inner message's
-    (``MessageExtEncoder.encode(MessageExtBatch)``)."""
+    (``MessageExtEncoder.encode(MessageExtBatch)``). The store takes the body as a whole when it can
+    (``MessageStore.put_raw_batch``); otherwise - and to word a refusal - one ``Message`` per inner message."""
     if len(header.topic) > 127:
         return _response(controller, request, ResponseCode.MESSAGE_ILLEGAL,
                          f"message topic length too long {len(header.topic)}")
     if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         return _response(controller, request, ResponseCode.MESSAGE_ILLEGAL,
                          f"batch request does not support retry group {header.topic}")
-    try:
-        entries = codec.decode_batch_body(request.body or b"")
-    except CorruptStoreError as exc:
-        return _response(controller, request, ResponseCode.MESSAGE_ILLEGAL, f"the batch body does not decode: {exc}")
-    if not entries:
-        return _response(controller, request, ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
     batch_props = dict(batch_props)
     batch_props[PROPERTY_CLUSTER] = controller.config.broker_cluster_name
     born_host = born_host_of(channel)
+    sys_flag = sys_flag & ~codec.TRANSACTION_MASK & ~codec.FLAG_COMPRESSED & ~codec.COMPRESSION_TYPE_MASK
+    wait = _wait_store_msg_ok(batch_props)
+    result = controller.store.put_raw_batch(header.topic, queue_id, request.body or b"", batch_properties=batch_props,
+                                            sys_flag=sys_flag, born_timestamp=header.born_timestamp,
+                                            born_host=born_host, reconsume_times=header.reconsume_times or 0)
+    if result is not None:
+        return _answer(controller, request, result, queue_id, wait)
+    msgs = batch_messages(header.topic, request.body or b"", batch_props, sys_flag=sys_flag,
+                          born_timestamp=header.born_timestamp, born_host=born_host,
+                          reconsume_times=header.reconsume_times or 0)
+    if isinstance(msgs, str):
+        return _response(controller, request, ResponseCode.MESSAGE_ILLEGAL, msgs)
+    result = controller.store.put_messages(msgs, queue_id)
+    return _answer(controller, request, result, queue_id, wait)
+
+
+def batch_messages(topic: str, body: bytes, batch_props: dict[str, str], *, sys_flag: int, born_timestamp: int,
+                   born_host: HostAddress, reconsume_times: int) -> list[Message] | str:
+    """The general path's messages of a batch body (each inner message's properties, then ``batch_props``),
+    or the reason the batch is refused."""
+    try:
+        entries = codec.decode_batch_body(body)
+    except CorruptStoreError as exc:
+        return f"the batch body does not decode: {exc}"
+    if not entries:
+        return "the batch body holds no message"
     msgs = []
     for entry in entries:
         props = dict(entry.properties)
         props.update(batch_props)
         if int(props.get(codec.PROPERTY_DELAY, "0") or 0) > 0:
-            return _response(controller, request, ResponseCode.MESSAGE_ILLEGAL,
-                             "TimeDelayLevel is not supported for batch")
-        msgs.append(Message(topic=header.topic, body=entry.body, properties=props, flag=entry.flag,
-                            born_timestamp=header.born_timestamp, born_host=born_host,
-                            sys_flag=sys_flag & ~codec.TRANSACTION_MASK & ~codec.FLAG_COMPRESSED
-                            & ~codec.COMPRESSION_TYPE_MASK,
-                            reconsume_times=header.reconsume_times or 0, as_sent=True))
-    result = controller.store.put_messages(msgs, queue_id)
-    return _put_response(controller, request, result, queue_id)
+            return "TimeDelayLevel is not supported for batch"
+        msgs.append(Message(topic=topic, body=entry.body, properties=props, flag=entry.flag,
+                            born_timestamp=born_timestamp, born_host=born_host, sys_flag=sys_flag,
+                            reconsume_times=reconsume_times, as_sent=True))
+    return msgs
 
 
 def register(controller: BrokerContext) -> None:

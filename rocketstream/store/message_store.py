@@ -3,7 +3,16 @@
 Flush model: ASYNC_FLUSH (default) leaves dirty pages to the OS and msyncs on ``flush()``,
 ``close()`` and whenever the commit log rolls to a new file (no background thread). SYNC_FLUSH
 msyncs the commit log before ``put_*`` returns. Either way the bytes are in the shared mapping
-before ``put_*`` returns, so other processes see them at once.
+before ``put_*`` returns, so other processes see them at once. Index files are msynced as
+IndexService does: when one is full (at the roll) and at ``close()``, not by ``flush()``.
+
+``background_flush = True`` (the broker) hands all of that to the owner's flush thread instead
+(RocketMQ's FlushRealTimeService / GroupCommitService / FlushConsumeQueueService): puts neither msync on a
+roll nor under SYNC_FLUSH, and the owner flushes in three steps - ``plan_flush`` under the store lock
+(what is written now), ``sync_planned`` in its thread without the lock (fdatasync, the GIL released, puts
+go on), ``finish_flush`` (flushed positions and checkpoint timestamps from the plan, briefly under the
+lock, then the checkpoint synced). Under SYNC_FLUSH the owner acknowledges a put only once a plan covering
+its end (``physical_offset + wrote_bytes``) is synced.
 
 Retention (``fileReservedTime``) runs when a writer opens the store and whenever the commit log rolls
 to a new file; ``delete_expired_files`` can also be called (or ``rocketstream delete-expired`` run).
@@ -34,8 +43,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from operator import attrgetter
 from pathlib import Path
@@ -59,6 +68,7 @@ from rocketstream.store.files.commit_log import CommitLog, EncodedBatch
 from rocketstream.store.files.consume_queue import ConsumeQueue
 from rocketstream.store.files.index_writer import IndexWriter
 from rocketstream.store.files.lock import StoreLock, warn_if_locked
+from rocketstream.store.files.mapped_file import MappedFile
 from rocketstream.store.maintenance import layout as layouts
 from rocketstream.store.maintenance.check import CheckReport, check_store
 from rocketstream.store.maintenance.delay_levels import levels_in_store
@@ -87,11 +97,24 @@ from rocketstream.store.write.messages import (
 )
 from rocketstream.store.write.put_batch import PreparedList, prepare_batch
 from rocketstream.store.write.put_columns import Bodies, build_columns
+from rocketstream.store.write.put_raw import build_raw_batch
 
 if TYPE_CHECKING:   # imported when first used (MessageStore.offsets)
     from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
 _TOPIC = attrgetter("topic")
+
+
+@dataclass
+class FlushPlan:
+    """What one flush makes durable (``MessageStore.plan_flush``): each dirty file with the write
+    position it had when planned, and the commit log's end and last store time then."""
+
+    files: list[tuple[MappedFile, int]]
+    commit_log_end: int
+    store_timestamp: int
+    consume_queues: bool
+    checkpoint: bool
 
 
 def _now_ms() -> int:
@@ -139,6 +162,8 @@ class MessageStore:
         # called after every put with (topic, queue_id, new max offset) of the queue that received messages
         # (the delay rewrite applied): ReputMessageService's NotifyMessageArrivingListener, in-process
         self.put_listeners: list[Callable[[str, int, int], None]] = []
+        # True: the owner flushes in its own thread (plan_flush / sync_planned / finish_flush); puts never msync
+        self.background_flush = False
 
     # --- opening ------------------------------------------------------------------------------
     @classmethod
@@ -468,6 +493,23 @@ class MessageStore:
         with self._lock:
             return self._put(batch, topic, queue_id)
 
+    def put_raw_batch(self, topic: str, queue_id: int, body: bytes, *, batch_properties: Mapping[str, str],
+                      sys_flag: int, born_timestamp: int, born_host: HostAddress,
+                      reconsume_times: int = 0) -> PutMessageResult | None:
+        """A broker's SEND_BATCH_MESSAGE body stored as a whole (put_raw.py): what ``put_messages`` stores
+        for the messages the broker would make of it, or None (nothing stored) when the batch needs those
+        messages - the general rules, which also say what is wrong."""
+        self._check_writable()
+        cfg = self.config
+        batch = build_raw_batch(topic, queue_id, body, batch_properties=batch_properties, sys_flag=sys_flag,
+                                born_timestamp=born_timestamp, born_host=born_host,
+                                reconsume_times=reconsume_times, store_host=cfg.store_host,
+                                max_message_size=cfg.max_message_size)
+        if batch is None:
+            return None
+        with self._lock:
+            return self._put(batch, topic, queue_id)
+
     def _put(self, batch: EncodedBatch, topic: str, queue_id: int) -> PutMessageResult:
         """Append and dispatch; ``topic``/``queue_id`` as the producer named them (before a delay rewrite)."""
         total = batch.total
@@ -484,7 +526,9 @@ class MessageStore:
         # both made by _start_writer; _check_writable refused readers before any put got here
         assert self._dispatcher is not None and self.checkpoint is not None
         self._dispatcher.dispatch_append(batch, result)
-        if self.config.sync_flush:
+        if self.background_flush:
+            pass   # the owner's flush thread (module docstring)
+        elif self.config.sync_flush:
             self.commit_log.flush()
             self.checkpoint.physic_msg_timestamp = result.store_timestamp
         elif len(self.commit_log.queue.files) != files_before and files_before:
@@ -513,20 +557,58 @@ class MessageStore:
                                 count=batch.count)
 
     def flush(self) -> None:
-        """msync commit log and consume queues, then advance and msync the checkpoint."""
+        """msync commit log and consume queues, then advance and msync the checkpoint (index files: at
+        their roll and at ``close()``, as IndexService flushes them)."""
         self._check_writable()
         with self._lock:
             self.commit_log.flush()
             for cq in self._queues.values():
                 cq.flush()
-            if self.index is not None:
-                self.index.flush()
             ts = self.commit_log.last_store_timestamp
             assert self.checkpoint is not None   # opened by _start_writer (_check_writable refused readers)
             if ts:
                 self.checkpoint.physic_msg_timestamp = ts
                 self.checkpoint.logics_msg_timestamp = ts
             self.checkpoint.flush()
+
+    def plan_flush(self, *, consume_queues: bool = True, checkpoint: bool = True) -> FlushPlan:
+        """Step 1 of a background flush (module docstring), on the writer's thread: the dirty files of
+        the commit log (and of every consume queue with ``consume_queues``) and the positions to sync."""
+        self._check_writable()
+        with self._lock:
+            files = [(mf, mf.wrote_position) for mf in self.commit_log.dirty_files()]
+            if consume_queues:
+                for cq in self._queues.values():
+                    files += [(mf, mf.wrote_position) for mf in cq.dirty_files()]
+            return FlushPlan(files, self.commit_log.max_offset(), self.commit_log.last_store_timestamp,
+                             consume_queues, checkpoint)
+
+    def sync_planned(self, plan: FlushPlan) -> None:
+        """Step 2, in any thread and without the store lock: fdatasync the planned files (the GIL is
+        released while the kernel writes; puts go on meanwhile)."""
+        for mf, _ in plan.files:
+            mf.datasync()
+
+    def finish_flush(self, plan: FlushPlan) -> None:
+        """Step 3, in the thread that synced: the planned positions are durable, and so is everything
+        stored up to the plan's store time - the checkpoint says so (physicMsgTimestamp; logicsMsgTimestamp
+        when the consume queues were synced too) and is synced when the plan says ``checkpoint``."""
+        with self._lock:
+            if self._closed:
+                return
+            for mf, end in plan.files:
+                if end > mf.flushed_position:
+                    mf.flushed_position = end
+            assert self.checkpoint is not None   # a writer (plan_flush checked)
+            ts = plan.store_timestamp
+            if ts:
+                if ts > self.checkpoint.physic_msg_timestamp:
+                    self.checkpoint.physic_msg_timestamp = ts
+                if plan.consume_queues and ts > self.checkpoint.logics_msg_timestamp:
+                    self.checkpoint.logics_msg_timestamp = ts
+            checkpoint = self.checkpoint
+        if plan.checkpoint:   # outside the lock: puts need not wait for the disk
+            checkpoint.datasync()
 
     # --- metadata -----------------------------------------------------------------------------
     def topics(self) -> list[str]:

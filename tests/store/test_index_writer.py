@@ -76,12 +76,13 @@ puts = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3_000), st.integers
                 min_size=1, max_size=120)
 
 
-@given(puts, st.integers(1, 7), st.sampled_from([0, T0 - 5_000]))
-@settings(max_examples=150, deadline=None)
-def test_scalar_and_vectorized_puts_write_what_putkey_writes(tmp_path_factory, items, slots, prev_end):
+@given(puts, st.integers(1, 7) | st.just(997), st.sampled_from([0, T0 - 5_000]), st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_scalar_and_vectorized_puts_write_what_putkey_writes(tmp_path_factory, items, slots, prev_end, one_time):
     """Keys from a small alphabet in a tiny slot table: collisions, chains through earlier entries of
     the same batch and of earlier batches, clamped time diffs, a full file, a file created after a
-    full one (begin values from it)."""
+    full one (begin values from it). ``one_time``: every key of a batch has the batch's store time, as
+    in a put (put_many's shortcut when, in a wide table, no two keys share a slot)."""
     d = tmp_path_factory.mktemp("ix")
     entries = 60
     geometry = IndexGeometry(slots, entries, "configured")
@@ -90,13 +91,15 @@ def test_scalar_and_vectorized_puts_write_what_putkey_writes(tmp_path_factory, i
     many = IndexFileWriter(d / "many", geometry, create=True, end_phy=prev_end and 99, end_timestamp=prev_end)
     phy = 100
     rows = []
-    for key, step, dt in items:
+    cut = [0, len(items) // 3, 2 * len(items) // 3, len(items)]
+    for i, (key, step, dt) in enumerate(items):
         phy += step
+        if one_time:   # the time of the batch's first key
+            dt = items[max(c for c in cut if c <= i)][2]
         rows.append((f"T#k{key}", phy, T0 + dt))
     fitted_ref = sum(ref.put(k, p, t) for k, p, t in rows)
     fitted_one = sum(one.put_one(index_key_hash(k), p, t) for k, p, t in rows)
     # in three batches, so chains also run through entries of an earlier batch
-    cut = [0, len(rows) // 3, 2 * len(rows) // 3, len(rows)]
     fitted_many = 0
     for a, b in zip(cut, cut[1:], strict=False):
         part = rows[a:b]

@@ -196,10 +196,17 @@ class CommitLog:
 
     def flush(self) -> None:
         """msync every file with unflushed bytes (newest first; older ones are already flushed)."""
+        for mf in self.dirty_files():
+            mf.flush()
+
+    def dirty_files(self) -> list[MappedFile]:
+        """The files with unflushed bytes (newest first)."""
+        out = []
         for mf in reversed(self.queue.files):
             if mf.flushed_position >= mf.wrote_position:
                 break
-            mf.flush()
+            out.append(mf)
+        return out
 
     # --- reading ------------------------------------------------------------------------------
     def read_record(self, offset: int, size: int | None = None, *, check_crc: bool = False) -> MessageRecord:

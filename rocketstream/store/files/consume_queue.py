@@ -333,10 +333,17 @@ class ConsumeQueue:
         self._writer.close()
 
     def flush(self) -> None:
+        for mf in self.dirty_files():
+            mf.flush()
+
+    def dirty_files(self) -> list[MappedFile]:
+        """The files with unflushed bytes (newest first)."""
+        out = []
         for mf in reversed(self.queue.files):
             if mf.flushed_position >= mf.wrote_position:
                 break
-            mf.flush()
+            out.append(mf)
+        return out
 
     # --- reading ------------------------------------------------------------------------------
     def raw_units(self, start: int, end: int) -> np.ndarray:

@@ -242,16 +242,27 @@ class IndexFileWriter:
             return 0
         hashes, phys, timestamps = hashes[:k], phys[:k], timestamps[:k]
         numbers = np.arange(count, count + k, dtype=np.int64)
-        # beginTimestamp each put sees: the file's own, except that the first entry of a file sets it
-        begins = np.full(k, self.begin_timestamp, dtype=np.int64)
-        if count <= 1 and k > 1:
-            begins[1:] = timestamps[0]
-        diffs = np.where(begins <= 0, 0, np.clip((timestamps - begins) // 1000, 0, _INT_MAX))
         geometry = self.geometry
         slots = hashes % geometry.max_hash_slot_num
         table = np.frombuffer(self.mm, dtype=">i4", count=geometry.max_hash_slot_num, offset=INDEX_HEADER_SIZE)
         current = table[slots].astype(np.int64)
         valid = (current > 0) & (current <= numbers)   # putKey: a slot value > indexCount is no chain
+        ts0 = int(timestamps[0])
+        if count > 1 and ts0 == int(timestamps[-1]) and len(set(slots.tolist())) == k \
+                and (k < 3 or not np.any(timestamps != ts0)):
+            # the common put (one store time, a file that has its beginTimestamp, no two keys on one slot):
+            # one time difference, and each key's previous entry is its slot's current one
+            begin = self.begin_timestamp
+            diffs: Int64Array | int = 0 if begin <= 0 else min(max((ts0 - begin) // 1000, 0), _INT_MAX)
+            prev = np.where(valid, current, 0)
+            new_slots = k - int(np.count_nonzero(valid))
+            table[slots] = numbers
+            return self._finish_many(count, k, hashes, phys, timestamps, diffs, prev, new_slots, table)
+        # beginTimestamp each put sees: the file's own, except that the first entry of a file sets it
+        begins = np.full(k, self.begin_timestamp, dtype=np.int64)
+        if count <= 1 and k > 1:
+            begins[1:] = timestamps[0]
+        diffs = np.where(begins <= 0, 0, np.clip((timestamps - begins) // 1000, 0, _INT_MAX))
         order = np.argsort(slots, kind="stable")
         sorted_slots = slots[order]
         first_of_slot = np.r_[True, sorted_slots[1:] != sorted_slots[:-1]]
@@ -262,12 +273,18 @@ class IndexFileWriter:
         prev = np.empty(k, dtype=np.int64)
         prev[order] = prev_sorted
         new_slots = int(np.count_nonzero(first_of_slot & ~valid[order]))
-        entries = np.frombuffer(self.mm, dtype=ENTRY_DTYPE, count=k, offset=geometry.entry_base + count * INDEX_SIZE)
+        table[sorted_slots[last_of_slot]] = sorted_numbers[last_of_slot]
+        return self._finish_many(count, k, hashes, phys, timestamps, diffs, prev, new_slots, table)
+
+    def _finish_many(self, count: int, k: int, hashes: Int64Array, phys: Int64Array, timestamps: Int64Array,
+                     diffs: Int64Array | int, prev: Int64Array, new_slots: int, table: np.ndarray) -> int:
+        """put_many's entries and header, once the slots are updated."""
+        entries = np.frombuffer(self.mm, dtype=ENTRY_DTYPE, count=k,
+                                offset=self.geometry.entry_base + count * INDEX_SIZE)
         entries["key_hash"] = hashes
         entries["phy_offset"] = phys
         entries["time_diff"] = diffs
         entries["prev_index"] = prev
-        table[sorted_slots[last_of_slot]] = sorted_numbers[last_of_slot]
         del table, entries
         first = count <= 1
         self.hash_slot_count += new_slots

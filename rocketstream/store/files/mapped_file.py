@@ -65,6 +65,19 @@ def data_regions(path: Path, position: int, size: int) -> list[tuple[int, int]]:
     return regions
 
 
+def datasync_path(path: Path) -> None:
+    """fdatasync ``path`` (see ``MappedFile.datasync``); nothing when it is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        with os_errors("cannot sync file", path):
+            os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
 class MappedFile:
     """One mapped file. ``wrote_position`` is the end of data (a reader's view of it may lag)."""
 
@@ -97,6 +110,13 @@ class MappedFile:
         start = self.flushed_position - self.flushed_position % mmap.PAGESIZE
         self.mm.flush(start, self.wrote_position - start)
         self.flushed_position = self.wrote_position
+
+    def datasync(self) -> None:
+        """fdatasync the file through a descriptor of its own: msync's durability for the whole file (only
+        dirty pages are written, those of the mapping included), but with the GIL released, so another
+        thread keeps running meanwhile (``mmap.flush`` holds the GIL through its msync). Callable from any
+        thread; a file retention deleted meanwhile holds nothing to keep."""
+        datasync_path(self.path)
 
     def zero_tail(self, position: int) -> None:
         """Zero every non-zero byte in [position, file_size): removes a torn write for good.
