@@ -62,7 +62,7 @@ def test_network_write_read_back_by_java_client(spark, mq_broker, java_reader, t
     got = java_read(java_reader, mq_broker.namesrv_addr, topic, len(data), tmp_path / "java")
     want = sorted((hashlib.sha256(b).hexdigest(), t, " ".join(k) if k else None, sorted((p or {}).items()))
                   for b, t, k, p in data)
-    seen = sorted((o["bodySha256"], o["tags"], o["keys"],
+    seen = sorted((o["bodySha256"], o.get("tags"), o.get("keys"),
                    sorted((k, v) for k, v in o["properties"].items() if k not in USER and k != "MIN_OFFSET"
                           and k != "MAX_OFFSET" and k != "CLUSTER"))
                   for o in got)
