@@ -22,6 +22,8 @@ send fails the task with the broker's answer (code and remark).
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import logging
 import random
 import re
@@ -76,6 +78,7 @@ MAX_MESSAGE_SIZE = 4 * 1024 * 1024   # DefaultMQProducer.maxMessageSize = the br
 DEFAULT_PRODUCER_GROUP = "rocketstream-spark-sink"
 DEFAULT_SEND_TIMEOUT_MS = 3000
 DEFAULT_LOCK_TIMEOUT_MS = 120_000
+IN_FLIGHT = 2   # network mode: send requests of one task outstanding at a time
 # encoded size of one message of a SEND_BATCH body besides body, tags, keys and user properties:
 # totalSize, magic, bodyCRC, flag (4 each) + body length (4) + properties length (2), and the properties the
 # producer adds: UNIQ_KEY (8 + 32 + 2 separators) and WAIT=true (4 + 4 + 2); TAGS / KEYS cost 4 + 2 each
@@ -450,6 +453,11 @@ class _NetworkTarget:
                                  retry_times_when_send_failed=options.retry_times,
                                  max_message_size=options.max_batch_bytes).start()
         self._queues: dict[tuple[str, int], Any] = {}
+        # round-robin batches are sent from a thread, IN_FLIGHT at a time, while the task prepares the next;
+        # rows with a queueId are sent in order (the pending sends complete first)
+        self._pool = concurrent.futures.ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="rocketmq-sink")
+        self._pending: collections.deque[tuple[concurrent.futures.Future[Any], int]] = collections.deque()
+        self._out: SinkCommitMessage | None = None
 
     def _queue(self, topic: str, queue_id: int) -> Any:
         from rocketstream.client.common import MessageQueue
@@ -490,14 +498,36 @@ class _NetworkTarget:
         props = chunk.properties or [None] * n
         msgs = [Message(chunk.topic, b, tags=t, keys=k, properties=dict(p) if p else {})
                 for b, t, k, p in zip(bodies, tags, keys, props, strict=True)]
-        queue = None if chunk.queue_id is None else self._queue(chunk.topic, chunk.queue_id)
-        result = self.producer.send_batch(chunk.topic, msgs, queue=queue)
+        self._out = out
+        if chunk.queue_id is not None:
+            self.drain()
+            queue = self._queue(chunk.topic, chunk.queue_id)
+            self._done(self.producer.send_batch(chunk.topic, msgs, queue=queue), n)
+            return
+        while len(self._pending) >= IN_FLIGHT:
+            self._wait_one()
+        self._pending.append((self._pool.submit(self.producer.send_batch, chunk.topic, msgs), n))
+
+    def _wait_one(self) -> None:
+        future, n = self._pending.popleft()
+        self._done(future.result(), n)
+
+    def drain(self) -> None:
+        while self._pending:
+            self._wait_one()
+
+    def _done(self, result: Any, n: int) -> None:
         if result.status.name != "SEND_OK":
             log.warning("rocketmq sink: batch of %d to %s stored with status %s", n, result.queue, result.status.name)
-        out.add(chunk.topic, result.queue.broker_name, result.queue.queue_id, n, result.queue_offset)
+        assert self._out is not None
+        self._out.add(result.queue.topic, result.queue.broker_name, result.queue.queue_id, n, result.queue_offset)
 
     def close(self) -> None:
-        self.producer.shutdown()
+        try:
+            self.drain()   # a failed send raises here (after the others were waited for by shutdown below)
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self.producer.shutdown()
 
 
 def write_batches(options: SinkOptions, cols: SinkColumns, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
@@ -510,9 +540,15 @@ def write_batches(options: SinkOptions, cols: SinkColumns, batches: Iterator[pa.
                 if target is None:
                     target = _NetworkTarget(options) if options.network else _LocalTarget(options)
                 target.put(chunk, out)
-    finally:
+    except BaseException:
         if target is not None:
-            target.close()
+            try:
+                target.close()
+            except Exception as exc:   # the first error is the one to report
+                log.warning("rocketmq sink: closing after a failure: %s", exc)
+        raise
+    if target is not None:
+        target.close()
     return out
 
 
