@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -145,4 +144,14 @@ def test_overwrite_refused(spark, tmp_path):
             .mode("append").save(str(tmp_path / "s"))
 
 
-_unused = F
+
+
+def test_local_store_held_by_a_writer_is_refused(spark, tmp_path):
+    """A store whose lock another process holds (a running broker) is refused when the write is planned."""
+    from rocketstream.store import MessageStore
+
+    root = tmp_path / "held"
+    with MessageStore.open(root, create=True):
+        df = spark.createDataFrame([(b"a",)], "body binary")
+        with pytest.raises(Exception, match="write through it with option 'nameServer'"):
+            df.write.format("rocketmq").option("topic", "T").mode("append").save(str(root))
