@@ -1,6 +1,7 @@
 """Sink benchmark: rows/s of ``df.write.format("rocketmq")`` in network mode (our Producer's send_batch through a
 broker) and local mode (the store's columnar put), next to the Java producer (tests/java/LoadGen.java, the 4.9.8
-client: ``send`` from 8 threads and ``batch`` of 32 per call) against the same broker, on this machine.
+client: ``send`` from 8 threads, ``batch`` of 32 per call, and ``batch`` of ``--batch-size`` per call, the sink's
+own batch size) against the same broker, on this machine.
 
     python tests/benchmarks/bench_sink.py [--rows 100000] [--size 1024] [--full] [--broker ours|java]
                                           [--batch-size 1024] [--partitions 2] [--json FILE] [--keep]
@@ -79,6 +80,7 @@ def main() -> int:
     results["spark sink, local mode"] = {"rows_per_s": round(rows / secs), "seconds": round(secs, 2)}
     print(f"local mode: {rows} rows in {secs:.2f} s", flush=True)
 
+    (home / args.broker).mkdir()
     broker = start_java(home / "java") if args.broker == "java" else start_ours(home / "ours")
     try:
         ns = broker.namesrv_addr
@@ -88,8 +90,10 @@ def main() -> int:
                                                                          "seconds": round(secs, 2)}
         print(f"network mode: {rows} rows in {secs:.2f} s", flush=True)
         classes = compile_loadgen(home / "loadgen")
-        for mode, extra in (("send", []), ("batch", ["--batch", "32"])):
-            out = loadgen(classes, home / "client", mode, ns, f"JavaBench{mode}", "--threads", "8", "--size",
+        for mode, extra in (("send", []), ("batch", ["--batch", "32"]),
+                            (f"batch{args.batch_size}", ["--batch", str(args.batch_size)])):
+            out = loadgen(classes, home / "client", mode.rstrip("0123456789"), ns, f"JavaBench{mode}", "--threads",
+                          "8", "--size",
                           str(args.size), "--count", str(rows), *extra, timeout=1800)
             results[f"Java producer {mode} ({args.broker} broker)"] = {"rows_per_s": out.get("msgs_per_s"),
                                                                      "seconds": out.get("seconds")}
@@ -103,7 +107,7 @@ def main() -> int:
     for name, r in results.items():
         print(f"{name:45} {r['rows_per_s']!s:>10} {r['seconds']!s:>8}")
     net = next(v for k, v in results.items() if k.startswith("spark sink, network"))
-    for mode in ("send", "batch"):
+    for mode in ("send", "batch", f"batch{args.batch_size}"):
         java = results.get(f"Java producer {mode} ({args.broker} broker)", {}).get("rows_per_s")
         if java:
             print(f"network sink / Java producer {mode}: {net['rows_per_s'] / java:.2f}x")

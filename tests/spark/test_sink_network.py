@@ -143,3 +143,21 @@ def test_write_stream_local_at_least_once_no_loss(spark, tmp_path):
     run()
     back = spark.read.format("rocketmq").option("topic", "StreamOut").load(str(dst)).select("body", "tags").collect()
     assert sorted(bytes(r.body) for r in back) == sorted(f"body-{i}".encode() for i in range(42))
+
+
+def test_write_stream_network(spark, mq_broker, java_reader, tmp_path):  # noqa: F811
+    """writeStream through the broker (micro-batches of our source over a local store), read by the Java client."""
+    from spark_stores import fill
+
+    src, ckpt = tmp_path / "src", tmp_path / "ckpt"
+    fill(src, 25, topic="StreamIn")
+    topic = f"SinkStream{uuid.uuid4().hex[:8]}"
+    q = (spark.readStream.format("rocketmq").option("topic", "StreamIn").option("startingOffsets", "earliest")
+         .option("maxMessagesPerTrigger", "10").load(str(src)).select("body", "tags", "keys")
+         .writeStream.format("rocketmq").option("nameServer", mq_broker.namesrv_addr).option("topic", topic)
+         .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None
+    got = java_read(java_reader, mq_broker.namesrv_addr, topic, 25, tmp_path / "java")
+    assert sorted(o["bodySha256"] for o in got) == sorted(hashlib.sha256(f"body-{i}".encode()).hexdigest()
+                                                          for i in range(25))
