@@ -291,7 +291,7 @@ def _keys_text(arr: pa.Array, is_array: bool) -> pa.Array:
     return pa.array([" ".join(k) if k else None for k in arr.to_pylist()], pa.string())
 
 
-def split_batch(rb: pa.RecordBatch, cols: SinkColumns, options: SinkOptions, first_queue: int) -> Iterator[Chunk]:
+def split_batch(rb: pa.RecordBatch, cols: SinkColumns, options: SinkOptions) -> Iterator[Chunk]:
     """Rows of ``rb`` as chunks of one topic and queue, each within ``batchSize`` rows and ``maxBatchBytes``.
 
     ``queue_id`` None: the caller picks the queue (round robin). Raises :class:`ColumnError` for a null body,
@@ -536,7 +536,7 @@ def write_batches(options: SinkOptions, cols: SinkColumns, batches: Iterator[pa.
     target: _LocalTarget | _NetworkTarget | None = None
     try:
         for rb in batches:
-            for chunk in split_batch(rb, cols, options, 0):
+            for chunk in split_batch(rb, cols, options):
                 if target is None:
                     target = _NetworkTarget(options) if options.network else _LocalTarget(options)
                 target.put(chunk, out)
@@ -553,20 +553,23 @@ def write_batches(options: SinkOptions, cols: SinkColumns, batches: Iterator[pa.
 
 
 def _check_local_store(options: SinkOptions) -> None:
-    """Driver side, before any task: a store a broker is serving is written through the broker."""
+    """Driver side, before any task: a store a broker is serving is written through the broker; a store that
+    does not exist yet is created here, once (tasks racing to create it could see a half-made directory)."""
     if options.path is None:
         return
+    from rocketstream.store import MessageStore
     from rocketstream.store.files.lock import StoreLock
 
-    if not (options.path / "lock").exists():
-        return
-    lock = StoreLock(options.path)
-    try:
-        lock.acquire()
-    except StoreLockedError as exc:
-        raise StoreLockedError(f"{exc}. The rocketmq sink does not write under a running broker: write through "
-                               f"it with option '{NAME_SERVER}' instead of a path", path=options.path) from exc
-    lock.release()
+    if (options.path / "lock").exists():
+        lock = StoreLock(options.path)
+        try:
+            lock.acquire()
+        except StoreLockedError as exc:
+            raise StoreLockedError(f"{exc}. The rocketmq sink does not write under a running broker: write through "
+                                   f"it with option '{NAME_SERVER}' instead of a path", path=options.path) from exc
+        lock.release()
+    if not (options.path / "commitlog").is_dir():
+        MessageStore.open(options.path).close()
 
 
 # ---- the Spark writers ---------------------------------------------------------------------------------

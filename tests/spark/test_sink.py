@@ -126,13 +126,13 @@ def test_null_body_and_batch_limits():
                               streaming=False)
     cols = SinkColumns(("body",), False, False)
     with pytest.raises(ColumnError, match="column 'body'.*null"):
-        list(split_batch(pa.record_batch([pa.array([b"a", None])], names=["body"]), cols, opts, 0))
+        list(split_batch(pa.record_batch([pa.array([b"a", None])], names=["body"]), cols, opts))
     bodies = [b"x" * 300] * 10
-    chunks = list(split_batch(pa.record_batch([pa.array(bodies)], names=["body"]), cols, opts, 0))
+    chunks = list(split_batch(pa.record_batch([pa.array(bodies)], names=["body"]), cols, opts))
     # 300-byte bodies cost ~374 encoded bytes: 2 per 1100-byte batch (below batchSize 3)
     assert [len(c.bodies) for c in chunks] == [2, 2, 2, 2, 2]
     with pytest.raises(ColumnError, match="does not fit"):
-        list(split_batch(pa.record_batch([pa.array([b"x" * 2000])], names=["body"]), cols, opts, 0))
+        list(split_batch(pa.record_batch([pa.array([b"x" * 2000])], names=["body"]), cols, opts))
 
 
 def test_overwrite_refused(spark, tmp_path):
