@@ -15,6 +15,7 @@ boundary with ``raise ... from exc`` so callers need to catch only this tree::
     │   └── CorruptStoreError      bytes on disk that do not decode (bad magic, CRC, lengths)
     ├── OffsetFileError            consumerOffset.json / offsets.json that does not parse
     ├── OptionError                a bad option value (Spark source, CLI) — names the option
+    │   └── ColumnError            a DataFrame column the Spark sink cannot write — names the column
     ├── AllocationError            invalid input to a rebalance strategy
     ├── DataLossError              requested offsets are gone (retention) or beyond the end
     ├── AclConfigError             a plain_acl.yml that does not load (names the file and the field)
@@ -99,6 +100,17 @@ class OptionError(RocketStreamError, ValueError):
         self.value = value
         shown = "" if value is None else f" (got {value!r})"
         super().__init__(f"option '{option}': {message}{shown}")
+
+
+class ColumnError(OptionError):
+    """A column of a DataFrame written with ``format("rocketmq")`` that the sink cannot take (unknown name,
+    wrong type, null body ...); ``column`` names it."""
+
+    def __init__(self, column: str, message: str) -> None:
+        self.column = column
+        self.option = column
+        self.value = None
+        ValueError.__init__(self, f"column '{column}': {message}")
 
 
 class AllocationError(RocketStreamError, ValueError):

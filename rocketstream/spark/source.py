@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from rocketstream.spark.batch import batch_reader
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import SCHEMA_DDL, projection_for
+from rocketstream.spark.sink import sink_writer
 from rocketstream.spark.stream import RocketMQStreamReader
 
 FORMAT_NAME = "rocketmq"
 
 
 class RocketMQDataSource(DataSource):
-    """``spark.read.format("rocketmq").option("topic", "T").load("<store root>")``, and ``readStream``.
+    """``spark.read.format("rocketmq").option("topic", "T").load("<store root>")``, and ``readStream``;
+    ``df.write`` / ``df.writeStream`` with ``format("rocketmq")`` write rows as messages (:mod:`.sink`).
 
     Rows carry RocketMQ ``MessageExt`` fields (see :data:`rocketstream.store.MESSAGE_SCHEMA`);
     a narrower ``.schema(...)`` makes the executors decode only those columns.
@@ -34,3 +42,9 @@ class RocketMQDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return RocketMQStreamReader(parse_options(self.options, streaming=True), projection_for(schema))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return sink_writer(self.options, schema, overwrite, streaming=False)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return sink_writer(self.options, schema, overwrite, streaming=True)

@@ -1,0 +1,123 @@
+"""Sink benchmark: rows/s of ``df.write.format("rocketmq")`` in network mode (our Producer's send_batch through a
+broker) and local mode (the store's columnar put), next to the Java producer (tests/java/LoadGen.java, the 4.9.8
+client: ``send`` from 8 threads, ``batch`` of 32 per call, and ``batch`` of ``--batch-size`` per call, the sink's
+own batch size) against the same broker, on this machine.
+
+    python tests/benchmarks/bench_sink.py [--rows 100000] [--size 1024] [--full] [--broker ours|java]
+                                          [--batch-size 1024] [--partitions 2] [--json FILE] [--keep]
+
+``--full`` is the issue's setting: 1 M rows of 1 KiB. Spark runs local[2] (as the tests); the DataFrame is
+``spark.range(rows)`` with a constant ``size``-byte body, in ``--partitions`` partitions (each a task with its
+own producer). Times are wall clock from the action's start to its end (the Spark job: planning, Python
+workers, sends); the Java producer's msgs/s is LoadGen's own (after its warm-up). Goal (issue 12): network
+sink ≥ 0.5× the Java producer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from tests.benchmarks.bench_broker import compile_loadgen, loadgen, start_java, start_ours, stop  # noqa: E402
+
+
+def spark_session(partitions: int):
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    spark = (SparkSession.builder.master("local[2]").appName("bench-sink")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(partitions))
+             .config("spark.default.parallelism", str(partitions)).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    from rocketstream.spark import register
+
+    register(spark)
+    return spark
+
+
+def frame(spark, rows: int, size: int, partitions: int):
+    return spark.range(0, rows, 1, partitions).selectExpr(f"cast(repeat('x', {size}) as binary) AS body")
+
+
+def timed_write(df, **options) -> float:
+    w = df.write.format("rocketmq").mode("append")
+    for k, v in options.items():
+        w = w.option(k, v)
+    t0 = time.perf_counter()
+    w.save()
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--full", action="store_true", help="1,000,000 rows")
+    ap.add_argument("--broker", choices=("ours", "java"), default="ours")
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--json")
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    rows = 1_000_000 if args.full else args.rows
+    home = Path(tempfile.mkdtemp(prefix="bench-sink-"))
+    results: dict[str, dict] = {}
+    spark = spark_session(args.partitions)
+    df = frame(spark, rows, args.size, args.partitions)
+    # warm the Python workers and the JVM's code paths on a small local write
+    timed_write(frame(spark, 2000, args.size, args.partitions), topic="Warm", path=str(home / "warm-store"))
+
+    secs = timed_write(df, topic="SinkBench", path=str(home / "local-store"), batchSize=str(args.batch_size))
+    results["spark sink, local mode"] = {"rows_per_s": round(rows / secs), "seconds": round(secs, 2)}
+    print(f"local mode: {rows} rows in {secs:.2f} s", flush=True)
+
+    (home / args.broker).mkdir()
+    broker = start_java(home / "java") if args.broker == "java" else start_ours(home / "ours")
+    try:
+        ns = broker.namesrv_addr
+        timed_write(frame(spark, 2000, args.size, args.partitions), topic="Warm", nameServer=ns)
+        secs = timed_write(df, topic="SinkBench", nameServer=ns, batchSize=str(args.batch_size))
+        results[f"spark sink, network mode ({args.broker} broker)"] = {"rows_per_s": round(rows / secs),
+                                                                         "seconds": round(secs, 2)}
+        print(f"network mode: {rows} rows in {secs:.2f} s", flush=True)
+        classes = compile_loadgen(home / "loadgen")
+        for mode, extra in (("send", []), ("batch", ["--batch", "32"]),
+                            (f"batch{args.batch_size}", ["--batch", str(args.batch_size)])):
+            out = loadgen(classes, home / "client", mode.rstrip("0123456789"), ns, f"JavaBench{mode}", "--threads",
+                          "8", "--size",
+                          str(args.size), "--count", str(rows), *extra, timeout=1800)
+            results[f"Java producer {mode} ({args.broker} broker)"] = {"rows_per_s": out.get("msgs_per_s"),
+                                                                     "seconds": out.get("seconds")}
+            print(f"java {mode}: {out.get('msgs_per_s')} msgs/s", flush=True)
+    finally:
+        stop(broker)
+        spark.stop()
+    print(f"\n{rows:,} rows x {args.size} B, Spark local[2], {args.partitions} partitions, "
+          f"batchSize {args.batch_size}")
+    print(f"{'writer':45} {'rows/s':>10} {'seconds':>8}")
+    for name, r in results.items():
+        print(f"{name:45} {r['rows_per_s']!s:>10} {r['seconds']!s:>8}")
+    net = next(v for k, v in results.items() if k.startswith("spark sink, network"))
+    for mode in ("send", "batch", f"batch{args.batch_size}"):
+        java = results.get(f"Java producer {mode} ({args.broker} broker)", {}).get("rows_per_s")
+        if java:
+            print(f"network sink / Java producer {mode}: {net['rows_per_s'] / java:.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "size": args.size, "results": results}, indent=2))
+    if not args.keep:
+        import shutil
+        shutil.rmtree(home, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
