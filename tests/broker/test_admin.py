@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -399,6 +400,14 @@ def test_live_against_real_broker(real_broker, ctl):
     async def java_side():
         hb = await sc.setup_real(real_broker)
         try:
+            # a 4.9.8 broker answers GET_BROKER_RUNTIME_INFO with code 1 (NoSuchElementException from
+            # BrokerStatsManager's empty snapshot list) until its first stats sample: wait for one
+            deadline = time.monotonic() + 60
+            while True:
+                resp = await hb.invoke(RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 10)
+                if resp.code == 0 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(1)
             return await sc.ask_all(real_broker)
         finally:
             await hb.aclose()

@@ -1,6 +1,6 @@
 """Peers for the Python-client interop scenarios, benchmark and reliability campaigns.
 
-* the brokers: tests/client/conftest.py's ``mq_broker`` (``ours`` and ``java``, once per session each).
+* the brokers: tests/conftest.py's ``mq_broker`` (``ours`` and ``java``, once per session each).
 * ``interop_classes``: tests/java/ClientInterop.java compiled into a temporary directory.
 * :class:`JavaPeer`: one ClientInterop run in the background, its JSON lines read from a file as they come.
 * ``create_topic`` / ``consumer_ids`` / ``query_offset``: direct remoting requests (UPDATE_AND_CREATE_TOPIC,

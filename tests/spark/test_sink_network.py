@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.client.conftest import mq_broker  # noqa: F401  (session fixture: both brokers)
 from tests.realbroker import peers
 
 READER_SRC = Path(__file__).resolve().parents[1] / "client" / "java" / "ProducedReader.java"
@@ -53,7 +52,7 @@ def rows(n: int) -> list[tuple]:
             for i in range(n)]
 
 
-def test_network_write_read_back_by_java_client(spark, mq_broker, java_reader, tmp_path):  # noqa: F811
+def test_network_write_read_back_by_java_client(spark, mq_broker, java_reader, tmp_path):
     topic = f"SinkNet{uuid.uuid4().hex[:8]}"
     data = rows(60)
     df = spark.createDataFrame(data, "body binary, tags string, keys array<string>, properties map<string,string>")
@@ -81,7 +80,7 @@ def test_network_write_read_back_by_java_client(spark, mq_broker, java_reader, t
             sorted((b, t, " ".join(k) if k else None) for b, t, k, _ in data)
 
 
-def test_network_refused_send_fails_the_task_with_the_brokers_answer(spark, mq_broker):  # noqa: F811
+def test_network_refused_send_fails_the_task_with_the_brokers_answer(spark, mq_broker):
     """A 5 MiB body with maxBatchBytes raised past the broker's maxMessageSize (4 MiB): the broker refuses."""
     topic = f"SinkBig{uuid.uuid4().hex[:8]}"
     df = spark.createDataFrame([(b"x" * (5 * 1024 * 1024),)], "body binary")
@@ -92,7 +91,7 @@ def test_network_refused_send_fails_the_task_with_the_brokers_answer(spark, mq_b
     assert "response code" in text and "remark" in text, text[-3000:]
 
 
-def test_network_queue_id_column(spark, mq_broker):  # noqa: F811
+def test_network_queue_id_column(spark, mq_broker):
     from rocketstream.client import LitePullConsumer  # noqa: F401  (imported lazily by the client package)
     from rocketstream.client.common import MessageQueue
     from rocketstream.client.lite_pull import LitePullConsumer as LPC
@@ -145,7 +144,7 @@ def test_write_stream_local_at_least_once_no_loss(spark, tmp_path):
     assert sorted(bytes(r.body) for r in back) == sorted(f"body-{i}".encode() for i in range(42))
 
 
-def test_write_stream_network(spark, mq_broker, java_reader, tmp_path):  # noqa: F811
+def test_write_stream_network(spark, mq_broker, java_reader, tmp_path):
     """writeStream through the broker (micro-batches of our source over a local store), read by the Java client."""
     from spark_stores import fill
 
