@@ -199,10 +199,11 @@ class LocalBrokerView:
         """The address to commit through when another process (a broker) holds the store's ``lock``;
         None when none does. A live broker keeps offsets in memory and rewrites consumerOffset.json from
         them every 5 s, so a commit written to the file would be lost: without an address, refuse."""
-        from rocketstream.store.files.lock import lock_holder
+        from rocketstream.store.files.lock import is_broker_process, lock_holder
 
         pid = lock_holder(Path(self.root))
-        if pid is None:
+        # a plain writer (rocketstream produce, a sink, a script) keeps no offsets in memory: file commits stand
+        if pid is None or not is_broker_process(pid):
             return None
         if self.broker_addr:
             return self.broker_addr

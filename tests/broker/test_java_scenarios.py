@@ -65,6 +65,7 @@ def test_orderly_two_consumers_split_then_take_over(broker_target, scenario_clas
     assert r["phase1_by_consumer"]["c1"] > 0 and r["phase1_by_consumer"]["c2"] > 0
 
 
+@pytest.mark.slow  # about 25 s: the 20 s handover of a busy queue
 def test_orderly_handover_waits_for_the_lock(broker_target, scenario_classes):  # noqa: F811
     """c2 joins while c1 works through a backlog: c1 drops two queues but, holding unconsumed messages, keeps
     their broker locks 20 s (the client's RebalancePushImpl unlockDelay); the broker must refuse c2's LOCK_BATCH_MQ

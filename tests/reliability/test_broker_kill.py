@@ -8,7 +8,7 @@ store. Afterwards every message the producer saw SEND_OK for must be stored (at 
 consumed; duplicates are allowed (at-least-once: offsets are committed every 5 s), losses are not.
 
     pytest -m slow -s tests/reliability/test_broker_kill.py            # 10 kills
-    pytest -s tests/reliability/test_broker_kill.py                    # the default run's 2 kills
+    pytest -m slow -s tests/reliability/test_broker_kill.py -k short  # 2 kills
     ROCKETSTREAM_KILLS=3 pytest -m slow -s tests/reliability/test_broker_kill.py
 """
 
@@ -74,6 +74,7 @@ def test_sigkilled_broker_loses_no_acknowledged_message(tmp_path: Path) -> None:
     _campaign(tmp_path, KILLS)
 
 
+@pytest.mark.slow  # the short version (2 kills); kept out of the default run for time
 def test_sigkilled_broker_loses_no_acknowledged_message_short(tmp_path: Path) -> None:
     """The default run's version: two kills."""
     _campaign(tmp_path, 2)

@@ -124,6 +124,7 @@ def campaign(tmp_path: Path, restarts: int) -> dict:
         peers._forget(ns_proc)
 
 
+@pytest.mark.slow  # the short version (2 restarts); kept out of the default run for time
 def test_broker_restarts_under_python_clients(tmp_path) -> None:
     campaign(tmp_path, restarts=2)
 

@@ -104,6 +104,29 @@ def lock_holder(root: Path) -> int | None:
             os.close(fd)
 
 
+# how a broker's command line reads: Apache RocketMQ's launcher class, or our `rocketstream broker` / `serve`
+_JAVA_BROKER_MAIN = "org.apache.rocketmq.broker.BrokerStartup"
+
+
+def is_broker_process(pid: int) -> bool:
+    """Whether process ``pid`` is a broker (Java's BrokerStartup, or ``rocketstream broker``/``serve``) rather
+    than a plain writer (``rocketstream produce``, a Spark sink, a script using MessageStore). A process whose
+    command line cannot be read (another user's, or no /proc) counts as a broker: the caller must then not
+    assume its file commits survive."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True
+    words = [a.decode("utf-8", "replace") for a in argv if a]
+    if _JAVA_BROKER_MAIN in words:
+        return True
+    for i, word in enumerate(words):
+        if word.endswith("rocketstream") or word in ("rocketstream.cli", "rocketstream.cli:main"):
+            rest = words[i + 1:i + 2]
+            return bool(rest) and rest[0] in ("broker", "serve")
+    return False
+
+
 def warn_if_locked(root: Path) -> int | None:
     """Log a warning when another process holds ``root``'s ``lock``; returns its pid (None: free).
 
