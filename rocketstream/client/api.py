@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from rocketstream.client.common import (
@@ -449,8 +449,10 @@ def decode_messages(body: bytes, *, broker_name: str = "", addr: str | None = No
 
 def process_pull_result(result: PullResult, broker_name: str,
                         tags_filter: SubscriptionData | Collection[str] | None = None,
-                        *, addr: str | None = None) -> list[MessageExt]:
-    """``PullAPIWrapper.processPullResult``: decode a FOUND body, keep messages whose TAGS is exactly one
+                        *, addr: str | None = None,
+                        decode: Callable[..., list[MessageExt]] | None = None) -> list[MessageExt]:
+    """``PullAPIWrapper.processPullResult`` (``decode``: the body decoder, default :func:`decode_messages`):
+    decode a FOUND body, keep messages whose TAGS is exactly one
     of the subscribed tags (none / "*" keeps all), set ``broker_name``, the MIN_OFFSET / MAX_OFFSET
     properties from the response and ``TRAN_MSG`` half messages' transaction id (UNIQ_KEY). The result is
     also stored in ``result.messages``; ``result.body`` is released."""
@@ -458,7 +460,7 @@ def process_pull_result(result: PullResult, broker_name: str,
         result.messages = []
         result.body = None
         return result.messages
-    msgs = decode_messages(result.body, broker_name=broker_name, addr=addr)
+    msgs = (decode or decode_messages)(result.body, broker_name=broker_name, addr=addr)
     if isinstance(tags_filter, SubscriptionData):
         tags: Collection[str] | None = None if tags_filter.sub_all else tags_filter.tags
     else:

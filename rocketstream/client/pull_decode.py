@@ -17,21 +17,14 @@ from collections.abc import Collection
 
 from rocketstream.client.api import decode_messages
 from rocketstream.client.common import (
-    PROPERTY_MAX_OFFSET,
-    PROPERTY_MIN_OFFSET,
     MessageExt,
     PullResult,
-    PullStatus,
 )
 from rocketstream.client.subscription import SubscriptionData
 from rocketstream.codec import (
     FLAG_COMPRESSED,
     MAGIC_V1,
     MAGIC_V2,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
-    TRANSACTION_MASK,
-    TRANSACTION_PREPARED,
     HostAddress,
     decode_java_utf8,
     decompress_body,
@@ -130,24 +123,6 @@ def process_pull_result_fast(result: PullResult, broker_name: str,
                              tags_filter: SubscriptionData | Collection[str] | None = None,
                              *, addr: str | None = None) -> list[MessageExt]:
     """``process_pull_result`` of :mod:`rocketstream.client.api` with :func:`decode_pull_body`."""
-    if result.status is not PullStatus.FOUND or not result.body:
-        result.messages = []
-        result.body = None
-        return result.messages
-    msgs = decode_pull_body(result.body, broker_name=broker_name, addr=addr)
-    if isinstance(tags_filter, SubscriptionData):
-        tags: Collection[str] | None = None if tags_filter.sub_all else tags_filter.tags
-    else:
-        tags = tags_filter or None
-    if tags is not None:
-        wanted = set(tags)
-        msgs = [m for m in msgs if m.properties.get(PROPERTY_TAGS) in wanted]
-    lo, hi = str(result.min_offset), str(result.max_offset)
-    for m in msgs:
-        m.properties[PROPERTY_MIN_OFFSET] = lo
-        m.properties[PROPERTY_MAX_OFFSET] = hi
-        if m.sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED and PROPERTY_UNIQ_KEY in m.properties:
-            m.properties.setdefault("__transactionId__", m.properties[PROPERTY_UNIQ_KEY])
-    result.messages = msgs
-    result.body = None
-    return msgs
+    from rocketstream.client.api import process_pull_result
+
+    return process_pull_result(result, broker_name, tags_filter, addr=addr, decode=decode_pull_body)
