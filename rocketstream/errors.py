@@ -17,6 +17,7 @@ boundary with ``raise ... from exc`` so callers need to catch only this tree::
     ├── OptionError                a bad option value (Spark source, CLI) — names the option
     │   └── ColumnError            a DataFrame column the Spark sink cannot write — names the column
     ├── AllocationError            invalid input to a rebalance strategy
+    ├── FilterExpressionError      a SQL92 filter expression that does not compile (expression, position)
     ├── DataLossError              requested offsets are gone (retention) or beyond the end
     ├── AclConfigError             a plain_acl.yml that does not load (names the file and the field)
     ├── MQClientError              client state: no route for a topic, a group registered twice, not started
@@ -115,6 +116,18 @@ class ColumnError(OptionError):
 
 class AllocationError(RocketStreamError, ValueError):
     """Invalid input to a queue allocation strategy (empty consumer id, no queues, ...)."""
+
+
+class FilterExpressionError(RocketStreamError, ValueError):
+    """A SQL92 message filter that RocketMQ's ``SelectorParser`` refuses (``MQFilterException``):
+    ``expression`` is the text, ``position`` the 0-based character index at fault (None when the whole
+    expression is at fault)."""
+
+    def __init__(self, expression: str, message: str, position: int | None = None) -> None:
+        self.expression = expression
+        self.position = position
+        where = f" at position {position}" if position is not None else ""
+        super().__init__(f"invalid SQL92 filter {expression!r}{where}: {message}")
 
 
 class DataLossError(RocketStreamError):

@@ -15,7 +15,8 @@ from rocketstream.broker.config import PERM_READ, PERM_WRITE
 from rocketstream.broker.consumer_manager import ClientChannelInfo, subscription_from_json
 from rocketstream.broker.context import BrokerContext
 from rocketstream.broker.topic_manager import RETRY_GROUP_TOPIC_PREFIX
-from rocketstream.errors import BodyError
+from rocketstream.codec.sql92 import compile_sql92, is_tag_type
+from rocketstream.errors import BodyError, FilterExpressionError
 from rocketstream.remoting import json_body
 from rocketstream.remoting.channel import Channel
 from rocketstream.remoting.codes import RequestCode, ResponseCode
@@ -103,14 +104,21 @@ def get_consumer_list_by_group(controller: BrokerContext, channel: Channel,
 
 def check_client_config(controller: BrokerContext, channel: Channel, request: RemotingCommand) -> RemotingCommand:
     """``ClientManageProcessor.checkClientConfig``: TAG subscriptions pass; SQL92 needs
-    ``enablePropertyFilter``, which this broker does not implement."""
+    ``enablePropertyFilter`` (else 1) and an expression that compiles (else 23 with the parse error)."""
     doc = _body(request, "CheckClientRequestBody")
     sub = doc.get("subscriptionData")
     if isinstance(sub, Mapping):
-        etype = str(sub.get("expressionType") or "TAG")
-        if etype.upper() != "TAG":
-            return request.response(ResponseCode.SYSTEM_ERROR,
-                                    f"The broker does not support consumer to filter message by {etype}")
+        etype = sub.get("expressionType")
+        if not is_tag_type(etype if isinstance(etype, str) else None):
+            if not controller.config.enable_property_filter:
+                return request.response(ResponseCode.SYSTEM_ERROR,
+                                        f"The broker does not support consumer to filter message by {etype}")
+            try:
+                compile_sql92(str(sub.get("subString") or ""))
+            except FilterExpressionError as exc:
+                log.warning("Client %s@%s filter message, but failed to compile expression! sub=%s, error=%s",
+                            doc.get("clientId"), doc.get("group"), sub, exc)
+                return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"Invalid MessageSelector. {exc}")
     return request.response(ResponseCode.SUCCESS)
 
 

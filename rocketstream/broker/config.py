@@ -65,6 +65,7 @@ _PROPERTIES: dict[str, tuple[str, str]] = {
     "flushIntervalCommitLog": ("flush_interval_commit_log", "int"),
     "syncFlushTimeout": ("sync_flush_timeout", "int"),
     "channelExpiredTimeout": ("channel_expired_timeout", "int"),
+    "enablePropertyFilter": ("enable_property_filter", "bool"),
 }
 
 
@@ -102,6 +103,7 @@ class BrokerConfig:
     flush_interval_commit_log: int = 500            # ms, FlushRealTimeService's period (ASYNC_FLUSH)
     sync_flush_timeout: int = 5000                  # ms, a SYNC_FLUSH send waits this long for its flush
     channel_expired_timeout: int = 120000           # ms, ConsumerManager/ProducerManager CHANNEL_EXPIRED_TIMEOUT
+    enable_property_filter: bool = False            # SQL92 subscriptions (broker/sql_filter.py)
     conf_path: Path | None = field(default=None, compare=False)
     store_config: StoreConfig | None = field(default=None, compare=False, repr=False)
 

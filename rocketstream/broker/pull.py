@@ -23,10 +23,12 @@ import logging
 import time
 from dataclasses import dataclass
 
+from rocketstream.broker import sql_filter
 from rocketstream.broker.config import PERM_READ
 from rocketstream.broker.consumer_manager import SubscriptionData, build_subscription
 from rocketstream.broker.context import BrokerContext
 from rocketstream.broker.hold import PullRequest
+from rocketstream.codec.sql92 import SqlFilter, is_tag_type
 from rocketstream.errors import RemotingError
 from rocketstream.remoting.channel import Channel
 from rocketstream.remoting.codes import RequestCode, ResponseCode
@@ -127,6 +129,7 @@ def process_pull(controller: BrokerContext, channel: Channel, request: RemotingC
                                 f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
                                 f"[{tc.read_queue_nums}] consumer:[{channel.addr}]")
     sub: SubscriptionData | None
+    flt: SqlFilter | None = None    # SQL92: the compiled filter (sql_filter.py)
     if has_subscription:
         try:
             sub = build_subscription(h.topic, h.subscription, h.expression_type, h.sub_version)
@@ -134,6 +137,8 @@ def process_pull(controller: BrokerContext, channel: Channel, request: RemotingC
             log.warning("Parse the consumer's subscription[%s] failed, group: %s: %s", h.subscription,
                         h.consumer_group, exc)
             return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed")
+        if not is_tag_type(sub.expression_type):
+            flt = sql_filter.compile_request_filter(h.topic, h.consumer_group, h.subscription)
     else:
         ginfo = controller.consumers.group_info(h.consumer_group)
         if ginfo is None:
@@ -146,11 +151,20 @@ def process_pull(controller: BrokerContext, channel: Channel, request: RemotingC
             return request.response(ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's subscription not exist{FAQ}")
         if sub.sub_version < h.sub_version:
             return request.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
-    if sub.expression_type.upper() != "TAG":
+        if not is_tag_type(sub.expression_type):
+            flt = sql_filter.registered_filter(sub)
+            if flt is None:
+                return request.response(ResponseCode.FILTER_DATA_NOT_EXIST,
+                                        "The broker's consumer filter data is not exist!Your expression may be wrong!")
+    if not is_tag_type(sub.expression_type) and not cfg.enable_property_filter:
         return request.response(ResponseCode.SYSTEM_ERROR,
                                 f"The broker does not support consumer to filter message by {sub.expression_type}")
     codes = sub.tags_codes()
     result = controller.store.get_message_raw(h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes)
+    if flt is not None:   # SQL92: keep the records whose properties match (sql_filter.py)
+        result = sql_filter.filter_result(controller.store, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums,
+                                          flt, result,
+                                          max_transfer_bytes=cfg.max_transfer_bytes_on_message_in_memory)
     status = result.status
     if status in (GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):
         code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND

@@ -191,9 +191,7 @@ class LitePullConsumer:
             if expression_type == "TAG":
                 data = SubscriptionData.parse_option(expression, "expression")
             else:
-                if not expression or not expression.strip():
-                    raise OptionError("expression", "a SQL92 expression must not be empty", expression)
-                data = SubscriptionData(False, frozenset(), frozenset(), expression)
+                data = SubscriptionData.parse_sql92(expression)
             sub = Subscription(topic, data, expression_type)
             self._mode = "subscribe"
             self._subscriptions[topic] = sub
@@ -446,6 +444,8 @@ class LitePullConsumer:
         msgs: list[MessageExt] = []
         if result.status is PullStatus.FOUND:
             msgs = process_pull_result(result, mq.broker_name, sub.tags_filter(), addr=addr)
+            if sub.data.sql is not None:   # SQL92: the client checks the broker's filtering too
+                msgs = sub.data.filter_messages(msgs)
             if msgs:
                 pq.put_messages(msgs)
                 with self._lock:

@@ -328,9 +328,7 @@ class PushConsumer:
         if expression_type == "TAG":
             data = SubscriptionData.parse_option(expression, "expression")
         else:
-            if not expression or not expression.strip():
-                raise OptionError("expression", "a SQL92 expression must not be empty", expression)
-            data = SubscriptionData(False, frozenset(), frozenset(), expression)
+            data = SubscriptionData.parse_sql92(expression)
         sub = Subscription(topic, data, expression_type)
         self._subscriptions[topic] = sub
         self.rebalance.subscription_inner[topic] = sub
@@ -688,6 +686,8 @@ class PushConsumer:
         self._suggested_broker[mq] = result.suggest_which_broker_id
         if result.status is PullStatus.FOUND:
             msgs = process_pull_result(result, mq.broker_name, sub.tags_filter(), addr=addr)
+            if sub.data.sql is not None:   # SQL92: the client checks the broker's filtering too
+                msgs = sub.data.filter_messages(msgs)
             pr.next_offset = result.next_begin_offset
             if not msgs:
                 svc.execute_pull_request_immediately(pr)

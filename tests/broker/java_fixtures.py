@@ -8,7 +8,7 @@ parameter of the session fixture ``broker_target``, so ``ROCKETSTREAM_BROKER_TAR
 test against both (test ids ``[java]`` / ``[ours]``).
 
 Both brokers get the same settings (``SCENARIO_CONF``): delay levels 1 s, 2 s, 3 s, then 1 s, so that
-retries (delay level 1) and the delay scenario are quick.
+retries (delay level 1) and the delay scenario are quick; ``enablePropertyFilter`` for SQL92 subscriptions.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ SCENARIO_CONF = {
     "autoCreateTopicEnable": "true",
     "autoCreateSubscriptionGroup": "true",
     "flushDiskType": "ASYNC_FLUSH",
+    "enablePropertyFilter": "true",   # SQL92 subscriptions (tests/client/test_sql92.py)
 }
 
 

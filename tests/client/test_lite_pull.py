@@ -112,18 +112,6 @@ def test_assign_seek_pause_resume(mq_broker) -> None:
         c.shutdown()
 
 
-def test_sql92_subscription_fails_clearly_when_the_broker_cannot_filter(mq_broker) -> None:
-    """Neither our broker nor 4.9.8 with its default enablePropertyFilter=false filters SQL92: start must fail
-    (never deliver everything unfiltered)."""
-    ns = mq_broker.namesrv_addr
-    topic = unique("LiteSql")
-    produce(ns, topic, [b"x"])
-    c = LitePullConsumer(unique("lite_sql"), namesrv=ns)
-    c.subscribe(topic, "a > 5", expression_type="SQL92")
-    with pytest.raises(MQClientError, match="SQL92"):
-        c.start()
-
-
 def drain(consumer: LitePullConsumer, n: int, timeout: float = 30.0) -> list:
     """At least ``n`` messages, then whatever else arrives within half a second."""
     got = poll_until(consumer, n, timeout)
