@@ -20,6 +20,9 @@ code        name                                answer
 200/201/207 subscription group create/list/delete
 305         GET_SYSTEM_TOPIC_LIST_FROM_BROKER   ``TopicList`` of the system topics
 307         GET_CONSUMER_RUNNING_INFO           relayed to the consumer's connection (``callConsumer``)
+309         CONSUME_MESSAGE_DIRECTLY            the stored record of ``msgId`` relayed to the consumer
+222         INVOKE_BROKER_TO_RESET_OFFSET       offsets by time pushed to the group's clients (220, oneway;
+                                                ``Broker2Client.resetOffset``), the table answered
 317         GET_BROKER_CONSUME_STATS            ``ConsumeStatsList``
 ==========  ==================================  =============================================================
 
@@ -56,7 +59,8 @@ from typing import Any
 
 from rocketstream.broker.stats import BrokerStats
 from rocketstream.codec.fastjson import FrozenObject
-from rocketstream.errors import BodyError, HeaderFieldError, RemotingError, RemotingTimeoutError
+from rocketstream.codec.ids import decode_offset_msg_id
+from rocketstream.errors import BodyError, HeaderFieldError, OptionError, RemotingError, RemotingTimeoutError
 from rocketstream.remoting import json_body as _json
 from rocketstream.remoting.channel import Channel
 from rocketstream.remoting.codes import LanguageCode, RequestCode, ResponseCode, Version
@@ -304,6 +308,8 @@ class AdminProcessor:
             RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
             RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.get_system_topic_list,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.get_consumer_running_info,
+            RequestCode.CONSUME_MESSAGE_DIRECTLY: self.consume_message_directly,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.invoke_broker_to_reset_offset,
             RequestCode.GET_BROKER_CONSUME_STATS: self.get_broker_consume_stats,
         }
 
@@ -588,9 +594,75 @@ class AdminProcessor:
         group, client_id = req.field("consumerGroup"), req.field("clientId")
         return await self.call_consumer(RequestCode.GET_CONSUMER_RUNNING_INFO, req, group, client_id)
 
+    async def consume_message_directly(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """``AdminBrokerProcessor.consumeMessageDirectly``: the stored record of the offset msgId as the body,
+        this broker's name in ``brokerName``, relayed to the client (mqadmin ``queryMsgById -g -d``)."""
+        group, client_id = req.field("consumerGroup"), req.field("clientId")
+        msg_id = req.field("msgId")
+        try:
+            _, phys = decode_offset_msg_id(msg_id)
+        except OptionError as exc:
+            raise HeaderFieldError("msgId", f"not an offset message id: {exc}") from None
+        raw = self.c.store.raw_record(phys)
+        if raw is None:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"no message at commit-log offset {phys} (msgId {msg_id})")
+        forward = RemotingCommand.request(RequestCode.CONSUME_MESSAGE_DIRECTLY, body=bytes(raw))
+        forward.ext_fields = dict(req.ext_fields or {}, brokerName=self.broker_name)
+        return await self._call_consumer_with(forward, req, group, client_id)
+
+    def invoke_broker_to_reset_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """``Broker2Client.resetOffset``: per write queue the offset at ``timestamp`` (-1: the max offset),
+        kept at the committed offset unless ``isForce`` or earlier; sent to every client of the group as
+        RESET_CONSUMER_CLIENT_OFFSET (oneway) and answered as ``ResetOffsetBody``."""
+        topic, group = req.field("topic"), req.field("group")
+        timestamp = req.int_field("timestamp")
+        force = str(req.field("isForce", required=False) or "false").lower() == "true"
+        tc = self.c.topics.get(topic)
+        if tc is None:
+            return req.response(ResponseCode.SYSTEM_ERROR,
+                                f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}")
+        table: dict[MessageQueueKey, int] = {}
+        store = self.c.store
+        for qid in range(tc.write_queue_nums):
+            committed = self.c.offsets.query_offset(group, topic, qid)
+            if committed == -1:
+                return req.response(ResponseCode.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
+            at = (store.max_offset(topic, qid) if timestamp == -1
+                  else store.get_offset_in_queue_by_time(topic, qid, timestamp))
+            at = max(at, 0)
+            table[self._mq(topic, qid)] = at if force or at < committed else committed
+        info = self._group_info(group)
+        if info is None or not info.channels:
+            return req.response(ResponseCode.CONSUMER_NOT_ONLINE,
+                                f"Consumer not online, so can not reset offset, Group: {group} Topic: {topic} "
+                                f"Timestamp: {timestamp}")
+        body = _json.dumps({"offsetTable": table})
+        push = RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                                       {"topic": topic, "group": group, "timestamp": timestamp}, body)
+        for cci in list(info.channels.values()):
+            self._spawn_oneway(cci.channel, push, f"reset offset of {topic} for {group} to {cci.client_id}")
+        return req.response(ResponseCode.SUCCESS, body=body)
+
+    def _spawn_oneway(self, ch: Channel, cmd: RemotingCommand, what: str) -> None:
+        async def send() -> None:
+            try:
+                await ch.invoke_oneway(cmd)
+                log.info("[reset-offset] %s: sent", what)
+            except RemotingError as exc:   # the client went away: it re-reads offsets when it comes back
+                log.error("[reset-offset] %s failed: %s", what, exc)
+        task = asyncio.get_running_loop().create_task(send())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def call_consumer(self, code: int, req: RemotingCommand, group: str, client_id: str) -> RemotingCommand:
         """``AdminBrokerProcessor.callConsumer``: forward the request (same extFields and body) to the
         consumer's connection and answer with what it answers."""
+        forward = RemotingCommand.request(code, body=req.body)
+        forward.ext_fields = dict(req.ext_fields or {})
+        return await self._call_consumer_with(forward, req, group, client_id)
+
+    async def _call_consumer_with(self, forward: RemotingCommand, req: RemotingCommand, group: str,
+                                  client_id: str) -> RemotingCommand:
         info = self._group_info(group)
         cci = info.channels.get(client_id) if info is not None else None
         if cci is None:
@@ -599,8 +671,6 @@ class AdminProcessor:
             return req.response(ResponseCode.SYSTEM_ERROR,
                                 f"The Consumer <{client_id}> Version <{cci.version}> too low to finish, "
                                 "please upgrade it to V3_1_8_SNAPSHOT")
-        forward = RemotingCommand.request(code, body=req.body)
-        forward.ext_fields = dict(req.ext_fields or {})
         try:
             answer = await cci.channel.invoke(forward, CALL_CONSUMER_TIMEOUT_S)
         except RemotingTimeoutError as exc:

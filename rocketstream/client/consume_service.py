@@ -113,6 +113,35 @@ def reset_retry_topic(msgs: Sequence[MessageExt], group: str) -> None:
             msg.topic = original
 
 
+def consume_directly(group: str, listener: Callable[[list[MessageExt], Any], Any], msg: MessageExt,
+                     broker_name: str, orderly: bool) -> dict[str, object]:
+    """``consumeMessageDirectly`` of both services (CONSUME_MESSAGE_DIRECTLY, client_remoting.py): the
+    listener on one message outside any queue (no offset, no retry); ``ConsumeMessageDirectlyResult``."""
+    mq = MessageQueue(msg.topic, broker_name, msg.queue_id)
+    msgs = [msg]
+    reset_retry_topic(msgs, group)
+    context: Any = ConsumeOrderlyContext(mq) if orderly else ConsumeConcurrentlyContext(mq)
+    result: dict[str, object] = {"order": orderly, "autoCommit": True}
+    begin = time.monotonic()
+    log.info("%s: consumeMessageDirectly receive new message: %s", group, msg.msg_id)
+    try:
+        status = listener(msgs, context)
+        if status is None:
+            result["consumeResult"] = "CR_RETURN_NULL"
+        elif status in (ConsumeConcurrentlyStatus.CONSUME_SUCCESS, ConsumeOrderlyStatus.SUCCESS):
+            result["consumeResult"] = "CR_SUCCESS"
+        else:   # RECONSUME_LATER / SUSPEND_CURRENT_QUEUE_A_MOMENT (anything else is retried too)
+            result["consumeResult"] = "CR_LATER"
+        if orderly:
+            result["autoCommit"] = context.auto_commit
+    except Exception as exc:   # the listener's failure is the answer (CR_THROW_EXCEPTION with its text)
+        result["consumeResult"] = "CR_THROW_EXCEPTION"
+        result["remark"] = f"{type(exc).__name__}: {exc}"
+        log.warning("%s: consumeMessageDirectly exception: %s", group, exc, exc_info=exc)
+    result["spentTimeMills"] = int((time.monotonic() - begin) * 1000)
+    return result
+
+
 @dataclass
 class _Stats:
     consumed_ok: int = 0
@@ -171,6 +200,9 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
     def __init__(self, consumer: ConsumerHooks, listener: ConcurrentListener, consume_thread_max: int) -> None:
         super().__init__(consumer, consume_thread_max, "ConsumeMessageThread_")
         self.listener = listener
+
+    def consume_message_directly(self, msg: MessageExt, broker_name: str) -> dict[str, object]:
+        return consume_directly(self.consumer.group, self.listener, msg, broker_name, orderly=False)
 
     def submit_consume_request(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue,
                                dispatch_to_consume: bool) -> None:
@@ -290,6 +322,9 @@ class ConsumeMessageOrderlyService(_ServiceBase):
             if lock is None:
                 lock = self._mq_locks[mq] = threading.Lock()
             return lock
+
+    def consume_message_directly(self, msg: MessageExt, broker_name: str) -> dict[str, object]:
+        return consume_directly(self.consumer.group, self.listener, msg, broker_name, orderly=True)
 
     def submit_consume_request(self, msgs: Sequence[MessageExt] | None, pq: ProcessQueue, mq: MessageQueue,
                                dispatch_to_consume: bool) -> None:

@@ -30,6 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
+from rocketstream.client import client_remoting
 from rocketstream.client.api import MQClientAPI
 from rocketstream.client.common import CLIENT_INNER_PRODUCER_GROUP, MessageQueue
 from rocketstream.client.route import (
@@ -120,6 +121,7 @@ class MQClientInstance:
         self._stopped = False
         self.producers: dict[str, ProducerLike] = {}
         self.consumers: dict[str, ConsumerLike] = {}
+        self.consumer_start_ms: dict[str, int] = {}         # PROP_CONSUMER_START_TIMESTAMP (client_remoting)
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}   # brokerAddrTable
         self._tasks: list[asyncio.Task[None]] = []
@@ -214,6 +216,7 @@ class MQClientInstance:
                 raise MQClientError(f"the consumer group[{group}] has been created before, specify another "
                                     "name please")
             self.consumers[group] = consumer
+            self.consumer_start_ms[group] = int(time.time() * 1000)
 
     async def unregister_producer(self, group: str) -> None:
         """Remove the group and send UNREGISTER_CLIENT for it to every broker (``unregisterProducer``)."""
@@ -391,9 +394,12 @@ class MQClientInstance:
                 await self.do_rebalance()
 
     # ------------------------------------------------------------------------- inbound requests
-    def _on_request(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
-        """``ClientRemotingProcessor``: NOTIFY_CONSUMER_IDS_CHANGED wakes the rebalance; anything else is
-        answered REQUEST_CODE_NOT_SUPPORTED (nothing for a oneway request)."""
+    def _on_request(self, channel: Channel, request: RemotingCommand) -> Any:
+        """``ClientRemotingProcessor``: NOTIFY_CONSUMER_IDS_CHANGED wakes the rebalance; 307, 309, 220 and 221
+        are answered by client_remoting.py; anything else is answered REQUEST_CODE_NOT_SUPPORTED (nothing
+        for a oneway request)."""
+        if request.code in client_remoting.HANDLED:
+            return client_remoting.handle_request(self, request)
         if request.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             group = (request.ext_fields or {}).get("consumerGroup")
             log.info("%s: consumer ids of %s changed (broker %s): rebalance now", self.client_id, group, channel.addr)

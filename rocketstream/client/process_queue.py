@@ -137,6 +137,28 @@ class ProcessQueue:
         with self._lock:
             return self._offsets[0] if self._offsets else None
 
+    def fill_process_queue_info(self) -> dict[str, object]:
+        """``fillProcessQueueInfo``: ``ProcessQueueInfo``'s fields (without ``commitOffset``); timestamps in
+        ms since the epoch (client_remoting.py, GET_CONSUMER_RUNNING_INFO)."""
+        def epoch_ms(t: float) -> int:
+            return int((time.time() - (_now() - t)) * 1000)
+        with self._lock:
+            info: dict[str, object] = {"cachedMsgCount": 0, "cachedMsgMaxOffset": 0, "cachedMsgMinOffset": 0,
+                                       "transactionMsgCount": 0, "transactionMsgMaxOffset": 0,
+                                       "transactionMsgMinOffset": 0}
+            if self._offsets:
+                info.update(cachedMsgMinOffset=self._offsets[0], cachedMsgMaxOffset=self._offsets[-1],
+                            cachedMsgCount=len(self._offsets))
+            if self._consuming_offsets:
+                info.update(transactionMsgMinOffset=self._consuming_offsets[0],
+                            transactionMsgMaxOffset=self._consuming_offsets[-1],
+                            transactionMsgCount=len(self._consuming_offsets))
+            info.update(cachedMsgSizeInMiB=self.msg_size // (1024 * 1024), locked=self.locked,
+                        tryUnlockTimes=self.try_unlock_times, lastLockTimestamp=epoch_ms(self.last_lock_timestamp),
+                        droped=self.dropped, lastPullTimestamp=epoch_ms(self.last_pull_timestamp),
+                        lastConsumeTimestamp=epoch_ms(self.last_consume_timestamp))
+            return info
+
     def has_temp_message(self) -> bool:
         with self._lock:
             return bool(self.msg_tree)
