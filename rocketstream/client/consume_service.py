@@ -49,6 +49,8 @@ __all__ = [
 log = logging.getLogger("rocketstream.client")
 
 CONSUME_REQUEST_LATER_DELAY_S = 5.0       # submitConsumeRequestLater (concurrent): 5 s
+CONSUME_TIMEOUT_MINUTES = 15.0            # DefaultMQPushConsumer.consumeTimeout (cleanExpireMsg's period too)
+EXPIRED_MSG_DELAY_LEVEL = 3               # cleanExpiredMsg: sendMessageBack(msg, 3)
 MAX_TIME_CONSUME_CONTINUOUSLY_S = 60.0    # ConsumeMessageOrderlyService.MAX_TIME_CONSUME_CONTINUOUSLY
 TRY_LOCK_LATER_NOT_LOCKED_S = 0.010       # tryLockLaterAndReconsume(..., 10) in the consume loop
 TRY_LOCK_LATER_S = 0.100                  # tryLockLaterAndReconsume(..., 100) before it
@@ -203,6 +205,37 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
 
     def consume_message_directly(self, msg: MessageExt, broker_name: str) -> dict[str, object]:
         return consume_directly(self.consumer.group, self.listener, msg, broker_name, orderly=False)
+
+    # --- cleanExpireMsg: every consumeTimeout minutes (first after one period), on the client loop
+    def start(self) -> None:
+        """Schedule ``cleanExpireMsg`` (call on the loop)."""
+        self._clean_task = asyncio.get_running_loop().create_task(self._clean_expire_msg_periodically())
+
+    def shutdown(self, await_terminate_s: float = 0.0) -> None:
+        task = getattr(self, "_clean_task", None)
+        if task is not None:
+            try:
+                self.consumer.loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:   # the loop is closed: the task went with it
+                pass
+        super().shutdown(await_terminate_s)
+
+    async def _clean_expire_msg_periodically(self) -> None:
+        period_s = getattr(self.consumer, "consume_timeout_minutes", CONSUME_TIMEOUT_MINUTES) * 60
+        while not self.stopped:
+            await asyncio.sleep(period_s)
+            try:
+                await asyncio.to_thread(self.clean_expire_msg, period_s)
+            except Exception:   # the next period tries again; logged with its traceback
+                log.exception("%s: cleanExpireMsg failed", self.consumer.group)
+
+    def clean_expire_msg(self, consume_timeout_s: float) -> int:
+        """``cleanExpireMsg``: messages whose listener call started more than ``consume_timeout_s`` ago
+        go back to the broker (delay level 3) and leave their process queue (a consume thread)."""
+        def send_back(msg: Any) -> bool:
+            return self.consumer.send_message_back(msg, EXPIRED_MSG_DELAY_LEVEL, None)
+        return sum(pq.clean_expired_msg(consume_timeout_s, send_back)
+                   for pq in list(self.consumer.rebalance.process_queue_table.values()) if not pq.dropped)
 
     def submit_consume_request(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue,
                                dispatch_to_consume: bool) -> None:

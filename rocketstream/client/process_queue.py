@@ -17,9 +17,10 @@ waits for it before unlocking the queue on the broker.
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 __all__ = [
@@ -37,6 +38,10 @@ REBALANCE_LOCK_INTERVAL_S = 20.0
 PULL_MAX_IDLE_TIME_S = 120.0
 
 _MAX_OFFSET_PROPERTY = "MAX_OFFSET"
+_CONSUME_START_TIME_PROPERTY = "CONSUME_START_TIME"
+CLEAN_EXPIRED_MSG_MAX = 16           # cleanExpiredMsg looks at up to 16 of the oldest messages per run
+
+log = logging.getLogger("rocketstream.client")
 
 
 class _Msg(Protocol):
@@ -182,6 +187,28 @@ class ProcessQueue:
             if self._offsets:
                 result = self._offsets[0]
             return result
+
+    def clean_expired_msg(self, consume_timeout_s: float, send_back: Callable[[_Msg], bool]) -> int:
+        """``cleanExpiredMsg`` (concurrent consumption): while the oldest waiting message's consumption
+        started (``CONSUME_START_TIME``) more than ``consume_timeout_s`` ago, send it back to the broker
+        (``send_back``: delay level 3) and drop it from the queue; at most 16 per run. The number dropped."""
+        dropped = 0
+        for _ in range(min(self.msg_count, CLEAN_EXPIRED_MSG_MAX)):
+            with self._lock:
+                if not self._offsets:
+                    break
+                msg = self.msg_tree[self._offsets[0]]
+                start = msg.properties.get(_CONSUME_START_TIME_PROPERTY)
+                if not start or not start.isdigit() or time.time() * 1000 - int(start) <= consume_timeout_s * 1000:
+                    break
+            if not send_back(msg):
+                log.error("send expired msg %s failed: it stays in the process queue", msg.queue_offset)
+                break
+            log.info("send expire msg back. offset=%d, startTime=%s", msg.queue_offset, start)
+            if self.first_offset() == msg.queue_offset:
+                self.remove_messages([msg])
+                dropped += 1
+        return dropped
 
     # ------------------------------------------------------------------ orderly consumption
     def take_messages(self, batch_size: int) -> list[_Msg]:

@@ -238,10 +238,13 @@ class PushConsumer:
         pull_delay_on_exception_s: float = PULL_TIME_DELAY_WHEN_EXCEPTION_S,
         broker_suspend_max_time_ms: int = BROKER_SUSPEND_MAX_TIME_MS,
         await_termination_s: float = 5.0,
+        consume_timeout_minutes: float = 15.0,
     ) -> None:
         """``pull_threshold_size_for_queue`` / ``..._for_topic`` are in MiB as in RocketMQ. ``max_reconsume_times``
         -1 means 16 (concurrent) or unlimited (orderly), as in RocketMQ. ``rebalance_interval_s`` lowers the
-        shared client instance's rebalance period (Java: ``rocketmq.client.rebalance.waitInterval``)."""
+        shared client instance's rebalance period (Java: ``rocketmq.client.rebalance.waitInterval``).
+        ``consume_timeout_minutes`` (``consumeTimeout``, 15): every that many minutes, messages whose listener call
+        started longer ago are sent back to the broker (delay level 3) and leave the process queue."""
         self.group = check_group(group, argument="group")
         if message_model not in (CLUSTERING, BROADCASTING):
             raise OptionError("message_model", f"must be {CLUSTERING} or {BROADCASTING}", message_model)
@@ -297,6 +300,10 @@ class PushConsumer:
         self.pull_delay_on_exception_s = pull_delay_on_exception_s
         self.broker_suspend_max_time_ms = broker_suspend_max_time_ms
         self.await_termination_s = await_termination_s
+        if isinstance(consume_timeout_minutes, bool) or not isinstance(consume_timeout_minutes, (int, float)) \
+                or not consume_timeout_minutes > 0:
+            raise OptionError("consume_timeout_minutes", "must be > 0", consume_timeout_minutes)
+        self.consume_timeout_minutes = float(consume_timeout_minutes)   # cleanExpireMsg (consume_service.py)
         self._subscriptions: dict[str, Subscription] = {}
         self._listener: ConcurrentListener | OrderlyListener | None = None
         self.orderly = False
