@@ -36,6 +36,12 @@ from rocketstream.client.process_queue import ProcessQueue
 from rocketstream.client.pull_decode import process_pull_result_fast as process_pull_result
 from rocketstream.client.pull_service import PullRequest, flow_control
 from rocketstream.client.push_consumer import EXPRESSION_TYPES, _BrokerOffsets, check_client_config
+from rocketstream.client.queue_change import (
+    FIRST_CHECK_DELAY_S,
+    TOPIC_METADATA_CHECK_INTERVAL_S,
+    TopicMessageQueueChangeListener,
+    TopicQueueWatcher,
+)
 from rocketstream.client.rebalance import (
     BROADCASTING,
     CLUSTERING,
@@ -81,6 +87,12 @@ class RebalanceLitePullImpl(RebalanceImpl):
 
     async def message_queue_changed(self, topic: str, mq_all: set[MessageQueue], mq_divided: set[MessageQueue]) -> None:
         self.consumer._queues_changed(topic, mq_divided)
+        listener = self.consumer.message_queue_listeners.get(topic)
+        if listener is not None:   # subscribe(..., message_queue_listener=): after the assignment changed
+            try:
+                await asyncio.to_thread(listener, topic, set(mq_all), set(mq_divided))
+            except Exception:   # the user's listener: logged, the rebalance goes on
+                log.exception("%s: MessageQueueListener of %s raised", self.group, topic)
 
     def dispatch_pull_requests(self, requests: list[PullRequest]) -> None:
         """The new queues' start offsets become their pull tasks' first offsets."""
@@ -121,7 +133,10 @@ class LitePullConsumer:
         offset_store_dir: str | Path | None = None,
         rebalance_interval_s: float | None = None,
         broker_suspend_max_time_ms: int = BROKER_SUSPEND_MAX_TIME_MS,
+        topic_metadata_check_interval_s: float = TOPIC_METADATA_CHECK_INTERVAL_S,
     ) -> None:
+        """``topic_metadata_check_interval_s``: how often the queues of topics with a
+        TopicMessageQueueChangeListener are compared (``topicMetadataCheckIntervalMillis``)."""
         self.group = check_group(group, argument="group")
         if message_model not in (CLUSTERING, BROADCASTING):
             raise OptionError("message_model", f"must be {CLUSTERING} or {BROADCASTING}", message_model)
@@ -175,13 +190,29 @@ class LitePullConsumer:
         self._tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self._last_commit = time.monotonic()
         self._stopping = False
+        # TopicMessageQueueChangeListener (queue_change.py) and subscribe()'s MessageQueueListener per topic
+        if not isinstance(topic_metadata_check_interval_s, (int, float)) or not topic_metadata_check_interval_s > 0:
+            raise OptionError("topic_metadata_check_interval_s", "must be > 0", topic_metadata_check_interval_s)
+        self.topic_metadata_check_interval_s = float(topic_metadata_check_interval_s)
+        self.first_topic_metadata_check_s = FIRST_CHECK_DELAY_S
+        self.queue_watcher = TopicQueueWatcher(self.group, self._fetch_queues)
+        self.message_queue_listeners: dict[str, Callable[[str, set[MessageQueue], set[MessageQueue]], object]] = {}
+        self._watch_task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"LitePullConsumer({self.group}, {self.message_model}, {self._state})"
 
     # ------------------------------------------------------------------ configuration
-    def subscribe(self, topic: str, expression: str | None = "*", *, expression_type: str = "TAG") -> None:
+    def subscribe(self, topic: str, expression: str | None = "*", *, expression_type: str = "TAG",
+                  message_queue_listener: Callable[[str, set[MessageQueue], set[MessageQueue]], object] | None = None,
+                  ) -> None:
+        """Subscribe to ``topic`` (group rebalance). ``message_queue_listener(topic, mq_all, mq_divided)`` is
+        called after each change of this consumer's queues of the topic (``subscribe(topic, subExpression,
+        MessageQueueListener)``)."""
         check_topic(topic)
+        if message_queue_listener is not None and not callable(message_queue_listener):
+            raise OptionError("message_queue_listener", "must be callable (topic, mq_all, mq_divided)",
+                              message_queue_listener)
         with self._lock:
             if self._mode == "assign":
                 raise MQClientError("subscribe and assign cannot be mixed (the consumer assigned queues)")
@@ -193,6 +224,8 @@ class LitePullConsumer:
             else:
                 data = SubscriptionData.parse_sql92(expression)
             sub = Subscription(topic, data, expression_type)
+            if message_queue_listener is not None:
+                self.message_queue_listeners[topic] = message_queue_listener
             self._mode = "subscribe"
             self._subscriptions[topic] = sub
             self.rebalance.subscription_inner[topic] = sub
@@ -267,6 +300,11 @@ class LitePullConsumer:
             if sub.expression_type != "TAG":
                 await check_client_config(self.instance, self.group, sub)
         await self.instance.send_heartbeat_to_all()
+        for topic in list(self.queue_watcher.listeners):
+            await self.queue_watcher.prime(topic)
+        self._watch_task = asyncio.get_running_loop().create_task(
+            self.queue_watcher.run(self.first_topic_metadata_check_s, lambda: self.topic_metadata_check_interval_s),
+            name=f"fetchTopicMessageQueuesAndCompare[{self.group}]")
         self._state = "RUNNING"
         if self._mode == "subscribe":
             await self.rebalance.do_rebalance(False)
@@ -307,6 +345,8 @@ class LitePullConsumer:
         # the flag, not only the cancel: Python 3.11's wait_for returns a result that arrives together with
         # the cancellation and drops the CancelledError, so a pull task must also see that it has to stop
         self._stopping = True
+        if self._watch_task is not None:
+            self._watch_task.cancel()
         tasks = list(self._tasks.values())
         self._tasks.clear()
         for t in tasks:
@@ -557,6 +597,27 @@ class LitePullConsumer:
 
     def resume(self, mqs: Iterable[MessageQueue]) -> None:
         self._paused -= set(mqs)
+
+    def register_topic_message_queue_change_listener(self, topic: str,
+                                                     listener: TopicMessageQueueChangeListener) -> None:
+        """``registerTopicMessageQueueChangeListener``: ``listener(topic, queues)`` is called when the
+        readable queues of ``topic`` change (checked every ``topic_metadata_check_interval_s``); while
+        running, the current set is read now as the baseline (MQClientError when the topic has no route)."""
+        check_topic(topic)
+        if not callable(listener):
+            raise OptionError("listener", "must be callable (topic, queues)", listener)
+        self.queue_watcher.register(topic, listener)
+        if self._state == "RUNNING":
+            self._run(self.queue_watcher.prime(topic), 10.0)
+
+    async def _fetch_queues(self, topic: str) -> set[MessageQueue]:
+        inst = self.instance
+        if inst is None:
+            raise MQClientError(f"the LitePullConsumer {self.group} is not started")
+        route = await inst.api.get_route(topic)
+        if route is None:
+            raise MQClientError(f"topic {topic} does not exist (no route)")
+        return subscribe_queues(topic, route)
 
     def fetch_message_queues(self, topic: str) -> set[MessageQueue]:
         """``fetchMessageQueues``: every readable queue of ``topic`` from the name server."""

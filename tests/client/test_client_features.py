@@ -10,10 +10,13 @@ from typing import Any
 
 import pytest
 
+from rocketstream.client.allocate import MessageQueue
 from rocketstream.client.consume_service import ConsumeConcurrentlyStatus
+from rocketstream.client.lite_pull import LitePullConsumer
 from rocketstream.client.process_queue import ProcessQueue
 from rocketstream.client.push_consumer import PushConsumer
 from rocketstream.errors import OptionError
+from rocketstream.remoting import RemotingCommand, RequestCode, ResponseCode
 from tests.client.scenario_util import produce, unique, wait_for
 
 
@@ -84,4 +87,49 @@ def test_a_listener_blocked_past_the_consume_timeout_gets_its_message_sent_back(
         assert deliveries[1][1] - deliveries[0][1] >= 1.2
     finally:
         release.set()
+        c.shutdown()
+
+
+# --- LitePullConsumer: TopicMessageQueueChangeListener and subscribe()'s MessageQueueListener -----------------
+def _update_topic(inst: Any, addr: str, topic: str, queues: int) -> None:
+    """UPDATE_AND_CREATE_TOPIC (17) as mqadmin updateTopic sends it."""
+    req = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues, "perm": 6,
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False})
+    resp = inst.run(inst.api.invoke(addr, req, 5.0), 10.0)
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+
+def test_lite_pull_queue_change_listeners_see_added_queues(mq_broker) -> None:
+    if mq_broker.kind != "ours":
+        pytest.skip("queues are added with updateTopic on our broker (the issue's scenario)")
+    ns = mq_broker.namesrv_addr
+    topic = unique("QChange")
+    produce(ns, topic, [b"x"])
+    changes: list[tuple[str, set[MessageQueue]]] = []
+    divided: list[tuple[int, int]] = []
+    c = LitePullConsumer(unique("qchange_g"), namesrv=ns, topic_metadata_check_interval_s=0.3)
+    c.first_topic_metadata_check_s = 0.1
+    c.subscribe(topic, "*", message_queue_listener=lambda t, mq_all, mine: divided.append((len(mq_all), len(mine))))
+    c.register_topic_message_queue_change_listener(topic, lambda t, mqs: changes.append((t, mqs)))
+    with pytest.raises(OptionError, match="listener"):
+        c.register_topic_message_queue_change_listener(topic, "not callable")   # type: ignore[arg-type]
+    c.start()
+    try:
+        wait_for(lambda: (4, 4) in divided, 10, "the first assignment")
+        time.sleep(0.5)
+        assert changes == []                     # the set seen at start is the baseline: no change yet
+        inst = c.instance
+        assert inst is not None
+        _update_topic(inst, mq_broker.broker_addr, topic, 8)
+        wait_for(lambda: bool(changes), 10, "the change listener")
+        assert changes[0][0] == topic and {mq.queue_id for mq in changes[0][1]} == set(range(8))
+        time.sleep(0.8)
+        assert len(changes) == 1                 # called once per change
+        # the rebalance sees the new queues at the next route refresh (every 30 s; done now here)
+        inst.run(inst.update_route(topic), 10.0)
+        inst.rebalance_now()
+        wait_for(lambda: (8, 8) in divided, 10, "the rebalance onto 8 queues")
+        assert len(c.assignment()) == 8
+    finally:
         c.shutdown()
