@@ -23,6 +23,8 @@ code        name                                answer
 309         CONSUME_MESSAGE_DIRECTLY            the stored record of ``msgId`` relayed to the consumer
 222         INVOKE_BROKER_TO_RESET_OFFSET       offsets by time pushed to the group's clients (220, oneway;
                                                 ``Broker2Client.resetOffset``), the table answered
+223         INVOKE_BROKER_TO_GET_CONSUMER_STATUS  each client's offsets of a topic (221 to every client,
+                                                ``Broker2Client.getConsumeStatus``): ``GetConsumerStatusBody``
 317         GET_BROKER_CONSUME_STATS            ``ConsumeStatsList``
 ==========  ==================================  =============================================================
 
@@ -310,6 +312,7 @@ class AdminProcessor:
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.get_consumer_running_info,
             RequestCode.CONSUME_MESSAGE_DIRECTLY: self.consume_message_directly,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.invoke_broker_to_reset_offset,
+            RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: self.invoke_broker_to_get_consumer_status,
             RequestCode.GET_BROKER_CONSUME_STATS: self.get_broker_consume_stats,
         }
 
@@ -642,6 +645,33 @@ class AdminProcessor:
         for cci in list(info.channels.values()):
             self._spawn_oneway(cci.channel, push, f"reset offset of {topic} for {group} to {cci.client_id}")
         return req.response(ResponseCode.SUCCESS, body=body)
+
+    async def invoke_broker_to_get_consumer_status(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """``Broker2Client.getConsumeStatus``: GET_CONSUMER_STATUS_FROM_CLIENT (221) to every client of the group
+        (or only ``clientAddr``, the client id), their ``messageQueueTable`` by client id. A client that does
+        not answer is left out (logged), as RocketMQ does."""
+        topic, group = req.field("topic"), req.field("group")
+        origin = req.field("clientAddr", required=False) or ""
+        info = self._group_info(group)
+        if info is None or not info.channels:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"No Any Consumer online in the consumer group: [{group}]")
+        table: dict[str, object] = {}
+        for cci in list(info.channels.values()):
+            if origin and origin != cci.client_id:
+                continue
+            ask = RemotingCommand.request(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, {"topic": topic, "group": group})
+            try:
+                answer = await cci.channel.invoke(ask, 5.0)
+                if answer.code == ResponseCode.SUCCESS and answer.body:
+                    doc = _json.loads(answer.body, what="GetConsumerStatusBody", addr=cci.channel.addr)
+                    if isinstance(doc, Mapping):
+                        table[cci.client_id] = doc.get("messageQueueTable") or {}
+            except RemotingError as exc:
+                log.error("[get-consumer-status] get consumer status exception. topic=%s, group=%s, error=%s",
+                          topic, group, exc)
+            if origin:
+                break
+        return req.response(ResponseCode.SUCCESS, body=_json.dumps({"consumerTable": table, "messageQueueTable": {}}))
 
     def _spawn_oneway(self, ch: Channel, cmd: RemotingCommand, what: str) -> None:
         async def send() -> None:

@@ -271,7 +271,8 @@ def _get_consumer_status(instance: MQClientInstance, request: RemotingCommand) -
     table: dict[MessageQueueKey, int] = {}
     if consumer is not None and _is_push(consumer) and consumer.offset_store is not None:
         table = {MessageQueueKey(mq): off for mq, off in consumer.offset_store.clone_offset_table(topic).items()}
-    return request.response(ResponseCode.SUCCESS, body=json_body.dumps({"messageQueueTable": table}))
+    return request.response(ResponseCode.SUCCESS, body=json_body.dumps({"consumerTable": {},
+                                                                         "messageQueueTable": table}))
 
 
 def handle_request(instance: MQClientInstance, request: RemotingCommand) -> Any:

@@ -45,7 +45,7 @@ def test_mqadmin_consumer_status_consume_directly_and_reset_offset(mq_broker) ->
     c.reset_offset_wait_s = 1.0    # type: ignore[attr-defined]  # RocketMQ waits 10 s
     c.start()
     try:
-        wait_for(lambda: sum(seen.values()) >= 8, 30, "the 8 messages")
+        wait_for(lambda: sum(seen.values()) >= 8, 60, "the 8 messages")
         assert c.instance is not None
         cid = c.instance.client_id
         wait_for(lambda: len(c.rebalance.process_queue_table) >= 4, 10, "the topic's queues")
@@ -67,6 +67,15 @@ def test_mqadmin_consumer_status_consume_directly_and_reset_offset(mq_broker) ->
         out = mqadmin(mq_broker, "consumerStatus", "-g", group)
         assert cid in out and "Same subscription in the same group of consumer" in out and "Rebalance OK" in out
 
+        # INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223, what mqadmin getConsumerStatus sends): the broker asks
+        # every client with GET_CONSUMER_STATUS_FROM_CLIENT (221); ours answers its in-memory offsets
+        ask = RemotingCommand.request(RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+                                      {"topic": topic, "group": group, "clientAddr": cid})
+        resp = c.instance.run(c.instance.api.invoke(mq_broker.broker_addr, ask, 10.0), 15.0)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        status = json_body.loads(resp.body)["consumerTable"][cid]   # type: ignore[index]
+        assert {mq["queueId"]: off for mq, off in status.items()} == {q: per_queue.get(q, 0) for q in rows}
+
         # queryMsgById -g -d: the message is handed to our listener directly (it is consumed once more)
         first = sent[0]
         out = mqadmin(mq_broker, "queryMsgById", "-i", first.offset_msg_id, "-g", group, "-d", cid)
@@ -80,7 +89,8 @@ def test_mqadmin_consumer_status_consume_directly_and_reset_offset(mq_broker) ->
         assert f"rollback consumer offset by specified group[{group}], topic[{topic}], force[true]" in out, out
         table = [line.split() for line in out.splitlines() if line.startswith(mq_broker.broker_name + " ")]
         assert len(table) >= 4 and all(row[2] == "0" for row in table), out
-        wait_for(lambda: sum(seen.values()) >= 8, 30, "the re-consumed messages")
+        wait_for(lambda: sum(seen.values()) >= 8, 60, f"the re-consumed messages (seen so far: {dict(seen)}, "
+                 f"queues: {sorted(c.rebalance.process_queue_table)})")
         time.sleep(1.0)
         assert sorted(seen) == sorted(f"m{i}".encode() for i in range(8))
     finally:
@@ -112,7 +122,8 @@ def test_get_consumer_status_and_unknown_group_answers() -> None:
     req = RemotingCommand.request(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, {"topic": "T", "group": "g"})
     resp = client_remoting.handle_request(inst, req)
     assert resp.code == ResponseCode.SUCCESS
-    assert resp.body == b'{"messageQueueTable":{{"brokerName":"broker-a","queueId":1,"topic":"T"}:42}}'
+    assert resp.body == (b'{"consumerTable":{},'
+                         b'"messageQueueTable":{{"brokerName":"broker-a","queueId":1,"topic":"T"}:42}}')
     for code in (RequestCode.GET_CONSUMER_RUNNING_INFO, RequestCode.CONSUME_MESSAGE_DIRECTLY):
         req = RemotingCommand.request(code, {"consumerGroup": "nope", "clientId": "x"})
         resp = asyncio.run(client_remoting.handle_request(inst, req))
