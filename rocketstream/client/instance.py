@@ -227,6 +227,7 @@ class MQClientInstance:
     async def unregister_consumer(self, group: str) -> None:
         with self._lock:
             self.consumers.pop(group, None)
+            self.consumer_start_ms.pop(group, None)
         await self._unregister_everywhere(consumer_group=group)
 
     async def _unregister_everywhere(self, producer_group: str | None = None,

@@ -86,6 +86,7 @@ def _java_int(text: str, lo: int, hi: int) -> int:
 
 
 _JAVA_INT = re.compile(r"[+-]?\d+")
+_JAVA_BLANKS = "".join(chr(c) for c in range(33))   # String.trim: every char <= ' '
 _JAVA_DOUBLE = re.compile(r"[+-]?(NaN|Infinity|((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)[fFdD]?)", re.ASCII)
 _JAVA_HEX_DOUBLE = re.compile(r"([+-]?)0[xX]([0-9a-fA-F]*\.?[0-9a-fA-F]*)[pP]([+-]?\d+)[fFdD]?", re.ASCII)
 
@@ -93,7 +94,7 @@ _JAVA_HEX_DOUBLE = re.compile(r"([+-]?)0[xX]([0-9a-fA-F]*\.?[0-9a-fA-F]*)[pP]([+
 def _java_double(text: str) -> float:
     """``Double.valueOf(String)``: leading/trailing chars <= ' ' ignored, NaN / Infinity, an optional
     f/F/d/D suffix, hexadecimal floats."""
-    s = text.strip("".join(chr(c) for c in range(33)))
+    s = text.strip(_JAVA_BLANKS)
     m = _JAVA_DOUBLE.fullmatch(s)
     if m is not None:
         core = s.rstrip("fFdD") if m.group(1) not in ("NaN", "Infinity") else s

@@ -35,7 +35,7 @@ SCENARIO_CONF = {
     "autoCreateTopicEnable": "true",
     "autoCreateSubscriptionGroup": "true",
     "flushDiskType": "ASYNC_FLUSH",
-    "enablePropertyFilter": "true",   # SQL92 subscriptions (tests/client/test_sql92.py)
+    "enablePropertyFilter": "true",   # SQL92 subscriptions (tests/client/test_sql92_brokers.py)
 }
 
 
