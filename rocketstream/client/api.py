@@ -468,10 +468,9 @@ def process_pull_result(result: PullResult, broker_name: str,
     if tags is not None:
         wanted = set(tags)
         msgs = [m for m in msgs if m.properties.get(PROPERTY_TAGS) in wanted]
-    lo, hi = str(result.min_offset), str(result.max_offset)
+    offsets = ((PROPERTY_MIN_OFFSET, str(result.min_offset)), (PROPERTY_MAX_OFFSET, str(result.max_offset)))
     for m in msgs:
-        m.properties[PROPERTY_MIN_OFFSET] = lo
-        m.properties[PROPERTY_MAX_OFFSET] = hi
+        m.put_properties(offsets)   # MessageAccessor.putProperty, without decoding lazy properties
         if m.sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED and PROPERTY_UNIQ_KEY in m.properties:
             m.properties.setdefault("__transactionId__", m.properties[PROPERTY_UNIQ_KEY])
     result.messages = msgs

@@ -121,7 +121,8 @@ class ProcessQueue:
                 self.consuming = True
             if msgs:
                 last = msgs[-1]
-                raw = last.properties.get(_MAX_OFFSET_PROPERTY)
+                get = getattr(last, "get_property", None)   # MessageExt: without decoding its properties
+                raw = get(_MAX_OFFSET_PROPERTY) if get is not None else last.properties.get(_MAX_OFFSET_PROPERTY)
                 if raw is not None and raw.lstrip("-").isdigit():
                     acc = int(raw) - last.queue_offset
                     if acc > 0:
