@@ -201,24 +201,30 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
             self._consume(msgs, pq, mq)
             return
         done: list[MessageExt] = []
+        tally = [0, 0]   # consumed ok, failed: added to the stats once
         self._enter(mq)
         try:
             for i in range(0, len(msgs), size):
-                remaining = self._consume(msgs[i:i + size], pq, mq, commit=False, count=False)
+                remaining = self._consume(msgs[i:i + size], pq, mq, commit=False, tally=tally)
                 if remaining is None:   # dropped or stopping: nothing is committed
                     return
                 done += remaining
         finally:
             self._leave(mq)
+            with self._stats_lock:
+                self.stats.consumed_ok += tally[0]
+                self.stats.consumed_failed += tally[1]
         if done and not pq.dropped:
             offset = pq.remove_messages(done)
             if offset >= 0 and not pq.dropped:
                 self.consumer.update_offset(mq, offset, True)
 
     def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, *, commit: bool = True,
-                 count: bool = True) -> list[MessageExt] | None:
+                 tally: list[int] | None = None) -> list[MessageExt] | None:
         """``ConsumeRequest.run``: the messages to remove from the ProcessQueue (consumed or sent back), None
-        when the queue was dropped; ``commit``: remove them and update the offset here."""
+        when the queue was dropped; ``commit``: remove them and update the offset here. ``tally``: the
+        caller counts the call (``_enter``/``_leave``) and adds [consumed, failed] to the stats itself."""
+        count = tally is None
         if pq.dropped or self.stopped:
             return None
         context = ConsumeConcurrentlyContext(mq)
@@ -250,7 +256,7 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         if commit:
             self.process_consume_result(status, context, msgs, pq, mq)
             return msgs
-        return self._consume_result(status, context, msgs, pq, mq)
+        return self._consume_result(status, context, msgs, pq, mq, tally)
 
     def process_consume_result(self, status: ConsumeConcurrentlyStatus, context: ConsumeConcurrentlyContext,
                                msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
@@ -263,9 +269,10 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
             self.consumer.update_offset(mq, offset, True)
 
     def _consume_result(self, status: ConsumeConcurrentlyStatus, context: ConsumeConcurrentlyContext,
-                        msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> list[MessageExt]:
-        """``processConsumeResult`` up to the ProcessQueue: stats, send-backs; the messages to remove (all but
-        those whose send-back failed, consumed again 5 s later)."""
+                        msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
+                        tally: list[int] | None = None) -> list[MessageExt]:
+        """``processConsumeResult`` up to the ProcessQueue: stats (or ``tally``), send-backs; the messages to
+        remove (all but those whose send-back failed, consumed again 5 s later)."""
         if not msgs:
             return msgs
         ack_index = context.ack_index
@@ -273,9 +280,13 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
             ack_index = min(ack_index, len(msgs) - 1)
         else:
             ack_index = -1
-        with self._stats_lock:
-            self.stats.consumed_ok += ack_index + 1
-            self.stats.consumed_failed += len(msgs) - ack_index - 1
+        if tally is not None:
+            tally[0] += ack_index + 1
+            tally[1] += len(msgs) - ack_index - 1
+        else:
+            with self._stats_lock:
+                self.stats.consumed_ok += ack_index + 1
+                self.stats.consumed_failed += len(msgs) - ack_index - 1
         remaining = msgs
         if ack_index + 1 >= len(msgs):
             return remaining
