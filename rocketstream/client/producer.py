@@ -44,6 +44,7 @@ from rocketstream.errors import (
     RemotingTimeoutError,
     SendFailedError,
 )
+from rocketstream.remoting import RemotingCommand
 
 __all__ = ["Producer", "select_by_hash", "MessageQueueSelector"]
 
@@ -197,7 +198,60 @@ class Producer:
         wire_body, sys_flag, props = self._wire(msg, compress=True)
         t = self.send_msg_timeout if timeout is None else timeout
         inst = self.instance
+        if queue is None and selector is None:
+            t0 = time.monotonic()
+            fast = self._send_from_thread(
+                msg.topic, t, t0, lambda mq: inst.api.send_request(
+                    msg, mq.queue_id, producer_group=self.group, body=wire_body, sys_flag=sys_flag, properties=props,
+                    default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums))
+            if fast is not None:
+                result, failed = fast
+                if result is not None:
+                    return result
+
+                async def attempt(mq: MessageQueue, left: float) -> SendResult:
+                    addr = await self._broker_addr(mq, left)
+                    return await inst.api.send(addr, mq.broker_name, msg, mq.queue_id, producer_group=self.group,
+                                               timeout=left, body=wire_body, sys_flag=sys_flag, properties=props,
+                                               default_topic=self.create_topic_key,
+                                               default_topic_queue_nums=self.default_topic_queue_nums)
+                return inst.run(self._with_retries(msg.topic, attempt, t, t0, failed), t + 1.0)
         return inst.run(self._send_async(msg, wire_body, sys_flag, props, queue, selector, arg, t), t + 1.0)
+
+    def _send_from_thread(self, topic: str, timeout: float, t0: float,
+                          build: Callable[[MessageQueue], tuple[RemotingCommand, str]],
+                          ) -> tuple[SendResult | None, tuple[str, Exception] | None] | None:
+        """``sendDefaultImpl``'s first attempt from the caller's thread when the topic's route and the broker's
+        connection are known (the request is built and encoded here, the loop only writes it): (result, None),
+        or (None, (broker name, error)) after a failure to retry on the loop (:meth:`_with_retries`); None
+        when the loop must do it all (no route yet, not connected)."""
+        info = self._publish.get(topic)
+        inst = self.instance
+        if info is None or not info.ok or not inst.running or inst.in_loop_thread():
+            return None   # (from the loop thread inst.run raises the error)
+        mq = info.select(None)
+        addr = inst.broker_addr(mq.broker_name)
+        if addr is None or not inst.api.connected(addr):
+            return None
+        request, uniq = build(mq)
+        try:
+            result = inst.api.send_from_thread(addr, mq.broker_name, topic, request, uniq,
+                                               max(timeout - (time.monotonic() - t0), 0.001), inst.call_soon)
+        except BrokerResponseError as exc:
+            if exc.code not in RETRY_RESPONSE_CODES:
+                raise
+            error: Exception = exc
+        except (RemotingError, MQClientError) as exc:
+            error = exc
+        else:
+            if result is None:   # the connection closed meanwhile
+                return None
+            if result.status is not SendStatus.SEND_OK:
+                log.info("producer %s: %s stored with status %s", self.group, result.msg_id, result.status.name)
+            return result, None
+        log.info("producer %s: send to %s failed (attempt 1 of %d): %s", self.group, mq,
+                 1 + self.retry_times_when_send_failed, error)
+        return None, (mq.broker_name, error)
 
     def send_batch(self, topic: str, messages: Sequence[bytes | Message], *, tags: str | None = None,
                    keys: str | Iterable[str] | None = None, queue: MessageQueue | None = None,
@@ -228,6 +282,17 @@ class Producer:
             raise OptionError("messages", f"the batch body size {size} is over the max value {self.max_message_size}")
         t = self.send_msg_timeout if timeout is None else timeout
         inst = self.instance
+        if queue is None:
+            t0 = time.monotonic()
+            fast = self._send_from_thread(
+                topic, t, t0, lambda mq: inst.api.send_batch_request(
+                    msgs, mq.queue_id, producer_group=self.group, properties=props,
+                    default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums))
+            if fast is not None:
+                result, failed = fast
+                if result is not None:
+                    return result
+                return inst.run(self._send_batch_async(msgs, props, None, t, t0, failed), t + 1.0)
         return inst.run(self._send_batch_async(msgs, props, queue, t), t + 1.0)
 
     # ------------------------------------------------------------------------- on the loop
@@ -288,8 +353,9 @@ class Producer:
         return await self._with_retries(msg.topic, attempt, timeout, t0)
 
     async def _send_batch_async(self, msgs: list[Message], props: list[dict[str, str]], queue: MessageQueue | None,
-                                timeout: float) -> SendResult:
-        t0 = time.monotonic()
+                                timeout: float, t0: float | None = None,
+                                failed: tuple[str, Exception] | None = None) -> SendResult:
+        t0 = time.monotonic() if t0 is None else t0
 
         async def attempt(mq: MessageQueue, left: float) -> SendResult:
             addr = await self._broker_addr(mq, left)
@@ -299,19 +365,27 @@ class Producer:
                                                       default_topic_queue_nums=self.default_topic_queue_nums)
         if queue is not None:
             return await attempt(queue, timeout)
-        return await self._with_retries(msgs[0].topic, attempt, timeout, t0)
+        return await self._with_retries(msgs[0].topic, attempt, timeout, t0, failed)
 
     async def _with_retries(self, topic: str, attempt: Callable[[MessageQueue, float], Any], timeout: float,
-                            t0: float) -> SendResult:
+                            t0: float, failed: tuple[str, Exception] | None = None) -> SendResult:
         """``sendDefaultImpl``'s loop: ``1 + retry_times_when_send_failed`` attempts, another broker after a
-        failure, retry on remoting errors and ``retryResponseCodes``, all within ``timeout``."""
+        failure, retry on remoting errors and ``retryResponseCodes``, all within ``timeout``. ``failed``: the
+        first attempt was made (from the caller's thread) and failed on that broker with that error."""
         info = await self._publish_info(topic, timeout)
         times = 1 + self.retry_times_when_send_failed
         last_broker: str | None = None
         last_error: Exception | None = None
         brokers_sent: list[str] = []
-        n = 0
-        for n in range(1, times + 1):
+        first = 1
+        if failed is not None:
+            last_broker, last_error = failed
+            brokers_sent.append(last_broker)
+            first = 2
+            if time.monotonic() - t0 < timeout:
+                info = await self._publish_info(topic, max(timeout - (time.monotonic() - t0), 0.001))
+        n = first - 1
+        for n in range(first, times + 1):
             mq = info.select(last_broker)
             last_broker = mq.broker_name
             brokers_sent.append(mq.broker_name)

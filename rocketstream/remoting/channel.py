@@ -15,6 +15,7 @@ server's and the client's connections are the same class.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import inspect
 import itertools
@@ -70,7 +71,8 @@ class Channel:
         self.name = name
         peer = writer.get_extra_info("peername")
         self.addr = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
-        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        # responses awaited: asyncio futures (invoke) or another thread's futures (start_request)
+        self._pending: dict[int, asyncio.Future[RemotingCommand] | concurrent.futures.Future[RemotingCommand]] = {}
         self._tasks: set[asyncio.Task] = set()
         self._closed = asyncio.Event()
         self._reader_task: asyncio.Task | None = None
@@ -184,6 +186,26 @@ class Channel:
             timer.cancel()
             self._pending.pop(request.opaque, None)
 
+    def start_request(self, opaque: int, frame: bytes, future: concurrent.futures.Future[RemotingCommand]) -> None:
+        """On the loop: write an encoded request (opaque already in it) whose response completes ``future``,
+        a future another thread waits on (``invokeSync`` without a task, a timer or an asyncio future on the
+        loop; see :meth:`invoke` for the same on the loop). A closed connection fails ``future`` with
+        RemotingConnectError; the waiting thread calls :meth:`forget` when it stops waiting."""
+        if self.closed:
+            if not future.done():
+                future.set_exception(RemotingConnectError(f"connection is closed ({self.close_reason})",
+                                                          addr=self.addr))
+            return
+        self._pending[opaque] = future
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._write_out)
+        self._out.append(frame)
+        self.last_activity = time.monotonic()
+
+    def forget(self, opaque: int) -> None:
+        """On the loop: a response to ``opaque`` is no longer awaited (dropped when it comes)."""
+        self._pending.pop(opaque, None)
+
     async def invoke_oneway(self, request: RemotingCommand) -> None:
         """Send a request that gets no response (``invokeOneway``: flag bit RPC_ONEWAY)."""
         request.opaque = next_opaque()
@@ -201,7 +223,7 @@ class Channel:
                 self.last_activity = time.monotonic()
                 cmd = decode_frame(data, addr=self.addr)
                 if cmd.is_response:
-                    fut = self._pending.get(cmd.opaque)
+                    fut = self._pending.pop(cmd.opaque, None)
                     if fut is not None and not fut.done():
                         fut.set_result(cmd)
                     else:   # processResponseCommand: logged and dropped

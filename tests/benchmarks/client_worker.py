@@ -9,7 +9,9 @@ the Java client), printing one JSON result line like LoadGen's.
 
 send/batch: one Producer shared by --threads threads (after warm-up calls), msgs/s and round trip p50/p99 µs.
 push: a PushConsumer with a no-op listener drains --count messages from the first offset; lite: the same with a
-LitePullConsumer (poll until --count; ``--pull-batch``: its pull_batch_size, default DefaultLitePullConsumer's 10). msgs/s is counted from the first message to the last, as LoadGen does.
+LitePullConsumer (poll until --count;
+``--pull-batch``: its pull_batch_size, default DefaultLitePullConsumer's 10). msgs/s is counted from the first
+message to the last, as LoadGen does.
 flow: a PushConsumer whose listener sleeps --sleep-ms per call; every 100 ms the ProcessQueues' message counts
 and sizes are sampled (max per queue, max over the topic) and, every second, this process's RSS; reported with
 the thresholds in force.

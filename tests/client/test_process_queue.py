@@ -104,7 +104,7 @@ def test_flow_control_thresholds(orderly: bool) -> None:
     assert flow_control(span, **kw) == (None if orderly else "span")   # span only limits concurrent consumption
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(ops=st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 60), max_size=12)), max_size=30))
 def test_batched_put_and_remove_keep_the_model_state(ops: list[tuple[bool, list[int]]]) -> None:
     """put_messages / remove_messages (fast paths for increasing batches and runs) against a plain model:

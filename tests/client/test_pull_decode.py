@@ -137,7 +137,7 @@ def _encode(recs: list[dict]) -> bytes:
     return b"".join(out)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(recs=st.lists(_record, min_size=1, max_size=40))
 def test_random_records_decode_as_the_per_record_decoder_decodes_them(recs: list[dict]) -> None:
     body = _encode(recs)
@@ -150,7 +150,7 @@ def test_random_records_decode_as_the_per_record_decoder_decodes_them(recs: list
     assert [m.body for m in fast] == [r["body"] for r in recs]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(recs=st.lists(_record, min_size=1, max_size=8), cut=st.integers(0, 10**6), flip=st.integers(0, 255))
 def test_damaged_bodies_fail_or_decode_as_the_per_record_decoder(recs: list[dict], cut: int, flip: int) -> None:
     body = bytearray(_encode(recs))
