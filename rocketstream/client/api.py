@@ -102,7 +102,13 @@ def build_pull_sys_flag(commit_offset: bool, suspend: bool, subscription: bool, 
 def properties_string(props: dict[str, str]) -> str:
     """``MessageDecoder.messageProperties2String`` as 4.9.8 writes it: ``k\\x01v\\x02`` pairs, the last
     ``\\x02`` removed."""
-    return encode_properties(props).decode("utf-8")[:-1] if props else ""
+    if not props:
+        return ""
+    text = "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v is not None])
+    n = len(props) if None not in props.values() else sum(v is not None for v in props.values())
+    if text.isascii() and text.count("\x01") == n and text.count("\x02") == n:
+        return text[:-1]   # what encode_properties would accept and give back, without the UTF-8 round trip
+    return encode_properties(props).decode("utf-8")[:-1]
 
 
 def _mq_json(mq: MessageQueue) -> dict[str, object]:
@@ -329,13 +335,17 @@ class MQClientAPI:
 
     def send_batch_request(self, msgs: list[Message], queue_id: int, *, producer_group: str,
                            properties: list[dict[str, str]] | None = None, default_topic: str = "TBW102",
-                           default_topic_queue_nums: int = 4) -> tuple[RemotingCommand, str]:
-        """The SEND_BATCH_MESSAGE request of :meth:`send_batch` and the messages' UNIQ_KEYs, comma-joined."""
+                           default_topic_queue_nums: int = 4,
+                           encoded_properties: list[bytes] | None = None) -> tuple[RemotingCommand, str]:
+        """The SEND_BATCH_MESSAGE request of :meth:`send_batch` and the messages' UNIQ_KEYs, comma-joined;
+        ``encoded_properties``: ``properties`` already as :func:`properties_string` bytes."""
         if not msgs:
             raise ValueError("send_batch needs at least one message")
         props_list = [m.wire_properties() for m in msgs] if properties is None else properties
-        body = encode_batch_body([(m.flag, bytes(m.body), encode_properties(p)[:-1] if p else b"")
-                                  for m, p in zip(msgs, props_list, strict=True)])
+        if encoded_properties is None:
+            encoded_properties = [encode_properties(p)[:-1] if p else b"" for p in props_list]
+        body = encode_batch_body([(m.flag, bytes(m.body), p)
+                                  for m, p in zip(msgs, encoded_properties, strict=True)])
         wait = "true" if msgs[0].wait_store_msg_ok else "false"
         req = self._send_request(RequestCode.SEND_BATCH_MESSAGE, msgs[0].topic, queue_id, 0, 0,
                                  properties_string({"WAIT": wait}), producer_group, default_topic,

@@ -135,12 +135,15 @@ class Message:
         return props
 
 
-def check_message(msg: Message, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+def check_message(msg: Message, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, *,
+                  topic_checked: bool = False) -> None:
     """``Validators.checkMessage``: topic valid and not a system topic, body not empty and not over
-    ``max_message_size``; plus what the broker would refuse with 13 (delay level, properties length)."""
-    check_topic(msg.topic)
-    if msg.topic in NOT_ALLOWED_SEND_TOPICS:
-        raise OptionError("topic", "sending message to this topic is forbidden", msg.topic)
+    ``max_message_size``; plus what the broker would refuse with 13 (delay level, properties length).
+    ``topic_checked``: the caller has checked this very topic already (a batch's messages)."""
+    if not topic_checked:
+        check_topic(msg.topic)
+        if msg.topic in NOT_ALLOWED_SEND_TOPICS:
+            raise OptionError("topic", "sending message to this topic is forbidden", msg.topic)
     if not isinstance(msg.body, (bytes, bytearray, memoryview)):
         raise OptionError("body", f"the message body must be bytes, not {type(msg.body).__name__}")
     if len(msg.body) == 0:

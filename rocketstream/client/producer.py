@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
-from rocketstream.client.api import RETRY_RESPONSE_CODES
+from rocketstream.client.api import RETRY_RESPONSE_CODES, properties_string
 from rocketstream.client.common import (
     AUTO_CREATE_TOPIC_KEY,
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -35,7 +35,14 @@ from rocketstream.client.common import (
 )
 from rocketstream.client.instance import MQClientInstance
 from rocketstream.client.route import TopicPublishInfo
-from rocketstream.codec import PROPERTY_DELAY, PROPERTY_UNIQ_KEY, compress_body, java_hash, new_uniq_key
+from rocketstream.codec import (
+    PROPERTY_DELAY,
+    PROPERTY_UNIQ_KEY,
+    compress_body,
+    java_hash,
+    new_uniq_key,
+)
+from rocketstream.codec.ids import new_uniq_keys
 from rocketstream.errors import (
     BrokerResponseError,
     MQClientError,
@@ -59,6 +66,11 @@ def select_by_hash(mqs: list[MessageQueue], msg: Message, arg: Any) -> MessageQu
     h = java_hash(arg) if isinstance(arg, str) else hash(arg)
     value = abs(int(_java_rem(h, len(mqs))))
     return mqs[value]
+
+
+def _properties_chars(props: dict[str, str]) -> int:
+    """``sum(len(k) + len(v) + 2)`` over the properties (what messageProperties2String writes, in chars)."""
+    return sum(map(len, props)) + sum(map(len, props.values())) + 2 * len(props) if props else 0
 
 
 def _java_rem(a: int, b: int) -> int:
@@ -166,15 +178,15 @@ class Producer:
         return Message(topic_or_msg, bytes(body), tags=tags, keys=keys, properties=dict(properties or {}),
                        flag=flag, delay_level=delay_level)
 
-    def _wire(self, msg: Message, *, compress: bool) -> tuple[bytes, int, dict[str, str]]:
+    def _wire(self, msg: Message, *, compress: bool, uniq_key: str | None = None) -> tuple[bytes, int, dict[str, str]]:
         props = msg.wire_properties()
         if PROPERTY_UNIQ_KEY not in props:
-            props[PROPERTY_UNIQ_KEY] = new_uniq_key()
+            props[PROPERTY_UNIQ_KEY] = uniq_key or new_uniq_key()
         body = bytes(msg.body)
         sys_flag = 0
         if compress and len(body) >= self.compress_msg_body_over_howmuch:   # tryToCompressMessage
             body, sys_flag = compress_body(body, self.compress_level)
-        if len(props) and sum(len(k) + len(v) + 2 for k, v in props.items()) > 32767:
+        if _properties_chars(props) > 32767:
             raise OptionError("properties", "the encoded properties exceed 32767 bytes")
         return body, sys_flag, props
 
@@ -270,14 +282,25 @@ class Producer:
                 raise OptionError(f"messages[{i}].delay_level", "delayed messages are not supported in a batch")
             if m.wait_store_msg_ok != msgs[0].wait_store_msg_ok:
                 raise OptionError(f"messages[{i}].wait_store_msg_ok", "must be the same for every message")
-            check_message(m, self.max_message_size)
+            check_message(m, self.max_message_size, topic_checked=i > 0)   # one topic: checked once
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             raise OptionError("topic", "retry group topic is not supported for batching", topic)
         if queue is not None and queue.topic != topic:
             raise OptionError("queue", f"message's topic {topic} not equal mq's topic {queue.topic}")
-        props = [self._wire(m, compress=False)[2] for m in msgs]
-        size = sum(20 + len(m.body) + 2 + sum(len(k) + len(v) + 2 for k, v in p.items()) for m, p in
-                   zip(msgs, props, strict=True))
+        props: list[dict[str, str]] = []
+        encoded: list[bytes] = []   # each message's PROPERTIES as the batch body carries them
+        size = 0
+        # the ids new_uniq_key would give one by one, in one go
+        for m, key in zip(msgs, new_uniq_keys(len(msgs)), strict=True):
+            p = m.wire_properties()
+            if PROPERTY_UNIQ_KEY not in p:
+                p[PROPERTY_UNIQ_KEY] = key
+            text = properties_string(p)
+            if len(text) + 1 > 32767:   # as _wire: the properties' chars with every separator
+                raise OptionError("properties", "the encoded properties exceed 32767 bytes")
+            props.append(p)
+            encoded.append(text.encode("utf-8"))
+            size += 20 + len(m.body) + 2 + len(text) + 1
         if size > self.max_message_size:
             raise OptionError("messages", f"the batch body size {size} is over the max value {self.max_message_size}")
         t = self.send_msg_timeout if timeout is None else timeout
@@ -286,7 +309,7 @@ class Producer:
             t0 = time.monotonic()
             fast = self._send_from_thread(
                 topic, t, t0, lambda mq: inst.api.send_batch_request(
-                    msgs, mq.queue_id, producer_group=self.group, properties=props,
+                    msgs, mq.queue_id, producer_group=self.group, properties=props, encoded_properties=encoded,
                     default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums))
             if fast is not None:
                 result, failed = fast
