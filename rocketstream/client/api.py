@@ -358,13 +358,17 @@ class MQClientAPI:
                    sub_version: int = 0, expression_type: str = "TAG",
                    timeout: float = 30.0) -> PullResult:
         """PULL_MESSAGE (11). Codes 0/19/20/21 become a PullResult; any other raises BrokerResponseError."""
-        fields: dict[str, object] = {
-            "consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": offset,
-            "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": commit_offset,
-            "suspendTimeoutMillis": suspend_ms, "subscription": subscription, "subVersion": sub_version,
-            "expressionType": expression_type,
-        }
-        req = RemotingCommand.request(RequestCode.PULL_MESSAGE, fields)
+        # PullMessageRequestHeader as makeCustomHeaderToNet writes it (RemotingCommand.request's stringify,
+        # written out: one pull per 32 messages is hot); a null subscription is left out
+        fields = {
+            "consumerGroup": group, "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
+            "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag), "commitOffset": str(commit_offset),
+            "suspendTimeoutMillis": str(suspend_ms)}
+        if subscription is not None:
+            fields["subscription"] = subscription
+        fields["subVersion"] = str(sub_version)
+        fields["expressionType"] = expression_type
+        req = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=fields)
         resp = await self.invoke(addr, req, timeout)
         status = _PULL_STATUS.get(resp.code)
         if status is None:
