@@ -10,7 +10,6 @@ except where RocketMQ's client treats a code as a value (17 for routes, 22 for o
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import time
@@ -50,7 +49,7 @@ from rocketstream.errors import (
     RemotingTimeoutError,
 )
 from rocketstream.remoting import Channel, RemotingCommand, RequestCode, ResponseCode, connect, json_body
-from rocketstream.remoting.channel import RequestHandler, next_opaque
+from rocketstream.remoting.channel import RequestHandler, ResponseWaiter, next_opaque
 from rocketstream.remoting.codes import code_name
 from rocketstream.remoting.command import ONEWAY_FLAG, encode_frame
 
@@ -195,15 +194,15 @@ class MQClientAPI:
         request.opaque = next_opaque()
         request.flag &= ~ONEWAY_FLAG
         frame = encode_frame(request)
-        fut: concurrent.futures.Future[RemotingCommand] = concurrent.futures.Future()
-        call_soon(ch.start_request, request.opaque, frame, fut)
-        try:
-            return fut.result(timeout)
-        except concurrent.futures.TimeoutError:
+        waiter = ResponseWaiter()
+        call_soon(ch.start_request, request.opaque, frame, waiter)
+        response = waiter.wait(timeout)
+        if response is None:
             call_soon(ch.forget, request.opaque)
             raise RemotingTimeoutError(
                 f"no response to {code_name(request.code)} (opaque {request.opaque}) within {timeout:g} s",
-                addr=ch.addr, code=request.code, timeout_s=timeout) from None
+                addr=ch.addr, code=request.code, timeout_s=timeout)
+        return response
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         ch = await self.channel(addr, timeout)
@@ -278,9 +277,12 @@ class MQClientAPI:
         if status is None:
             raise BrokerResponseError(resp.code, resp.remark, addr=addr, request_code=request_code,
                                       what=f"send to {topic}@{broker_name}")
-        queue_id = self._long(resp, "queueId", addr)
-        queue_offset = self._long(resp, "queueOffset", addr)
         ext = resp.ext_fields or {}
+        try:   # the usual answer; anything else is read (and reported) by _long
+            queue_id, queue_offset = int(ext["queueId"]), int(ext["queueOffset"])
+        except (KeyError, ValueError):
+            queue_id = self._long(resp, "queueId", addr)
+            queue_offset = self._long(resp, "queueOffset", addr)
         return SendResult(status, uniq, ext.get("msgId") or "", MessageQueue(topic, broker_name, queue_id),
                           queue_offset, ext.get("MSG_REGION"), (ext.get("TRACE_ON") or "").lower() == "true")
 

@@ -14,8 +14,8 @@ server's and the client's connections are the same class.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
-import concurrent.futures
 import contextlib
 import inspect
 import itertools
@@ -34,7 +34,7 @@ from rocketstream.remoting.command import (
     frame_body_length,
 )
 
-__all__ = ["Channel", "RequestHandler", "next_opaque", "DEFAULT_TIMEOUT_S"]
+__all__ = ["Channel", "RequestHandler", "ResponseWaiter", "next_opaque", "DEFAULT_TIMEOUT_S"]
 
 log = logging.getLogger("rocketstream.remoting")
 
@@ -56,6 +56,41 @@ def _exception_remark(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+class ResponseWaiter:
+    """What a thread other than the loop's waits on for one response (:meth:`Channel.start_request`): a plain
+    lock released by the loop when the response (or the connection's failure) is there. Cheaper than a
+    ``concurrent.futures.Future`` (its Condition is Python code on both sides); only the loop sets it."""
+
+    __slots__ = ("_lock", "response", "error")
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+        self.response: RemotingCommand | None = None
+        self.error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self.response is not None or self.error is not None
+
+    def set_result(self, response: RemotingCommand) -> None:
+        if not self.done():
+            self.response = response
+            self._lock.release()
+
+    def set_exception(self, error: BaseException) -> None:
+        if not self.done():
+            self.error = error
+            self._lock.release()
+
+    def wait(self, timeout: float) -> RemotingCommand | None:
+        """The response; raises the connection's error; None after ``timeout`` seconds."""
+        if not self._lock.acquire(timeout=max(timeout, 0.0)):
+            return None
+        if self.error is not None:
+            raise self.error
+        return self.response
+
+
 class Channel:
     """A connected remoting peer. ``handler(channel, request)`` answers requests (may be async);
     ``None`` means "no handler": every request is answered with code 3."""
@@ -71,8 +106,8 @@ class Channel:
         self.name = name
         peer = writer.get_extra_info("peername")
         self.addr = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
-        # responses awaited: asyncio futures (invoke) or another thread's futures (start_request)
-        self._pending: dict[int, asyncio.Future[RemotingCommand] | concurrent.futures.Future[RemotingCommand]] = {}
+        # responses awaited: asyncio futures (invoke) or other threads' waiters (start_request)
+        self._pending: dict[int, asyncio.Future[RemotingCommand] | ResponseWaiter] = {}
         self._tasks: set[asyncio.Task] = set()
         self._closed = asyncio.Event()
         self._reader_task: asyncio.Task | None = None
@@ -186,9 +221,9 @@ class Channel:
             timer.cancel()
             self._pending.pop(request.opaque, None)
 
-    def start_request(self, opaque: int, frame: bytes, future: concurrent.futures.Future[RemotingCommand]) -> None:
+    def start_request(self, opaque: int, frame: bytes, future: ResponseWaiter) -> None:
         """On the loop: write an encoded request (opaque already in it) whose response completes ``future``,
-        a future another thread waits on (``invokeSync`` without a task, a timer or an asyncio future on the
+        which another thread waits on (``invokeSync`` without a task, a timer or an asyncio future on the
         loop; see :meth:`invoke` for the same on the loop). A closed connection fails ``future`` with
         RemotingConnectError; the waiting thread calls :meth:`forget` when it stops waiting."""
         if self.closed:
