@@ -137,9 +137,7 @@ def _encode(recs: list[dict]) -> bytes:
     return b"".join(out)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(recs=st.lists(_record, min_size=1, max_size=40))
-def test_random_records_decode_as_the_per_record_decoder_decodes_them(recs: list[dict]) -> None:
+def _same_as_per_record(recs: list[dict]) -> None:
     body = _encode(recs)
     fast = decode_pull_body(body, broker_name="bn")
     slow = decode_messages(body, broker_name="bn")
@@ -150,7 +148,20 @@ def test_random_records_decode_as_the_per_record_decoder_decodes_them(recs: list
     assert [m.body for m in fast] == [r["body"] for r in recs]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=st.lists(_record, min_size=1, max_size=24))
+def test_random_records_decode_as_the_per_record_decoder_decodes_them(recs: list[dict]) -> None:
+    _same_as_per_record(recs)
+
+
+@pytest.mark.slow
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=st.lists(_record, min_size=1, max_size=64))
+def test_many_random_records_decode_as_the_per_record_decoder_decodes_them(recs: list[dict]) -> None:
+    _same_as_per_record(recs)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(recs=st.lists(_record, min_size=1, max_size=8), cut=st.integers(0, 10**6), flip=st.integers(0, 255))
 def test_damaged_bodies_fail_or_decode_as_the_per_record_decoder(recs: list[dict], cut: int, flip: int) -> None:
     body = bytearray(_encode(recs))
