@@ -61,24 +61,25 @@ class ResponseWaiter:
     lock released by the loop when the response (or the connection's failure) is there. Cheaper than a
     ``concurrent.futures.Future`` (its Condition is Python code on both sides); only the loop sets it."""
 
-    __slots__ = ("_lock", "response", "error")
+    __slots__ = ("_lock", "_once", "response", "error")
 
     def __init__(self) -> None:
         self._lock = _thread.allocate_lock()
         self._lock.acquire()
+        self._once = _thread.allocate_lock()   # taken by the first (and only) setter, whichever thread it is
         self.response: RemotingCommand | None = None
         self.error: BaseException | None = None
 
     def done(self) -> bool:
-        return self.response is not None or self.error is not None
+        return self._once.locked()
 
     def set_result(self, response: RemotingCommand) -> None:
-        if not self.done():
+        if self._once.acquire(False):
             self.response = response
             self._lock.release()
 
     def set_exception(self, error: BaseException) -> None:
-        if not self.done():
+        if self._once.acquire(False):
             self.error = error
             self._lock.release()
 
