@@ -202,11 +202,28 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
             return
         done: list[MessageExt] = []
         tally = [0, 0]   # consumed ok, failed: added to the stats once
+        listener, success = self.listener, ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+        reset_retry_topic(msgs, self.consumer.group)   # for every ConsumeRequest of the batch at once
         self._enter(mq)
         try:
             for i in range(0, len(msgs), size):
-                remaining = self._consume(msgs[i:i + size], pq, mq, commit=False, tally=tally)
-                if remaining is None:   # dropped or stopping: nothing is committed
+                part = msgs[i:i + size]
+                # ConsumeRequest.run (as _consume), inline while the listener succeeds
+                if pq.dropped or self.stopped:
+                    return   # dropped or stopping: nothing is committed
+                put_properties(part, ((PROPERTY_CONSUME_START_TIME, str(int(time.time() * 1000))),))
+                context = ConsumeConcurrentlyContext(mq)
+                status: object = None
+                try:
+                    status = listener(list(part), context)
+                except Exception:
+                    self._listener_raised(part, mq)
+                if status is success and context.ack_index >= len(part) - 1 and not pq.dropped:
+                    tally[0] += len(part)
+                    done += part
+                    continue
+                remaining = self._after_listener(status, context, part, pq, mq, tally)
+                if remaining is None:
                     return
                 done += remaining
         finally:
@@ -236,13 +253,28 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         try:
             status = self.listener(list(msgs), context)
         except Exception:
-            with self._stats_lock:
-                self.stats.listener_errors += 1
-            log.exception("%s: listener raised on %d messages of %s; they will be consumed again",
-                          self.consumer.group, len(msgs), mq)
+            self._listener_raised(msgs, mq)
         finally:
             if count:
                 self._leave(mq)
+        remaining = self._after_listener(status, context, msgs, pq, mq, tally)
+        if remaining is not None and commit:
+            offset = pq.remove_messages(remaining)
+            if offset >= 0 and not pq.dropped:
+                self.consumer.update_offset(mq, offset, True)
+        return remaining
+
+    def _listener_raised(self, msgs: list[MessageExt], mq: MessageQueue) -> None:
+        """In the ``except`` block: logged with the traceback and counted; the messages are a retry."""
+        with self._stats_lock:
+            self.stats.listener_errors += 1
+        log.exception("%s: listener raised on %d messages of %s; they will be consumed again",
+                      self.consumer.group, len(msgs), mq)
+
+    def _after_listener(self, status: object, context: ConsumeConcurrentlyContext, msgs: list[MessageExt],
+                        pq: ProcessQueue, mq: MessageQueue, tally: list[int] | None) -> list[MessageExt] | None:
+        """``ConsumeRequest.run`` after the listener: its result (None after an exception: a retry) to
+        :meth:`_consume_result`; None when the queue was dropped meanwhile."""
         if status is not ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
             if status is not None and status is not ConsumeConcurrentlyStatus.RECONSUME_LATER:
                 log.warning("%s: listener returned %r (not a ConsumeConcurrentlyStatus): RECONSUME_LATER",
@@ -253,9 +285,6 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
                         len(msgs))
             return None
         assert isinstance(status, ConsumeConcurrentlyStatus)
-        if commit:
-            self.process_consume_result(status, context, msgs, pq, mq)
-            return msgs
         return self._consume_result(status, context, msgs, pq, mq, tally)
 
     def process_consume_result(self, status: ConsumeConcurrentlyStatus, context: ConsumeConcurrentlyContext,
