@@ -46,9 +46,12 @@ from rocketstream.errors import (
     CorruptStoreError,
     HeaderFieldError,
     RemotingConnectError,
+    RemotingTimeoutError,
 )
 from rocketstream.remoting import Channel, RemotingCommand, RequestCode, ResponseCode, connect, json_body
-from rocketstream.remoting.channel import RequestHandler
+from rocketstream.remoting.channel import RequestHandler, ResponseWaiter, next_opaque
+from rocketstream.remoting.codes import code_name
+from rocketstream.remoting.command import ONEWAY_FLAG, encode_frame
 
 __all__ = ["MQClientAPI", "process_pull_result", "decode_messages", "properties_string", "SEND_OK_CODES",
            "RETRY_RESPONSE_CODES", "PULL_SYS_FLAG_COMMIT_OFFSET", "PULL_SYS_FLAG_SUSPEND",
@@ -98,7 +101,13 @@ def build_pull_sys_flag(commit_offset: bool, suspend: bool, subscription: bool, 
 def properties_string(props: dict[str, str]) -> str:
     """``MessageDecoder.messageProperties2String`` as 4.9.8 writes it: ``k\\x01v\\x02`` pairs, the last
     ``\\x02`` removed."""
-    return encode_properties(props).decode("utf-8")[:-1] if props else ""
+    if not props:
+        return ""
+    text = "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v is not None])
+    n = len(props) if None not in props.values() else sum(v is not None for v in props.values())
+    if text.isascii() and text.count("\x01") == n and text.count("\x02") == n:
+        return text[:-1]   # what encode_properties would accept and give back, without the UTF-8 round trip
+    return encode_properties(props).decode("utf-8")[:-1]
 
 
 def _mq_json(mq: MessageQueue) -> dict[str, object]:
@@ -149,6 +158,11 @@ class MQClientAPI:
             self._channels[addr] = ch
             return ch
 
+    def connected(self, addr: str) -> bool:
+        """An open connection to ``addr`` exists (any thread)."""
+        ch = self._channels.get(addr)
+        return ch is not None and not ch.closed
+
     async def close(self) -> None:
         chans = list(self._channels.values())
         self._channels.clear()
@@ -167,6 +181,28 @@ class MQClientAPI:
         ch = await self.channel(addr, timeout)
         left = max(timeout - (time.monotonic() - t0), 0.001)
         return await ch.invoke(request, left)
+
+    def invoke_from_thread(self, addr: str, request: RemotingCommand, timeout: float,
+                           call_soon: Callable[..., None]) -> RemotingCommand | None:
+        """``invokeSync`` from a thread that is not the loop's, over an open connection: the request is encoded
+        here, the loop (``call_soon``: the instance's) only writes it, and the response completes a future
+        this thread waits on. None when ``addr`` has no open connection (use :meth:`invoke` on the loop).
+        RemotingTimeoutError / RemotingConnectError as :meth:`invoke` raises them."""
+        ch = self._channels.get(addr)
+        if ch is None or ch.closed:
+            return None
+        request.opaque = next_opaque()
+        request.flag &= ~ONEWAY_FLAG
+        frame = encode_frame(request)
+        waiter = ResponseWaiter()
+        call_soon(ch.start_request, request.opaque, frame, waiter)
+        response = waiter.wait(timeout)
+        if response is None:
+            call_soon(ch.forget, request.opaque)
+            raise RemotingTimeoutError(
+                f"no response to {code_name(request.code)} (opaque {request.opaque}) within {timeout:g} s",
+                addr=ch.addr, code=request.code, timeout_s=timeout)
+        return response
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         ch = await self.channel(addr, timeout)
@@ -223,14 +259,17 @@ class MQClientAPI:
                       producer_group: str, default_topic: str, default_topic_queue_nums: int, batch: bool,
                       body: bytes, reconsume_times: int | None = None,
                       max_reconsume_times: int | None = None) -> RemotingCommand:
-        # SendMessageRequestHeaderV2.createSendMessageRequestHeaderV2: one-letter names
-        fields: dict[str, object] = {
-            "a": producer_group, "b": msg_topic, "c": default_topic, "d": default_topic_queue_nums,
-            "e": queue_id, "f": sys_flag, "g": int(time.time() * 1000), "h": flag, "i": props,
-            "j": 0 if reconsume_times is None else reconsume_times, "k": False, "l": max_reconsume_times,
-            "m": batch,
+        # SendMessageRequestHeaderV2.createSendMessageRequestHeaderV2: one-letter names, the values as
+        # makeCustomHeaderToNet writes them (RemotingCommand.request's stringify, written out: a send is hot)
+        fields = {
+            "a": producer_group, "b": msg_topic, "c": default_topic, "d": str(default_topic_queue_nums),
+            "e": str(queue_id), "f": str(sys_flag), "g": str(int(time.time() * 1000)), "h": str(flag), "i": props,
+            "j": "0" if reconsume_times is None else str(reconsume_times), "k": "false",
         }
-        return RemotingCommand.request(code, fields, body)
+        if max_reconsume_times is not None:
+            fields["l"] = str(max_reconsume_times)
+        fields["m"] = "true" if batch else "false"
+        return RemotingCommand(code=code, ext_fields=fields, body=body)
 
     def _send_result(self, resp: RemotingCommand, addr: str, broker_name: str, topic: str,
                      uniq: str, request_code: int) -> SendResult:
@@ -238,9 +277,12 @@ class MQClientAPI:
         if status is None:
             raise BrokerResponseError(resp.code, resp.remark, addr=addr, request_code=request_code,
                                       what=f"send to {topic}@{broker_name}")
-        queue_id = self._long(resp, "queueId", addr)
-        queue_offset = self._long(resp, "queueOffset", addr)
         ext = resp.ext_fields or {}
+        try:   # the usual answer; anything else is read (and reported) by _long
+            queue_id, queue_offset = int(ext["queueId"]), int(ext["queueOffset"])
+        except (KeyError, ValueError):
+            queue_id = self._long(resp, "queueId", addr)
+            queue_offset = self._long(resp, "queueOffset", addr)
         return SendResult(status, uniq, ext.get("msgId") or "", MessageQueue(topic, broker_name, queue_id),
                           queue_offset, ext.get("MSG_REGION"), (ext.get("TRACE_ON") or "").lower() == "true")
 
@@ -250,6 +292,16 @@ class MQClientAPI:
                    default_topic_queue_nums: int = 4) -> SendResult:
         """SEND_MESSAGE_V2 (310). ``body``/``sys_flag``/``properties`` are what goes on the wire (the
         producer compresses and adds UNIQ_KEY); by default the message's own body and properties."""
+        req, uniq = self.send_request(msg, queue_id, producer_group=producer_group, body=body, sys_flag=sys_flag,
+                                      properties=properties, default_topic=default_topic,
+                                      default_topic_queue_nums=default_topic_queue_nums)
+        resp = await self.invoke(addr, req, timeout)
+        return self._send_result(resp, addr, broker_name, msg.topic, uniq, req.code)
+
+    def send_request(self, msg: Message, queue_id: int, *, producer_group: str, body: bytes | None = None,
+                     sys_flag: int = 0, properties: dict[str, str] | None = None, default_topic: str = "TBW102",
+                     default_topic_queue_nums: int = 4) -> tuple[RemotingCommand, str]:
+        """The SEND_MESSAGE_V2 request of :meth:`send` and the message's UNIQ_KEY (any thread)."""
         props = msg.wire_properties() if properties is None else properties
         reconsume = max_reconsume = None
         if msg.topic.startswith("%RETRY%"):   # sendKernelImpl: RECONSUME_TIME / MAX_RECONSUME_TIMES -> header
@@ -260,8 +312,16 @@ class MQClientAPI:
         req = self._send_request(RequestCode.SEND_MESSAGE_V2, msg.topic, queue_id, sys_flag, msg.flag,
                                  properties_string(props), producer_group, default_topic, default_topic_queue_nums,
                                  False, bytes(msg.body if body is None else body), reconsume, max_reconsume)
-        resp = await self.invoke(addr, req, timeout)
-        return self._send_result(resp, addr, broker_name, msg.topic, props.get(PROPERTY_UNIQ_KEY, ""), req.code)
+        return req, props.get(PROPERTY_UNIQ_KEY, "")
+
+    def send_from_thread(self, addr: str, broker_name: str, topic: str, request: RemotingCommand, uniq: str,
+                         timeout: float, call_soon: Callable[..., None]) -> SendResult | None:
+        """A request of :meth:`send_request` / :meth:`send_batch_request` sent from the caller's thread
+        (:meth:`invoke_from_thread`); None when ``addr`` has no open connection."""
+        resp = self.invoke_from_thread(addr, request, timeout, call_soon)
+        if resp is None:
+            return None
+        return self._send_result(resp, addr, broker_name, topic, uniq, request.code)
 
     async def send_batch(self, addr: str, broker_name: str, msgs: list[Message], queue_id: int, *,
                          producer_group: str, timeout: float = DEFAULT_TIMEOUT_S,
@@ -269,18 +329,30 @@ class MQClientAPI:
                          default_topic_queue_nums: int = 4) -> SendResult:
         """SEND_BATCH_MESSAGE (320): body = ``MessageDecoder.encodeMessages``; header ``i`` = the batch's
         properties (``WAIT``), as ``MessageBatch.generateFromList`` sets them."""
+        req, uniq = self.send_batch_request(msgs, queue_id, producer_group=producer_group, properties=properties,
+                                            default_topic=default_topic,
+                                            default_topic_queue_nums=default_topic_queue_nums)
+        resp = await self.invoke(addr, req, timeout)
+        return self._send_result(resp, addr, broker_name, msgs[0].topic, uniq, req.code)
+
+    def send_batch_request(self, msgs: list[Message], queue_id: int, *, producer_group: str,
+                           properties: list[dict[str, str]] | None = None, default_topic: str = "TBW102",
+                           default_topic_queue_nums: int = 4,
+                           encoded_properties: list[bytes] | None = None) -> tuple[RemotingCommand, str]:
+        """The SEND_BATCH_MESSAGE request of :meth:`send_batch` and the messages' UNIQ_KEYs, comma-joined;
+        ``encoded_properties``: ``properties`` already as :func:`properties_string` bytes."""
         if not msgs:
             raise ValueError("send_batch needs at least one message")
         props_list = [m.wire_properties() for m in msgs] if properties is None else properties
-        body = encode_batch_body([(m.flag, bytes(m.body), encode_properties(p)[:-1] if p else b"")
-                                  for m, p in zip(msgs, props_list, strict=True)])
+        if encoded_properties is None:
+            encoded_properties = [encode_properties(p)[:-1] if p else b"" for p in props_list]
+        body = encode_batch_body([(m.flag, bytes(m.body), p)
+                                  for m, p in zip(msgs, encoded_properties, strict=True)])
         wait = "true" if msgs[0].wait_store_msg_ok else "false"
         req = self._send_request(RequestCode.SEND_BATCH_MESSAGE, msgs[0].topic, queue_id, 0, 0,
                                  properties_string({"WAIT": wait}), producer_group, default_topic,
                                  default_topic_queue_nums, True, body)
-        resp = await self.invoke(addr, req, timeout)
-        uniq = ",".join(p.get(PROPERTY_UNIQ_KEY, "") for p in props_list)
-        return self._send_result(resp, addr, broker_name, msgs[0].topic, uniq, req.code)
+        return req, ",".join(p.get(PROPERTY_UNIQ_KEY, "") for p in props_list)
 
     # ------------------------------------------------------------------------- pull
     async def pull(self, addr: str, *, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
@@ -288,13 +360,17 @@ class MQClientAPI:
                    sub_version: int = 0, expression_type: str = "TAG",
                    timeout: float = 30.0) -> PullResult:
         """PULL_MESSAGE (11). Codes 0/19/20/21 become a PullResult; any other raises BrokerResponseError."""
-        fields: dict[str, object] = {
-            "consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": offset,
-            "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": commit_offset,
-            "suspendTimeoutMillis": suspend_ms, "subscription": subscription, "subVersion": sub_version,
-            "expressionType": expression_type,
-        }
-        req = RemotingCommand.request(RequestCode.PULL_MESSAGE, fields)
+        # PullMessageRequestHeader as makeCustomHeaderToNet writes it (RemotingCommand.request's stringify,
+        # written out: one pull per 32 messages is hot); a null subscription is left out
+        fields = {
+            "consumerGroup": group, "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
+            "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag), "commitOffset": str(commit_offset),
+            "suspendTimeoutMillis": str(suspend_ms)}
+        if subscription is not None:
+            fields["subscription"] = subscription
+        fields["subVersion"] = str(sub_version)
+        fields["expressionType"] = expression_type
+        req = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=fields)
         resp = await self.invoke(addr, req, timeout)
         status = _PULL_STATUS.get(resp.code)
         if status is None:
@@ -468,10 +544,9 @@ def process_pull_result(result: PullResult, broker_name: str,
     if tags is not None:
         wanted = set(tags)
         msgs = [m for m in msgs if m.properties.get(PROPERTY_TAGS) in wanted]
-    lo, hi = str(result.min_offset), str(result.max_offset)
+    offsets = ((PROPERTY_MIN_OFFSET, str(result.min_offset)), (PROPERTY_MAX_OFFSET, str(result.max_offset)))
     for m in msgs:
-        m.properties[PROPERTY_MIN_OFFSET] = lo
-        m.properties[PROPERTY_MAX_OFFSET] = hi
+        m.put_properties(offsets)   # MessageAccessor.putProperty, without decoding lazy properties
         if m.sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED and PROPERTY_UNIQ_KEY in m.properties:
             m.properties.setdefault("__transactionId__", m.properties[PROPERTY_UNIQ_KEY])
     result.messages = msgs

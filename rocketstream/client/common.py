@@ -26,6 +26,7 @@ from rocketstream.codec import (
     PROPERTY_WAIT,
     HostAddress,
     MessageRecord,
+    decode_properties,
     offset_msg_id,
 )
 from rocketstream.errors import OptionError
@@ -134,12 +135,15 @@ class Message:
         return props
 
 
-def check_message(msg: Message, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+def check_message(msg: Message, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, *,
+                  topic_checked: bool = False) -> None:
     """``Validators.checkMessage``: topic valid and not a system topic, body not empty and not over
-    ``max_message_size``; plus what the broker would refuse with 13 (delay level, properties length)."""
-    check_topic(msg.topic)
-    if msg.topic in NOT_ALLOWED_SEND_TOPICS:
-        raise OptionError("topic", "sending message to this topic is forbidden", msg.topic)
+    ``max_message_size``; plus what the broker would refuse with 13 (delay level, properties length).
+    ``topic_checked``: the caller has checked this very topic already (a batch's messages)."""
+    if not topic_checked:
+        check_topic(msg.topic)
+        if msg.topic in NOT_ALLOWED_SEND_TOPICS:
+            raise OptionError("topic", "sending message to this topic is forbidden", msg.topic)
     if not isinstance(msg.body, (bytes, bytearray, memoryview)):
         raise OptionError("body", f"the message body must be bytes, not {type(msg.body).__name__}")
     if len(msg.body) == 0:
@@ -200,28 +204,94 @@ class PullResult:
     messages: list[MessageExt] = field(default_factory=list)
 
 
-@dataclass(slots=True)
+_MESSAGE_EXT_FIELDS = ("topic", "body", "properties", "flag", "queue_id", "queue_offset", "commit_log_offset",
+                       "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
+                       "prepared_transaction_offset", "body_crc", "store_size", "broker_name")
+
+
 class MessageExt:
     """A received message (``MessageExt`` / ``MessageClientExt``): body decompressed; ``store_size`` is the
-    record's TOTALSIZE; ``commit_log_offset`` its PHYSICALOFFSET; ``broker_name`` set by the puller."""
+    record's TOTALSIZE; ``commit_log_offset`` its PHYSICALOFFSET; ``broker_name`` set by the puller.
 
-    topic: str
-    body: bytes
-    properties: dict[str, str]
-    flag: int
-    queue_id: int
-    queue_offset: int
-    commit_log_offset: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: HostAddress
-    store_timestamp: int
-    store_host: HostAddress
-    reconsume_times: int
-    prepared_transaction_offset: int
-    body_crc: int
-    store_size: int
-    broker_name: str = ""
+    ``properties`` may be given as the record's encoded PROPERTIES bytes: they are decoded
+    (``MessageDecoder.string2messageProperties``, :func:`rocketstream.codec.decode_properties`) on the
+    first access of :attr:`properties`; :meth:`put_property` before that only records the value. A consumer
+    that never looks at the properties never pays for them. Compares equal field by field (properties
+    decoded), like the dataclass it replaces."""
+
+    __slots__ = ("topic", "body", "_props", "_raw_props", "_pending", "flag", "queue_id", "queue_offset",
+                 "commit_log_offset", "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
+                 "reconsume_times", "prepared_transaction_offset", "body_crc", "store_size", "broker_name")
+
+    def __init__(self, topic: str, body: bytes, properties: dict[str, str] | bytes, flag: int, queue_id: int,
+                 queue_offset: int, commit_log_offset: int, sys_flag: int, born_timestamp: int,
+                 born_host: HostAddress, store_timestamp: int, store_host: HostAddress, reconsume_times: int,
+                 prepared_transaction_offset: int, body_crc: int, store_size: int, broker_name: str = "") -> None:
+        self.topic = topic
+        self.body = body
+        if type(properties) is bytes:
+            self._props: dict[str, str] | None = None
+            self._raw_props: bytes | None = properties
+        else:
+            self._props = properties   # type: ignore[assignment]   # a dict (or a Mapping the caller owns)
+            self._raw_props = None
+        self._pending: tuple[tuple[str, str], ...] | None = None
+        self.flag = flag
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.body_crc = body_crc
+        self.store_size = store_size
+        self.broker_name = broker_name
+
+    @property
+    def properties(self) -> dict[str, str]:
+        props = self._props
+        if props is None:
+            raw = self._raw_props
+            props = decode_properties(raw) if raw else {}
+            if self._pending is not None:
+                for k, v in self._pending:
+                    props[k] = v
+                self._pending = None
+            self._props = props
+            self._raw_props = None
+        return props
+
+    @properties.setter
+    def properties(self, value: dict[str, str]) -> None:
+        self._props = value
+        self._raw_props = None
+        self._pending = None
+
+    def get_property(self, name: str) -> str | None:
+        """``getProperty``; a value put since the last decode is found without decoding the rest."""
+        if self._props is None and self._pending is not None:
+            for k, v in reversed(self._pending):
+                if k == name:
+                    return v
+        return self.properties.get(name)
+
+    def put_property(self, name: str, value: str) -> None:
+        """``MessageAccessor.putProperty``: without decoding properties not decoded yet."""
+        self.put_properties(((name, value),))
+
+    def put_properties(self, pairs: tuple[tuple[str, str], ...]) -> None:
+        """:meth:`put_property` for each pair, in order (``pairs`` may be shared by many messages)."""
+        props = self._props
+        if props is not None:
+            props.update(pairs)
+        elif self._pending is None:
+            self._pending = pairs
+        else:
+            self._pending += pairs
 
     @property
     def tags(self) -> str | None:
@@ -248,6 +318,20 @@ class MessageExt:
     @property
     def queue(self) -> MessageQueue:
         return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+    def _astuple(self) -> tuple[object, ...]:
+        return tuple(getattr(self, f) for f in _MESSAGE_EXT_FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, MessageExt)
+        return self._astuple() == other._astuple()
+
+    __hash__ = None   # type: ignore[assignment]   # mutable, compared by value (as the dataclass was)
+
+    def __repr__(self) -> str:
+        return "MessageExt(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in _MESSAGE_EXT_FIELDS) + ")"
 
     @classmethod
     def from_record(cls, rec: MessageRecord, body: bytes, broker_name: str = "") -> MessageExt:

@@ -110,9 +110,20 @@ def reset_retry_topic(msgs: Sequence[MessageExt], group: str) -> None:
     """``resetRetryAndNamespace``: a message read from ``%RETRY%<group>`` shows its original topic."""
     retry = "%RETRY%" + group
     for msg in msgs:
-        original = msg.properties.get(PROPERTY_RETRY_TOPIC)
-        if original and msg.topic == retry:
-            msg.topic = original
+        if msg.topic == retry:   # first: other messages' properties stay undecoded
+            original = msg.properties.get(PROPERTY_RETRY_TOPIC)
+            if original:
+                msg.topic = original
+
+
+def put_properties(msgs: Sequence[MessageExt], pairs: tuple[tuple[str, str], ...]) -> None:
+    """``MessageAccessor.putProperty`` of ``pairs`` on every message (MessageExt: without decoding its
+    properties; any other message object: its properties dict)."""
+    for m in msgs:
+        if m.__class__ is MessageExt:
+            m.put_properties(pairs)
+        else:
+            m.properties.update(pairs)
 
 
 def consume_directly(group: str, listener: Callable[[list[MessageExt], Any], Any], msg: MessageExt,
@@ -239,32 +250,96 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
 
     def submit_consume_request(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue,
                                dispatch_to_consume: bool) -> None:
-        """``submitConsumeRequest``: batches of ``consume_message_batch_max_size`` to the consume threads."""
-        size = max(1, self.consumer.consume_message_batch_max_size)
-        for i in range(0, len(msgs), size):
-            batch = list(msgs[i:i + size])
-            self._submit(lambda batch=batch: self._consume(batch, pq, mq))   # type: ignore[misc]
+        """``submitConsumeRequest``: the listener gets ``consume_message_batch_max_size`` messages per call
+        (one ``ConsumeRequest`` each, with its own context and result). The ConsumeRequests of one pulled batch
+        run one after the other in one consume-thread task, and the batch's consumed messages leave the
+        ProcessQueue together (one ``removeMessage`` and offset update): Java submits one task per
+        ConsumeRequest, which in Python costs more thread hand-offs than a no-op listener costs. With many
+        pulled batches waiting (the usual backlog) every consume thread is still busy."""
+        batch = list(msgs)
+        if batch:
+            self._submit(lambda: self._consume_batch(batch, pq, mq))
 
-    def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
-        """``ConsumeRequest.run``."""
-        if pq.dropped or self.stopped:
+    def _consume_batch(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        size = max(1, self.consumer.consume_message_batch_max_size)
+        if len(msgs) <= size:
+            self._consume(msgs, pq, mq)
             return
+        done: list[MessageExt] = []
+        tally = [0, 0]   # consumed ok, failed: added to the stats once
+        listener, success = self.listener, ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+        reset_retry_topic(msgs, self.consumer.group)   # for every ConsumeRequest of the batch at once
+        self._enter(mq)
+        try:
+            for i in range(0, len(msgs), size):
+                part = msgs[i:i + size]
+                # ConsumeRequest.run (as _consume), inline while the listener succeeds
+                if pq.dropped or self.stopped:
+                    return   # dropped or stopping: nothing is committed
+                put_properties(part, ((PROPERTY_CONSUME_START_TIME, str(int(time.time() * 1000))),))
+                context = ConsumeConcurrentlyContext(mq)
+                status: object = None
+                try:
+                    status = listener(list(part), context)
+                except Exception:
+                    self._listener_raised(part, mq)
+                if status is success and context.ack_index >= len(part) - 1 and not pq.dropped:
+                    tally[0] += len(part)
+                    done += part
+                    continue
+                remaining = self._after_listener(status, context, part, pq, mq, tally)
+                if remaining is None:
+                    return
+                done += remaining
+        finally:
+            self._leave(mq)
+            with self._stats_lock:
+                self.stats.consumed_ok += tally[0]
+                self.stats.consumed_failed += tally[1]
+        if done and not pq.dropped:
+            offset = pq.remove_messages(done)
+            if offset >= 0 and not pq.dropped:
+                self.consumer.update_offset(mq, offset, True)
+
+    def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, *, commit: bool = True,
+                 tally: list[int] | None = None) -> list[MessageExt] | None:
+        """``ConsumeRequest.run``: the messages to remove from the ProcessQueue (consumed or sent back), None
+        when the queue was dropped; ``commit``: remove them and update the offset here. ``tally``: the
+        caller counts the call (``_enter``/``_leave``) and adds [consumed, failed] to the stats itself."""
+        count = tally is None
+        if pq.dropped or self.stopped:
+            return None
         context = ConsumeConcurrentlyContext(mq)
         reset_retry_topic(msgs, self.consumer.group)
-        now = str(int(time.time() * 1000))
-        for m in msgs:
-            m.properties[PROPERTY_CONSUME_START_TIME] = now
+        put_properties(msgs, ((PROPERTY_CONSUME_START_TIME, str(int(time.time() * 1000))),))
         status: object = None
-        self._enter(mq)
+        if count:
+            self._enter(mq)
         try:
             status = self.listener(list(msgs), context)
         except Exception:
-            with self._stats_lock:
-                self.stats.listener_errors += 1
-            log.exception("%s: listener raised on %d messages of %s; they will be consumed again",
-                          self.consumer.group, len(msgs), mq)
+            self._listener_raised(msgs, mq)
         finally:
-            self._leave(mq)
+            if count:
+                self._leave(mq)
+        remaining = self._after_listener(status, context, msgs, pq, mq, tally)
+        if remaining is not None and commit:
+            offset = pq.remove_messages(remaining)
+            if offset >= 0 and not pq.dropped:
+                self.consumer.update_offset(mq, offset, True)
+        return remaining
+
+    def _listener_raised(self, msgs: list[MessageExt], mq: MessageQueue) -> None:
+        """In the ``except`` block: logged with the traceback and counted; the messages are a retry."""
+        with self._stats_lock:
+            self.stats.listener_errors += 1
+        log.exception("%s: listener raised on %d messages of %s; they will be consumed again",
+                      self.consumer.group, len(msgs), mq)
+
+    def _after_listener(self, status: object, context: ConsumeConcurrentlyContext, msgs: list[MessageExt],
+                        pq: ProcessQueue, mq: MessageQueue, tally: list[int] | None) -> list[MessageExt] | None:
+        """``ConsumeRequest.run`` after the listener: its result (None after an exception: a retry) to
+        :meth:`_consume_result`; None when the queue was dropped meanwhile."""
         if status is not ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
             if status is not None and status is not ConsumeConcurrentlyStatus.RECONSUME_LATER:
                 log.warning("%s: listener returned %r (not a ConsumeConcurrentlyStatus): RECONSUME_LATER",
@@ -273,24 +348,42 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         if pq.dropped:
             log.warning("%s: %s dropped while consuming %d messages; not committed", self.consumer.group, mq,
                         len(msgs))
-            return
+            return None
         assert isinstance(status, ConsumeConcurrentlyStatus)
-        self.process_consume_result(status, context, msgs, pq, mq)
+        return self._consume_result(status, context, msgs, pq, mq, tally)
 
     def process_consume_result(self, status: ConsumeConcurrentlyStatus, context: ConsumeConcurrentlyContext,
                                msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         """``processConsumeResult``."""
         if not msgs:
             return
+        remaining = self._consume_result(status, context, msgs, pq, mq)
+        offset = pq.remove_messages(remaining)
+        if offset >= 0 and not pq.dropped:
+            self.consumer.update_offset(mq, offset, True)
+
+    def _consume_result(self, status: ConsumeConcurrentlyStatus, context: ConsumeConcurrentlyContext,
+                        msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
+                        tally: list[int] | None = None) -> list[MessageExt]:
+        """``processConsumeResult`` up to the ProcessQueue: stats (or ``tally``), send-backs; the messages to
+        remove (all but those whose send-back failed, consumed again 5 s later)."""
+        if not msgs:
+            return msgs
         ack_index = context.ack_index
         if status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
             ack_index = min(ack_index, len(msgs) - 1)
         else:
             ack_index = -1
-        with self._stats_lock:
-            self.stats.consumed_ok += ack_index + 1
-            self.stats.consumed_failed += len(msgs) - ack_index - 1
+        if tally is not None:
+            tally[0] += ack_index + 1
+            tally[1] += len(msgs) - ack_index - 1
+        else:
+            with self._stats_lock:
+                self.stats.consumed_ok += ack_index + 1
+                self.stats.consumed_failed += len(msgs) - ack_index - 1
         remaining = msgs
+        if ack_index + 1 >= len(msgs):
+            return remaining
         if self.consumer.message_model == "BROADCASTING":
             for msg in msgs[ack_index + 1:]:
                 log.warning("%s: BROADCASTING consumption failed, message dropped: %s", self.consumer.group,
@@ -311,9 +404,7 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
                 remaining = [m for m in msgs if id(m) not in failed_ids]
                 self._later(CONSUME_REQUEST_LATER_DELAY_S,
                             lambda: self.submit_consume_request(failed, pq, mq, True))
-        offset = pq.remove_messages(remaining)
-        if offset >= 0 and not pq.dropped:
-            self.consumer.update_offset(mq, offset, True)
+        return remaining
 
 
 class ConsumeMessageOrderlyService(_ServiceBase):

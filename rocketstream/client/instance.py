@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import ipaddress
 import logging
 import os
@@ -93,6 +94,27 @@ def local_ip() -> str:
     return "127.0.0.1"
 
 
+def _copy_outcome(fut: concurrent.futures.Future[Any], task: asyncio.Task[Any]) -> None:
+    """A finished task's result / exception / cancellation into the caller's future (unless it gave up)."""
+    if not fut.set_running_or_notify_cancel():
+        return
+    if task.cancelled():
+        fut.set_exception(concurrent.futures.CancelledError())
+        return
+    exc = task.exception()
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(task.result())
+
+
+def _cancel_task_if_cancelled(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any],
+                              fut: concurrent.futures.Future[Any]) -> None:
+    if fut.cancelled() and not task.done():
+        with contextlib.suppress(RuntimeError):   # the loop is closed: the task is gone with it
+            loop.call_soon_threadsafe(task.cancel)
+
+
 class MQClientInstance:
     _registry: dict[tuple[str, str], MQClientInstance] = {}
     _registry_lock = threading.Lock()
@@ -125,6 +147,9 @@ class MQClientInstance:
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}   # brokerAddrTable
         self._tasks: list[asyncio.Task[None]] = []
+        self._submit_lock = threading.Lock()   # call_soon(): calls waiting for the loop
+        self._submitted: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
+        self._drain_scheduled = False
         self._rebalance_wakeup: asyncio.Event | None = None
         self.route_refresh_interval = POLL_NAME_SERVER_INTERVAL_S
         self.heartbeat_interval = HEARTBEAT_BROKER_INTERVAL_S
@@ -165,6 +190,9 @@ class MQClientInstance:
     def running(self) -> bool:
         return self._started and not self._stopped
 
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
         """Run ``coro`` on the loop and wait (``timeout`` None: no limit); a coroutine still running at
         the timeout is cancelled and RemotingTimeoutError raised."""
@@ -174,13 +202,55 @@ class MQClientInstance:
         if threading.current_thread() is self._thread:
             coro.close()
             raise MQClientError("MQClientInstance.run called from the client's own loop thread (await instead)")
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+        try:
+            self.call_soon(self._start_task, coro, fut)
+        except MQClientError:
+            coro.close()
+            raise
         try:
             return fut.result(timeout)
         except concurrent.futures.TimeoutError:
             fut.cancel()
             raise RemotingTimeoutError(f"operation did not finish within {timeout:g} s", addr=self.namesrv,
                                        timeout_s=timeout) from None
+
+    def call_soon(self, fn: Callable[..., object], *args: Any) -> None:
+        """``fn(*args)`` on the loop, from any thread (``loop.call_soon_threadsafe``). That wakes the loop
+        with a write to its self-pipe for every call; calls made while a wake-up is pending ride on it and
+        run together, in order. MQClientError when the loop is gone."""
+        with self._submit_lock:
+            self._submitted.append((fn, args))
+            wake = not self._drain_scheduled
+            self._drain_scheduled = True
+        if wake:
+            try:
+                self.loop.call_soon_threadsafe(self._run_submitted)
+            except RuntimeError:   # the loop closed meanwhile
+                with self._submit_lock:
+                    self._drain_scheduled = False
+                    self._submitted.clear()
+                raise MQClientError(f"client instance {self.client_id} is not running") from None
+
+    def _run_submitted(self) -> None:
+        with self._submit_lock:
+            calls, self._submitted = self._submitted, []
+            self._drain_scheduled = False
+        for fn, args in calls:
+            try:
+                fn(*args)
+            except Exception:   # one caller's failure must not lose the others' calls
+                log.exception("%s: call on the client loop failed", self.client_id)
+
+    def _start_task(self, coro: Coroutine[Any, Any, Any], fut: concurrent.futures.Future[Any]) -> None:
+        """On the loop: a task for a coroutine given to :meth:`run`, its outcome copied to the caller's future;
+        the caller's cancel (its timeout) cancels the task (as run_coroutine_threadsafe chains them)."""
+        if fut.cancelled():
+            coro.close()
+            return
+        task = self.loop.create_task(coro)
+        task.add_done_callback(functools.partial(_copy_outcome, fut))
+        fut.add_done_callback(functools.partial(_cancel_task_if_cancelled, self.loop, task))
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any] | asyncio.Task[Any]:
         """Fire and forget on the loop; an exception is logged. From the loop thread: a Task."""

@@ -104,20 +104,29 @@ class ProcessQueue:
     def put_messages(self, msgs: Sequence[_Msg]) -> bool:
         """``putMessage``: add pulled messages (a repeated offset is ignored); True when the caller must
         dispatch a consume request (orderly: only when none is running, ``consuming`` becomes True)."""
+        offs = [m.queue_offset for m in msgs]
         with self._lock:
-            valid = 0
-            for msg in msgs:
-                off = msg.queue_offset
-                if off in self.msg_tree:
-                    continue
-                self.msg_tree[off] = msg
-                if not self._offsets or off > self._offsets[-1]:
-                    self._offsets.append(off)
-                else:
-                    bisect.insort(self._offsets, off)
-                valid += 1
-                self.queue_offset_max = off
-                self.msg_size += len(msg.body)
+            tree = self.msg_tree
+            if offs and (not self._offsets or offs[0] > self._offsets[-1]) and offs == sorted(set(offs)):
+                # the usual pull: increasing offsets after every waiting one (one C-level pass each)
+                tree.update(zip(offs, msgs, strict=True))
+                self._offsets += offs
+                valid = len(offs)
+                self.queue_offset_max = offs[-1]
+                self.msg_size += sum([len(m.body) for m in msgs])
+            else:
+                valid = 0
+                for off, msg in zip(offs, msgs, strict=True):
+                    if off in tree:
+                        continue
+                    tree[off] = msg
+                    if not self._offsets or off > self._offsets[-1]:
+                        self._offsets.append(off)
+                    else:
+                        bisect.insort(self._offsets, off)
+                    valid += 1
+                    self.queue_offset_max = off
+                    self.msg_size += len(msg.body)
             self.msg_count += valid
             self.max_count_seen = max(self.max_count_seen, self.msg_count)
             dispatch = False
@@ -126,7 +135,8 @@ class ProcessQueue:
                 self.consuming = True
             if msgs:
                 last = msgs[-1]
-                raw = last.properties.get(_MAX_OFFSET_PROPERTY)
+                get = getattr(last, "get_property", None)   # MessageExt: without decoding its properties
+                raw = get(_MAX_OFFSET_PROPERTY) if get is not None else last.properties.get(_MAX_OFFSET_PROPERTY)
                 if raw is not None and raw.lstrip("-").isdigit():
                     acc = int(raw) - last.queue_offset
                     if acc > 0:
@@ -177,13 +187,19 @@ class ProcessQueue:
             if not self.msg_tree:
                 return -1
             result = self.queue_offset_max + 1
-            for msg in msgs:
-                prev = self.msg_tree.pop(msg.queue_offset, None)
-                if prev is not None:
-                    i = bisect.bisect_left(self._offsets, msg.queue_offset)
-                    del self._offsets[i]
-                    self.msg_count -= 1
-                    self.msg_size -= len(prev.body)
+            pop = self.msg_tree.pop
+            found = [(m.queue_offset, prev) for m in msgs if (prev := pop(m.queue_offset, None)) is not None]
+            if found:
+                self.msg_count -= len(found)
+                self.msg_size -= sum([len(prev.body) for _, prev in found])
+                gone = sorted([off for off, _ in found])
+                offsets = self._offsets
+                i = bisect.bisect_left(offsets, gone[0])
+                if offsets[i:i + len(gone)] == gone:   # one pulled batch: a run of the sorted offsets
+                    del offsets[i:i + len(gone)]
+                else:
+                    for off in gone:
+                        del offsets[bisect.bisect_left(offsets, off)]
             if self._offsets:
                 result = self._offsets[0]
             return result

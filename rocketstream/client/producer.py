@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
-from rocketstream.client.api import RETRY_RESPONSE_CODES
+from rocketstream.client.api import RETRY_RESPONSE_CODES, properties_string
 from rocketstream.client.common import (
     AUTO_CREATE_TOPIC_KEY,
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -35,7 +35,14 @@ from rocketstream.client.common import (
 )
 from rocketstream.client.instance import MQClientInstance
 from rocketstream.client.route import TopicPublishInfo
-from rocketstream.codec import PROPERTY_DELAY, PROPERTY_UNIQ_KEY, compress_body, java_hash, new_uniq_key
+from rocketstream.codec import (
+    PROPERTY_DELAY,
+    PROPERTY_UNIQ_KEY,
+    compress_body,
+    java_hash,
+    new_uniq_key,
+)
+from rocketstream.codec.ids import new_uniq_keys
 from rocketstream.errors import (
     BrokerResponseError,
     MQClientError,
@@ -44,6 +51,7 @@ from rocketstream.errors import (
     RemotingTimeoutError,
     SendFailedError,
 )
+from rocketstream.remoting import RemotingCommand
 
 __all__ = ["Producer", "select_by_hash", "MessageQueueSelector"]
 
@@ -58,6 +66,11 @@ def select_by_hash(mqs: list[MessageQueue], msg: Message, arg: Any) -> MessageQu
     h = java_hash(arg) if isinstance(arg, str) else hash(arg)
     value = abs(int(_java_rem(h, len(mqs))))
     return mqs[value]
+
+
+def _properties_chars(props: dict[str, str]) -> int:
+    """``sum(len(k) + len(v) + 2)`` over the properties (what messageProperties2String writes, in chars)."""
+    return sum(map(len, props)) + sum(map(len, props.values())) + 2 * len(props) if props else 0
 
 
 def _java_rem(a: int, b: int) -> int:
@@ -165,15 +178,15 @@ class Producer:
         return Message(topic_or_msg, bytes(body), tags=tags, keys=keys, properties=dict(properties or {}),
                        flag=flag, delay_level=delay_level)
 
-    def _wire(self, msg: Message, *, compress: bool) -> tuple[bytes, int, dict[str, str]]:
+    def _wire(self, msg: Message, *, compress: bool, uniq_key: str | None = None) -> tuple[bytes, int, dict[str, str]]:
         props = msg.wire_properties()
         if PROPERTY_UNIQ_KEY not in props:
-            props[PROPERTY_UNIQ_KEY] = new_uniq_key()
+            props[PROPERTY_UNIQ_KEY] = uniq_key or new_uniq_key()
         body = bytes(msg.body)
         sys_flag = 0
         if compress and len(body) >= self.compress_msg_body_over_howmuch:   # tryToCompressMessage
             body, sys_flag = compress_body(body, self.compress_level)
-        if len(props) and sum(len(k) + len(v) + 2 for k, v in props.items()) > 32767:
+        if _properties_chars(props) > 32767:
             raise OptionError("properties", "the encoded properties exceed 32767 bytes")
         return body, sys_flag, props
 
@@ -197,7 +210,60 @@ class Producer:
         wire_body, sys_flag, props = self._wire(msg, compress=True)
         t = self.send_msg_timeout if timeout is None else timeout
         inst = self.instance
+        if queue is None and selector is None:
+            t0 = time.monotonic()
+            fast = self._send_from_thread(
+                msg.topic, t, t0, lambda mq: inst.api.send_request(
+                    msg, mq.queue_id, producer_group=self.group, body=wire_body, sys_flag=sys_flag, properties=props,
+                    default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums))
+            if fast is not None:
+                result, failed = fast
+                if result is not None:
+                    return result
+
+                async def attempt(mq: MessageQueue, left: float) -> SendResult:
+                    addr = await self._broker_addr(mq, left)
+                    return await inst.api.send(addr, mq.broker_name, msg, mq.queue_id, producer_group=self.group,
+                                               timeout=left, body=wire_body, sys_flag=sys_flag, properties=props,
+                                               default_topic=self.create_topic_key,
+                                               default_topic_queue_nums=self.default_topic_queue_nums)
+                return inst.run(self._with_retries(msg.topic, attempt, t, t0, failed), t + 1.0)
         return inst.run(self._send_async(msg, wire_body, sys_flag, props, queue, selector, arg, t), t + 1.0)
+
+    def _send_from_thread(self, topic: str, timeout: float, t0: float,
+                          build: Callable[[MessageQueue], tuple[RemotingCommand, str]],
+                          ) -> tuple[SendResult | None, tuple[str, Exception] | None] | None:
+        """``sendDefaultImpl``'s first attempt from the caller's thread when the topic's route and the broker's
+        connection are known (the request is built and encoded here, the loop only writes it): (result, None),
+        or (None, (broker name, error)) after a failure to retry on the loop (:meth:`_with_retries`); None
+        when the loop must do it all (no route yet, not connected)."""
+        info = self._publish.get(topic)
+        inst = self.instance
+        if info is None or not info.ok or not inst.running or inst.in_loop_thread():
+            return None   # (from the loop thread inst.run raises the error)
+        mq = info.select(None)
+        addr = inst.broker_addr(mq.broker_name)
+        if addr is None or not inst.api.connected(addr):
+            return None
+        request, uniq = build(mq)
+        try:
+            result = inst.api.send_from_thread(addr, mq.broker_name, topic, request, uniq,
+                                               max(timeout - (time.monotonic() - t0), 0.001), inst.call_soon)
+        except BrokerResponseError as exc:
+            if exc.code not in RETRY_RESPONSE_CODES:
+                raise
+            error: Exception = exc
+        except (RemotingError, MQClientError) as exc:
+            error = exc
+        else:
+            if result is None:   # the connection closed meanwhile
+                return None
+            if result.status is not SendStatus.SEND_OK:
+                log.info("producer %s: %s stored with status %s", self.group, result.msg_id, result.status.name)
+            return result, None
+        log.info("producer %s: send to %s failed (attempt 1 of %d): %s", self.group, mq,
+                 1 + self.retry_times_when_send_failed, error)
+        return None, (mq.broker_name, error)
 
     def send_batch(self, topic: str, messages: Sequence[bytes | Message], *, tags: str | None = None,
                    keys: str | Iterable[str] | None = None, queue: MessageQueue | None = None,
@@ -216,18 +282,40 @@ class Producer:
                 raise OptionError(f"messages[{i}].delay_level", "delayed messages are not supported in a batch")
             if m.wait_store_msg_ok != msgs[0].wait_store_msg_ok:
                 raise OptionError(f"messages[{i}].wait_store_msg_ok", "must be the same for every message")
-            check_message(m, self.max_message_size)
+            check_message(m, self.max_message_size, topic_checked=i > 0)   # one topic: checked once
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             raise OptionError("topic", "retry group topic is not supported for batching", topic)
         if queue is not None and queue.topic != topic:
             raise OptionError("queue", f"message's topic {topic} not equal mq's topic {queue.topic}")
-        props = [self._wire(m, compress=False)[2] for m in msgs]
-        size = sum(20 + len(m.body) + 2 + sum(len(k) + len(v) + 2 for k, v in p.items()) for m, p in
-                   zip(msgs, props, strict=True))
+        props: list[dict[str, str]] = []
+        encoded: list[bytes] = []   # each message's PROPERTIES as the batch body carries them
+        size = 0
+        # the ids new_uniq_key would give one by one, in one go
+        for m, key in zip(msgs, new_uniq_keys(len(msgs)), strict=True):
+            p = m.wire_properties()
+            if PROPERTY_UNIQ_KEY not in p:
+                p[PROPERTY_UNIQ_KEY] = key
+            text = properties_string(p)
+            if len(text) + 1 > 32767:   # as _wire: the properties' chars with every separator
+                raise OptionError("properties", "the encoded properties exceed 32767 bytes")
+            props.append(p)
+            encoded.append(text.encode("utf-8"))
+            size += 20 + len(m.body) + 2 + len(text) + 1
         if size > self.max_message_size:
             raise OptionError("messages", f"the batch body size {size} is over the max value {self.max_message_size}")
         t = self.send_msg_timeout if timeout is None else timeout
         inst = self.instance
+        if queue is None:
+            t0 = time.monotonic()
+            fast = self._send_from_thread(
+                topic, t, t0, lambda mq: inst.api.send_batch_request(
+                    msgs, mq.queue_id, producer_group=self.group, properties=props, encoded_properties=encoded,
+                    default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums))
+            if fast is not None:
+                result, failed = fast
+                if result is not None:
+                    return result
+                return inst.run(self._send_batch_async(msgs, props, None, t, t0, failed), t + 1.0)
         return inst.run(self._send_batch_async(msgs, props, queue, t), t + 1.0)
 
     # ------------------------------------------------------------------------- on the loop
@@ -288,8 +376,9 @@ class Producer:
         return await self._with_retries(msg.topic, attempt, timeout, t0)
 
     async def _send_batch_async(self, msgs: list[Message], props: list[dict[str, str]], queue: MessageQueue | None,
-                                timeout: float) -> SendResult:
-        t0 = time.monotonic()
+                                timeout: float, t0: float | None = None,
+                                failed: tuple[str, Exception] | None = None) -> SendResult:
+        t0 = time.monotonic() if t0 is None else t0
 
         async def attempt(mq: MessageQueue, left: float) -> SendResult:
             addr = await self._broker_addr(mq, left)
@@ -299,19 +388,27 @@ class Producer:
                                                       default_topic_queue_nums=self.default_topic_queue_nums)
         if queue is not None:
             return await attempt(queue, timeout)
-        return await self._with_retries(msgs[0].topic, attempt, timeout, t0)
+        return await self._with_retries(msgs[0].topic, attempt, timeout, t0, failed)
 
     async def _with_retries(self, topic: str, attempt: Callable[[MessageQueue, float], Any], timeout: float,
-                            t0: float) -> SendResult:
+                            t0: float, failed: tuple[str, Exception] | None = None) -> SendResult:
         """``sendDefaultImpl``'s loop: ``1 + retry_times_when_send_failed`` attempts, another broker after a
-        failure, retry on remoting errors and ``retryResponseCodes``, all within ``timeout``."""
+        failure, retry on remoting errors and ``retryResponseCodes``, all within ``timeout``. ``failed``: the
+        first attempt was made (from the caller's thread) and failed on that broker with that error."""
         info = await self._publish_info(topic, timeout)
         times = 1 + self.retry_times_when_send_failed
         last_broker: str | None = None
         last_error: Exception | None = None
         brokers_sent: list[str] = []
-        n = 0
-        for n in range(1, times + 1):
+        first = 1
+        if failed is not None:
+            last_broker, last_error = failed
+            brokers_sent.append(last_broker)
+            first = 2
+            if time.monotonic() - t0 < timeout:
+                info = await self._publish_info(topic, max(timeout - (time.monotonic() - t0), 0.001))
+        n = first - 1
+        for n in range(first, times + 1):
             mq = info.select(last_broker)
             last_broker = mq.broker_name
             brokers_sent.append(mq.broker_name)

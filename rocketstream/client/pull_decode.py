@@ -1,28 +1,39 @@
 """Fast decoding of pull bodies into :class:`MessageExt` (``PullAPIWrapper.processPullResult`` for the consumers).
 
-A pull body is the stored records back to back. :func:`decode_pull_body` finds the record starts with one
-TOTALSIZE read each, checks the magic codes, then reads every header field of all records at once with the
-vectorized codec (:func:`rocketstream.codec.vectorized.decode_headers`, numpy gathers) and builds the
-messages from plain lists: hosts are formatted once per distinct address, properties decoded with Java's UTF-8
-rules. For a handful of records the per-record decoder of :mod:`rocketstream.client.api` is used instead
-(the numpy set-up costs more than it saves below :data:`VECTORIZE_MIN_RECORDS`). Records that do not decode
-raise BodyError naming the byte position, as the per-record decoder does.
+A pull body is the stored records back to back (``MessageDecoder.decodes``). :func:`decode_pull_body` decodes a
+whole body at once:
+
+1. the record starts, by walking the TOTALSIZE fields (one 8-byte read per record: size and magic code);
+2. the fixed 88-byte header of every record (TOTALSIZE .. BODY length, two IPv4 hosts) gathered with one numpy
+   fancy index into a contiguous ``(n, 88)`` block, unpacked by one ``struct.iter_unpack`` (C loops, no Python
+   work per field);
+3. per record only what depends on the body length: the TOPIC and PROPERTIES lengths, the checks of
+   ``record.check_record`` (sizes, ports, the length formula), the body slice (decompressed when the sysFlag
+   says so), the topic and hosts from small caches (a pull body holds one topic and a few hosts);
+4. a :class:`MessageExt` whose properties stay encoded until first used (:attr:`MessageExt.properties`):
+   consumers that only look at bodies never decode them.
+
+Records with an IPv6 born or store host (sysFlag bits 0x10 / 0x20) have a longer header; they are decoded
+one by one with :func:`rocketstream.codec.decode_record`. A body that fails any check is handed to the
+per-record decoder (:func:`rocketstream.client.api.decode_messages`), which raises BodyError naming the byte
+position and the problem; so both decoders give equal messages and the same errors
+(tests/client/test_pull_decode.py).
 """
 
 from __future__ import annotations
 
-import socket
 import struct
 from collections.abc import Collection
 
+import numpy as np
+
 from rocketstream.client.api import decode_messages
-from rocketstream.client.common import (
-    MessageExt,
-    PullResult,
-)
+from rocketstream.client.common import MessageExt, PullResult
 from rocketstream.client.subscription import SubscriptionData
 from rocketstream.codec import (
+    FLAG_BORNHOST_V6,
     FLAG_COMPRESSED,
+    FLAG_STOREHOST_V6,
     MAGIC_V1,
     MAGIC_V2,
     HostAddress,
@@ -31,92 +42,134 @@ from rocketstream.codec import (
 )
 from rocketstream.errors import BodyError, CorruptStoreError
 
-__all__ = ["decode_pull_body", "process_pull_result_fast", "VECTORIZE_MIN_RECORDS"]
+__all__ = ["decode_pull_body", "process_pull_result_fast", "HEAD_V4"]
 
-VECTORIZE_MIN_RECORDS = 32   # measured break-even ~24 records (tests/client/test_pull_decode.py)
-_HEAD = struct.Struct(">ii")
+# TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP,
+# BORNHOST (ip, port), STORETIMESTAMP, STOREHOST (ip, port), RECONSUMETIMES, PREPARED TRANSACTION OFFSET,
+# BODY length: the record header when both hosts are IPv4 (CommitLog.calMsgLength, docs/store-format)
+HEAD_V4 = struct.Struct(">iiiiiqqiqIiqIiiqi")
+_HEAD_SIZE = HEAD_V4.size   # 88
+_CELL = np.dtype((np.void, _HEAD_SIZE))
+_SIZE_MAGIC = struct.Struct(">ii")
+_V6_BITS = FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6
+_MIN_V4_RECORD = _HEAD_SIZE + 1 + 2   # empty body, topic and properties (V1 topic length byte)
 
 
-def _record_starts(body: bytes, addr: str | None) -> list[int]:
+class _Fallback(Exception):
+    """Something the fast path does not decode: the per-record decoder says what (or decodes it)."""
+
+
+def _record_starts(body: bytes) -> list[int]:
+    """Where each record starts; _Fallback at a bad size or magic code (the slow path names the problem)."""
     starts: list[int] = []
     pos, n = 0, len(body)
-    unpack = _HEAD.unpack_from
+    unpack = _SIZE_MAGIC.unpack_from
     while pos < n:
         if pos + 8 > n:
-            raise BodyError(f"pull body: truncated record header at byte {pos}", addr=addr)
+            raise _Fallback
         size, magic = unpack(body, pos)
-        if magic != MAGIC_V1 and magic != MAGIC_V2:
-            raise BodyError(f"pull body: record at byte {pos} has magic code {magic:#x}", addr=addr)
-        if size <= 8 or pos + size > n:
-            raise BodyError(f"pull body: record at byte {pos} has size {size} beyond the body ({n} bytes)",
-                            addr=addr)
+        if (magic != MAGIC_V1 and magic != MAGIC_V2) or size < _MIN_V4_RECORD or pos + size > n:
+            raise _Fallback
         starts.append(pos)
         pos += size
     return starts
 
 
-def _host(raw: bytes, cache: dict[bytes, HostAddress]) -> HostAddress:
-    h = cache.get(raw)
+def _gather_heads(body: bytes, starts: list[int]) -> list[tuple[int, ...]]:
+    """The 88 header bytes at every start, gathered by numpy into one block and unpacked in C."""
+    buf = np.frombuffer(body, dtype=np.uint8)
+    cells = np.ndarray(shape=(len(buf) - _HEAD_SIZE + 1,), dtype=_CELL, buffer=buf, strides=(1,))
+    block = cells[np.array(starts, dtype=np.intp)].tobytes()
+    return list(HEAD_V4.iter_unpack(block))
+
+
+def _v4_host(ip: int, port: int, cache: dict[tuple[int, int], HostAddress]) -> HostAddress:
+    key = (ip, port)
+    h = cache.get(key)
     if h is None:
-        if len(raw) == 8:
-            h = HostAddress(socket.inet_ntop(socket.AF_INET, raw[:4]), int.from_bytes(raw[4:], "big", signed=True))
-        else:
-            h = HostAddress(socket.inet_ntop(socket.AF_INET6, raw[:16]), int.from_bytes(raw[16:], "big", signed=True))
-        cache[raw] = h
+        h = cache[key] = HostAddress(f"{ip >> 24}.{(ip >> 16) & 255}.{(ip >> 8) & 255}.{ip & 255}", port)
     return h
 
 
-def _properties(raw: bytes) -> dict[str, str]:
-    """``string2messageProperties`` (same rules as codec.decode_properties)."""
-    out: dict[str, str] = {}
-    for segment in decode_java_utf8(raw).split("\x02"):
-        name, _, value = segment.partition("\x01")
-        if name and value:
-            out[name] = value
-    return out
-
-
 def decode_pull_body(body: bytes, *, broker_name: str = "", addr: str | None = None) -> list[MessageExt]:
-    """Every record of a pull body as MessageExt (bodies decompressed)."""
+    """Every record of a pull body as MessageExt (bodies decompressed, properties decoded on first use)."""
     body = bytes(body)
-    starts = _record_starts(body, addr)
-    if len(starts) < VECTORIZE_MIN_RECORDS:
+    try:
+        return _decode(body, broker_name, addr)
+    except _Fallback:
         return decode_messages(body, broker_name=broker_name, addr=addr)
-    import numpy as np
 
-    from rocketstream.codec.vectorized import decode_headers
 
-    h = decode_headers(body, np.asarray(starts, dtype=np.int64))
-    if not bool(np.all(h["in_bounds"])):
-        return decode_messages(body, broker_name=broker_name, addr=addr)   # names the bad record
-    hosts: dict[bytes, HostAddress] = {}
+def _decode(body: bytes, broker_name: str, addr: str | None) -> list[MessageExt]:
+    starts = _record_starts(body)
+    if not starts:
+        return []
+    heads = _gather_heads(body, starts)
+    hosts: dict[tuple[int, int], HostAddress] = {}
     topics: dict[bytes, str] = {}
     out: list[MessageExt] = []
     append = out.append
-    host = _host
-    props = _properties
-    bhw = [20 if v else 8 for v in h["born_v6"].tolist()]
-    shw = [20 if v else 8 for v in h["store_v6"].tolist()]
-    for (start, qid, flag, qoff, poff, sys_flag, bts, sts, rtimes, pto, crc, size, bp, bl, tp, tl, pp, pl, bhp, bw,
-         shp, sw) in zip(starts, *(h[k].tolist() for k in (
-            "queue_id", "flag", "queue_offset", "physical_offset", "sys_flag", "born_timestamp", "store_timestamp",
-            "reconsume_times", "prepared_transaction_offset", "body_crc", "total_size", "body_pos", "body_len",
-            "topic_pos", "topic_len", "props_pos", "props_len", "born_host_pos")), bhw,
-            h["store_host_pos"].tolist(), shw, strict=True):
-        data = body[bp:bp + bl]
+    new = MessageExt
+    last_bip = last_bport = last_sip = last_sport = -1
+    last_traw = None
+    born = stored = HostAddress("", 0)
+    topic = ""
+    for start, (size, magic, crc, qid, flag, qoff, poff, sys_flag, bts, bip, bport, sts, sip, sport, rtimes, pto,
+                blen) in zip(starts, heads, strict=True):
+        if sys_flag & _V6_BITS:
+            append(_decode_one(body, start, broker_name, addr))
+            continue
+        if not (0 <= bport <= 0xFFFF and 0 <= sport <= 0xFFFF):
+            raise _Fallback
+        end = start + size
+        bp = start + _HEAD_SIZE
+        tp = bp + blen   # the TOPIC length field
+        if magic == MAGIC_V2:
+            if blen < 0 or tp + 4 > end:
+                raise _Fallback
+            tl = (body[tp] << 8) | body[tp + 1]
+            tp += 2
+        else:
+            if blen < 0 or tp + 3 > end:
+                raise _Fallback
+            tl = body[tp]
+            tp += 1
+        pp = tp + tl     # the PROPERTIES length field
+        if tl >= 0x8000 or (magic == MAGIC_V1 and tl >= 0x80) or pp + 2 > end:
+            raise _Fallback   # a negative Java length, or past the record
+        pl = (body[pp] << 8) | body[pp + 1]
+        if pl >= 0x8000 or pp + 2 + pl != end:
+            raise _Fallback
+        data = body[bp:bp + blen]
         if sys_flag & FLAG_COMPRESSED:
             try:
                 data = decompress_body(data, sys_flag)
-            except CorruptStoreError as exc:
-                raise BodyError(f"pull body: record at byte {start}: {exc}", addr=addr) from exc
-        traw = body[tp:tp + tl]
-        topic = topics.get(traw)
-        if topic is None:
-            topic = topics[traw] = decode_java_utf8(traw)
-        append(MessageExt(topic, data, props(body[pp:pp + pl]) if pl else {}, flag, qid, qoff, poff, sys_flag,
-                          bts, host(body[bhp:bhp + bw], hosts), sts, host(body[shp:shp + sw], hosts), rtimes, pto,
-                          crc, size, broker_name))
+            except CorruptStoreError:
+                raise _Fallback from None   # the per-record decoder raises BodyError naming the record
+        traw = body[tp:pp]
+        if traw != last_traw:
+            last_traw = traw
+            known = topics.get(traw)
+            if known is None:
+                known = topics[traw] = decode_java_utf8(traw)
+            topic = known
+        if bip != last_bip or bport != last_bport:
+            last_bip, last_bport, born = bip, bport, _v4_host(bip, bport, hosts)
+        if sip != last_sip or sport != last_sport:
+            last_sip, last_sport, stored = sip, sport, _v4_host(sip, sport, hosts)
+        append(new(topic, data, body[pp + 2:end], flag, qid, qoff, poff, sys_flag, bts, born, sts, stored, rtimes,
+                   pto, crc, size, broker_name))
     return out
+
+
+def _decode_one(body: bytes, start: int, broker_name: str, addr: str | None) -> MessageExt:
+    """A record with an IPv6 host: the per-record decoder on that record alone."""
+    size = _SIZE_MAGIC.unpack_from(body, start)[0]
+    try:
+        (msg,) = decode_messages(body[start:start + size], broker_name=broker_name, addr=addr)
+    except BodyError:
+        raise _Fallback from None   # again on the whole body, for the error's byte position
+    return msg
 
 
 def process_pull_result_fast(result: PullResult, broker_name: str,

@@ -14,6 +14,7 @@ server's and the client's connections are the same class.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import contextlib
 import inspect
@@ -33,7 +34,7 @@ from rocketstream.remoting.command import (
     frame_body_length,
 )
 
-__all__ = ["Channel", "RequestHandler", "next_opaque", "DEFAULT_TIMEOUT_S"]
+__all__ = ["Channel", "RequestHandler", "ResponseWaiter", "next_opaque", "DEFAULT_TIMEOUT_S"]
 
 log = logging.getLogger("rocketstream.remoting")
 
@@ -55,6 +56,42 @@ def _exception_remark(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+class ResponseWaiter:
+    """What a thread other than the loop's waits on for one response (:meth:`Channel.start_request`): a plain
+    lock released by the loop when the response (or the connection's failure) is there. Cheaper than a
+    ``concurrent.futures.Future`` (its Condition is Python code on both sides); only the loop sets it."""
+
+    __slots__ = ("_lock", "_once", "response", "error")
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+        self._once = _thread.allocate_lock()   # taken by the first (and only) setter, whichever thread it is
+        self.response: RemotingCommand | None = None
+        self.error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self._once.locked()
+
+    def set_result(self, response: RemotingCommand) -> None:
+        if self._once.acquire(False):
+            self.response = response
+            self._lock.release()
+
+    def set_exception(self, error: BaseException) -> None:
+        if self._once.acquire(False):
+            self.error = error
+            self._lock.release()
+
+    def wait(self, timeout: float) -> RemotingCommand | None:
+        """The response; raises the connection's error; None after ``timeout`` seconds."""
+        if not self._lock.acquire(timeout=max(timeout, 0.0)):
+            return None
+        if self.error is not None:
+            raise self.error
+        return self.response
+
+
 class Channel:
     """A connected remoting peer. ``handler(channel, request)`` answers requests (may be async);
     ``None`` means "no handler": every request is answered with code 3."""
@@ -70,7 +107,8 @@ class Channel:
         self.name = name
         peer = writer.get_extra_info("peername")
         self.addr = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
-        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        # responses awaited: asyncio futures (invoke) or other threads' waiters (start_request)
+        self._pending: dict[int, asyncio.Future[RemotingCommand] | ResponseWaiter] = {}
         self._tasks: set[asyncio.Task] = set()
         self._closed = asyncio.Event()
         self._reader_task: asyncio.Task | None = None
@@ -184,6 +222,26 @@ class Channel:
             timer.cancel()
             self._pending.pop(request.opaque, None)
 
+    def start_request(self, opaque: int, frame: bytes, future: ResponseWaiter) -> None:
+        """On the loop: write an encoded request (opaque already in it) whose response completes ``future``,
+        which another thread waits on (``invokeSync`` without a task, a timer or an asyncio future on the
+        loop; see :meth:`invoke` for the same on the loop). A closed connection fails ``future`` with
+        RemotingConnectError; the waiting thread calls :meth:`forget` when it stops waiting."""
+        if self.closed:
+            if not future.done():
+                future.set_exception(RemotingConnectError(f"connection is closed ({self.close_reason})",
+                                                          addr=self.addr))
+            return
+        self._pending[opaque] = future
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._write_out)
+        self._out.append(frame)
+        self.last_activity = time.monotonic()
+
+    def forget(self, opaque: int) -> None:
+        """On the loop: a response to ``opaque`` is no longer awaited (dropped when it comes)."""
+        self._pending.pop(opaque, None)
+
     async def invoke_oneway(self, request: RemotingCommand) -> None:
         """Send a request that gets no response (``invokeOneway``: flag bit RPC_ONEWAY)."""
         request.opaque = next_opaque()
@@ -201,7 +259,7 @@ class Channel:
                 self.last_activity = time.monotonic()
                 cmd = decode_frame(data, addr=self.addr)
                 if cmd.is_response:
-                    fut = self._pending.get(cmd.opaque)
+                    fut = self._pending.pop(cmd.opaque, None)
                     if fut is not None and not fut.done():
                         fut.set_result(cmd)
                     else:   # processResponseCommand: logged and dropped

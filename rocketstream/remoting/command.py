@@ -30,6 +30,7 @@ RESPONSE_FLAG = 1 << 0   # RemotingCommand.RPC_TYPE
 ONEWAY_FLAG = 1 << 1     # RemotingCommand.RPC_ONEWAY
 
 _PREFIX = struct.Struct(">iI")
+_INT32 = 2**31
 _BIN_FIXED = struct.Struct(">hBhii")   # code, language, version, opaque, flag (rocketMQProtocolEncode)
 
 
@@ -294,6 +295,15 @@ def _decode_json_header(header: bytes, addr: str | None) -> RemotingCommand:
     if "code" not in doc:
         raise FrameError("JSON header has no 'code'", addr=addr)
     ext = doc.get("extFields")
+    code, version, opaque, flag = doc.get("code"), doc.get("version", 0), doc.get("opaque", 0), doc.get("flag", 0)
+    language, remark = doc.get("language"), doc.get("remark")
+    if (type(code) is int and type(version) is int and type(opaque) is int and type(flag) is int
+            and type(language) is str and (remark is None or type(remark) is str)
+            and (ext is None or (type(ext) is dict and all(type(v) is str for v in ext.values())))
+            and -_INT32 <= code < _INT32 and -_INT32 <= version < _INT32 and -_INT32 <= opaque < _INT32
+            and -_INT32 <= flag < _INT32):
+        # what fastjson writes (RemotingCommand.encode): the checks below would change nothing
+        return RemotingCommand(code, language, version, opaque, flag, remark, ext, None, SerializeType.JSON)
     if ext is not None:
         if not isinstance(ext, dict):
             raise FrameError(f"JSON header 'extFields' is a {type(ext).__name__}, not an object", addr=addr)

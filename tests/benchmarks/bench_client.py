@@ -3,7 +3,7 @@ broker in turn (the real Apache RocketMQ 4.9.8 broker, then ours: `rocketstream 
 
     python tests/benchmarks/bench_client.py [--send 5000] [--batch 50000] [--drain 50000] [--threads 8]
                                             [--size 1024] [--flow-seconds 20] [--full] [--only java|ours]
-                                            [--json FILE] [--dir DIR] [--keep]
+                                            [--lite-batch 32] [--lite-default] [--json FILE] [--dir DIR] [--keep]
 
 Per broker (fresh store, tests/benchmarks/bench_broker.py's start_java/start_ours and settings):
   1. send     ``--send`` sync sends of ``--size`` bytes from ``--threads`` threads sharing one producer:
@@ -12,7 +12,9 @@ Per broker (fresh store, tests/benchmarks/bench_broker.py's start_java/start_our
               ``Producer.send_batch``);
   3. drain    a topic filled with ``--drain`` messages (by the Java batch producer) is drained, each from the
               first offset in a new group, by the Java push consumer (LoadGen ``consume``), our PushConsumer with a
-              no-op listener and our LitePullConsumer: msgs/s from the first message to the last;
+              no-op listener and our LitePullConsumer: msgs/s from the first message to the last. The lite
+              consumer pulls ``--lite-batch`` (32, the Java push consumer's pullBatchSize) messages per request;
+              ``--lite-default`` adds a drain with its default (DefaultLitePullConsumer.pullBatchSize 10);
   4. flow     our PushConsumer with a listener sleeping 10 ms on a backlog of ``--flow-backlog`` messages for
               ``--flow-seconds``: the largest ProcessQueue seen (messages, bytes) against pullThresholdForQueue
               (+ one pull batch, since the check is made before each pull) and the RSS series (flat = bounded).
@@ -109,7 +111,12 @@ def run_side(name: str, classes: Path, home: Path, args: argparse.Namespace) -> 
         r["drain_push"] = _safe(lambda: worker("push", ns, "CBDrain", "CBDrainPush", "--count", str(total),
                                                "--timeout-s", str(to), timeout=to + 60), "our push drain")
         r["drain_lite"] = _safe(lambda: worker("lite", ns, "CBDrain", "CBDrainLite", "--count", str(total),
-                                               "--timeout-s", str(to), timeout=to + 60), "our lite drain")
+                                               "--timeout-s", str(to), "--pull-batch", str(args.lite_batch),
+                                               timeout=to + 60), "our lite drain")
+        if args.lite_default:
+            r["drain_lite10"] = _safe(lambda: worker("lite", ns, "CBDrain", "CBDrainLite10", "--count", str(total),
+                                                     "--timeout-s", str(to), timeout=to + 60),
+                                      "our lite drain (default pull batch)")
         print(f"[{name}] flow control: {args.flow_backlog} backlog, listener sleeping 10 ms, "
               f"{args.flow_seconds} s ...", file=sys.stderr)
         loadgen(classes, side_home, "batch", ns, "CBFlow", "--count", str(args.flow_backlog), "--batch", "32",
@@ -129,6 +136,7 @@ ROWS = [
     ("batch msgs/s (32 x 1 KiB)", "batch_java", "batch_ours", "msgs_per_s", 0.5),
     ("push drain msgs/s", "drain_java", "drain_push", "msgs_per_s", 0.5),
     ("lite-pull drain msgs/s", "drain_java", "drain_lite", "msgs_per_s", 1.0),
+    ("lite-pull, pullBatchSize 10", "drain_java", "drain_lite10", "msgs_per_s", None),
 ]
 
 
@@ -179,6 +187,12 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--flow-seconds", type=float, default=20)
     ap.add_argument("--flow-backlog", type=int, default=30_000)
+    ap.add_argument("--lite-batch", type=int, default=32,
+                    help="our LitePullConsumer's pull_batch_size in the drain (default 32, the Java push consumer's "
+                         "pullBatchSize it is compared with)")
+    ap.add_argument("--lite-default", action="store_true",
+                    help="also drain with the LitePullConsumer's default pull_batch_size (DefaultLitePullConsumer's "
+                         "10)")
     ap.add_argument("--full", action="store_true", help="200,000 sends, 800,000 batched, a 1 M-message drain, "
                     "60 s of flow control")
     ap.add_argument("--only", choices=("java", "ours"), help="one broker only")

@@ -4,12 +4,14 @@ the Java client), printing one JSON result line like LoadGen's.
     python tests/benchmarks/client_worker.py send  NS TOPIC [--count N] [--threads 8] [--size 1024]
     python tests/benchmarks/client_worker.py batch NS TOPIC [--count N] [--threads 8] [--size 1024] [--batch 32]
     python tests/benchmarks/client_worker.py push  NS TOPIC GROUP --count N [--timeout-s 600]
-    python tests/benchmarks/client_worker.py lite  NS TOPIC GROUP --count N [--timeout-s 600]
+    python tests/benchmarks/client_worker.py lite  NS TOPIC GROUP --count N [--timeout-s 600] [--pull-batch 32]
     python tests/benchmarks/client_worker.py flow  NS TOPIC GROUP [--seconds 20] [--sleep-ms 10]
 
 send/batch: one Producer shared by --threads threads (after warm-up calls), msgs/s and round trip p50/p99 µs.
 push: a PushConsumer with a no-op listener drains --count messages from the first offset; lite: the same with a
-LitePullConsumer (poll until --count). msgs/s is counted from the first message to the last, as LoadGen does.
+LitePullConsumer (poll until --count;
+``--pull-batch``: its pull_batch_size, default DefaultLitePullConsumer's 10). msgs/s is counted from the first
+message to the last, as LoadGen does.
 flow: a PushConsumer whose listener sleeps --sleep-ms per call; every 100 ms the ProcessQueues' message counts
 and sizes are sampled (max per queue, max over the topic) and, every second, this process's RSS; reported with
 the thresholds in force.
@@ -162,7 +164,8 @@ def push(args) -> dict:
 
 def lite(args) -> dict:
     a = api("lite_pull")
-    c = a.LitePullConsumer(args.group, namesrv=args.ns, **from_first(a))
+    kw = {"pull_batch_size": args.pull_batch} if args.pull_batch else {}
+    c = a.LitePullConsumer(args.group, namesrv=args.ns, **from_first(a), **kw)
     c.subscribe(args.topic, "*")
     t0 = time.perf_counter()
     c.start()
@@ -182,7 +185,7 @@ def lite(args) -> dict:
     secs = end - first if first else 0
     return {"msgs": got, "expected": args.count, "seconds": round(secs, 3), "wall_seconds": round(end - t0, 3),
             "msgs_per_s": round(got / secs, 1) if secs else 0,
-            "mib_per_s": round(nbytes / secs / (1 << 20), 1) if secs else 0,
+            "mib_per_s": round(nbytes / secs / (1 << 20), 1) if secs else 0, "pull_batch_size": c.pull_batch_size,
             "rss_mib": round(rss_mib(), 1), "ok": got >= args.count}
 
 
@@ -269,6 +272,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--warmup", type=int)
+    ap.add_argument("--pull-batch", type=int, help="lite: pull_batch_size (default: the consumer's)")
     ap.add_argument("--timeout-s", type=float, default=600)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--sleep-ms", type=float, default=10)

@@ -130,6 +130,26 @@ def test_success_commits_past_the_batch(loop: asyncio.AbstractEventLoop) -> None
     svc.shutdown(1)
 
 
+def test_a_pulled_batch_reaches_the_listener_in_pieces_of_batch_max_size(loop: asyncio.AbstractEventLoop) -> None:
+    """One consume-thread task per pulled batch, but every listener call gets consume_message_batch_max_size
+    messages (its own context, CONSUME_START_TIME set), in offset order; the offset commits past the batch."""
+    c = FakeConsumer(loop, batch=3)
+    calls: list[list[int]] = []
+
+    def listener(msgs: list[Any], ctx: Any) -> Any:
+        assert ctx.ack_index == 2**31 - 1 and all("CONSUME_START_TIME" in m.properties for m in msgs)
+        calls.append([m.queue_offset for m in msgs])
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = ConsumeMessageConcurrentlyService(c, listener, 4)
+    pq = ProcessQueue()
+    feed(svc, pq, range(0, 8))
+    wait_until(lambda: pq.msg_count == 0 and (MQ, 8) in c.offsets)
+    assert calls == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    assert svc.stats.consumed_ok == 8 and svc.max_concurrent_per_queue == 1
+    svc.shutdown(1)
+
+
 def test_reconsume_later_exception_and_none_are_sent_back_with_the_context_delay(
         loop: asyncio.AbstractEventLoop) -> None:
     c = FakeConsumer(loop)

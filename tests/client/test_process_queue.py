@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocketstream.client.process_queue import ProcessQueue
 from rocketstream.client.pull_service import MIB, flow_control
@@ -100,3 +102,33 @@ def test_flow_control_thresholds(orderly: bool) -> None:
     span = ProcessQueue()
     span.put_messages(msgs(0, 2001))
     assert flow_control(span, **kw) == (None if orderly else "span")   # span only limits concurrent consumption
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 60), max_size=12)), max_size=30))
+def test_batched_put_and_remove_keep_the_model_state(ops: list[tuple[bool, list[int]]]) -> None:
+    """put_messages / remove_messages (fast paths for increasing batches and runs) against a plain model:
+    the waiting offsets, count, size, and the offset to commit."""
+    pq = ProcessQueue()
+    model: dict[int, int] = {}   # offset -> body length
+    last_put = 0
+    for put, offsets in ops:
+        batch = [Msg(o, body=b"x" * (o % 7)) for o in offsets]
+        if put:
+            pq.put_messages(batch)
+            for o in offsets:
+                if o not in model:
+                    model[o] = o % 7
+                    last_put = o
+        else:
+            expected = -1 if not model else None
+            for o in offsets:
+                model.pop(o, None)
+            got = pq.remove_messages(batch)
+            if expected is None:
+                expected = min(model) if model else last_put + 1
+            assert got == expected
+        assert sorted(pq.msg_tree) == sorted(model) == pq._offsets
+        assert pq.msg_count == len(model) and pq.msg_size == sum(model.values())
+        assert pq.queue_offset_max == last_put
+        assert pq.max_span() == (max(model) - min(model) if model else 0)

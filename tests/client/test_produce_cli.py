@@ -34,7 +34,7 @@ def test_produce_over_the_network_json(mq_broker):
     msgs, summary = lines[:-1], lines[-1]["summary"]
     assert summary["sent"] == 20 and summary["statuses"] == {"SEND_OK": 20} and summary["topic"] == topic
     assert len({m["msgId"] for m in msgs}) == 20
-    got = {m.msg_id: m for m in pull_all(mq_broker, topic)}
+    got = {m.msg_id: m for m in pull_all(mq_broker, topic, expect=20)}
     assert set(got) == {m["msgId"] for m in msgs}
     for i, m in enumerate(msgs):
         g = got[m["msgId"]]

@@ -42,7 +42,19 @@ def producer(mq_broker):
         yield p
 
 
-def pull_all(mq_broker, topic: str, queues: int = 8) -> list:
+def pull_all(mq_broker, topic: str, queues: int = 8, expect: int = 0) -> list:
+    """Every message of ``topic``; ``expect``: read again (up to 5 s) until that many are there (a real
+    broker acknowledges a send once it is in the commit log; ReputMessageService adds it to the consume
+    queue a moment later)."""
+    for _ in range(50):
+        out = _pull_all_once(mq_broker, topic)
+        if len(out) >= expect:
+            break
+        time.sleep(0.1)
+    return out
+
+
+def _pull_all_once(mq_broker, topic: str) -> list:
     async def go():
         api = MQClientAPI(mq_broker.namesrv_addr)
         try:
@@ -76,7 +88,7 @@ def test_send_new_topic_round_robin_and_read_back(producer, mq_broker):
     assert all(r.status is SendStatus.SEND_OK for r in results)
     used = {r.queue.queue_id for r in results}
     assert len(used) == 4, "round robin over the 4 default queues of an auto-created topic"
-    got = {m.msg_id: m for m in pull_all(mq_broker, topic)}
+    got = {m.msg_id: m for m in pull_all(mq_broker, topic, expect=len(results))}
     assert set(got) == {r.msg_id for r in results}
     for i, r in enumerate(results):
         m = got[r.msg_id]
@@ -91,7 +103,7 @@ def test_big_body_compressed_like_java(producer, mq_broker):
     small = b"y" * 4095
     r1 = producer.send(topic, body)
     r2 = producer.send(topic, small)
-    got = {m.msg_id: m for m in pull_all(mq_broker, topic)}
+    got = {m.msg_id: m for m in pull_all(mq_broker, topic, expect=2)}
     assert got[r1.msg_id].body == body and got[r1.msg_id].sys_flag & 0x701 == 0x301
     assert got[r2.msg_id].body == small and got[r2.msg_id].sys_flag & 0x1 == 0
     assert got[r1.msg_id].store_size < 1000
@@ -124,12 +136,12 @@ def test_send_batch_and_message_objects(producer, mq_broker):
     topic = uniq("CapiProdBatch")
     res = producer.send_batch(topic, [b"a", Message(topic, b"b", tags="T", keys="kb"), b"c"], tags="Tx")
     assert res.status is SendStatus.SEND_OK and len(res.msg_id.split(",")) == 3
-    got = sorted(pull_all(mq_broker, topic), key=lambda m: m.queue_offset)
+    got = sorted(pull_all(mq_broker, topic, expect=3), key=lambda m: m.queue_offset)
     assert [m.body for m in got] == [b"a", b"b", b"c"]
     assert [m.tags for m in got] == ["Tx", "T", "Tx"] and got[1].keys == "kb"
     assert [m.msg_id for m in got] == res.msg_id.split(",")
     r = producer.send(Message(topic, b"obj", tags="O", flag=5))
-    (m,) = [m for m in pull_all(mq_broker, topic) if m.msg_id == r.msg_id]
+    (m,) = [m for m in pull_all(mq_broker, topic, expect=4) if m.msg_id == r.msg_id]
     assert m.flag == 5 and m.tags == "O"
 
 

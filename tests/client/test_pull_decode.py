@@ -1,14 +1,25 @@
-"""The vectorized pull-body decoder gives exactly what the per-record decoder gives, and the same errors."""
+"""The vectorized pull-body decoder gives exactly what the per-record decoder gives, and the same errors;
+MessageExt's lazily decoded properties behave like the decoded dict."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rocketstream.client.api import decode_messages, process_pull_result
-from rocketstream.client.common import PullResult, PullStatus
-from rocketstream.client.pull_decode import VECTORIZE_MIN_RECORDS, decode_pull_body, process_pull_result_fast
+from rocketstream.client.common import MessageExt, PullResult, PullStatus
+from rocketstream.client.pull_decode import decode_pull_body, process_pull_result_fast
 from rocketstream.client.subscription import SubscriptionData
-from rocketstream.codec import FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, compress_body, encode_record
+from rocketstream.codec import (
+    FLAG_BORNHOST_V6,
+    FLAG_STOREHOST_V6,
+    MAGIC_V1,
+    MAGIC_V2,
+    compress_body,
+    encode_properties,
+    encode_record,
+)
 from rocketstream.errors import BodyError
 
 
@@ -33,7 +44,7 @@ def body_of(n: int, *, v6_every: int = 0, compress_every: int = 0, topic: str = 
     return b"".join(out)
 
 
-@pytest.mark.parametrize("n", [1, VECTORIZE_MIN_RECORDS - 1, VECTORIZE_MIN_RECORDS, 100])
+@pytest.mark.parametrize("n", [0, 1, 10, 32, 100])
 @pytest.mark.parametrize(("v6", "comp"), [(0, 0), (3, 0), (0, 4), (2, 3)])
 def test_same_messages_as_the_per_record_decoder(n: int, v6: int, comp: int) -> None:
     body = body_of(n, v6_every=v6, compress_every=comp)
@@ -58,3 +69,150 @@ def test_bad_bodies_raise_body_error_naming_the_position(n: int) -> None:
         decode_pull_body(bytes(body), addr="127.0.0.1:1")
     with pytest.raises(BodyError, match="beyond the body|truncated"):
         decode_pull_body(body_of(n)[:-3])
+
+
+@pytest.mark.parametrize("v6", [0, 1])
+def test_bad_lengths_inside_a_record_raise_what_the_per_record_decoder_raises(v6: int) -> None:
+    body = bytearray(body_of(3, v6_every=v6))
+    first = int.from_bytes(body[0:4], "big")
+    second = int.from_bytes(body[first:first + 4], "big")
+    third = first + second
+    body_len_at = third + (108 if v6 else 84)   # BODY length field
+    body[body_len_at:body_len_at + 4] = (10**6).to_bytes(4, "big")
+    with pytest.raises(BodyError, match=f"record at byte {third}") as fast:
+        decode_pull_body(bytes(body), addr="127.0.0.1:1")
+    with pytest.raises(BodyError) as slow:
+        decode_messages(bytes(body), addr="127.0.0.1:1")
+    assert str(fast.value) == str(slow.value) and "BODY length" in str(fast.value)
+
+
+def test_a_bad_compressed_body_names_its_record() -> None:
+    body = bytearray(body_of(2, compress_every=2))   # record 0 compressed
+    body[84 + 4 + 2] ^= 0xFF                          # inside its zlib stream
+    with pytest.raises(BodyError, match="record at byte 0"):
+        decode_pull_body(bytes(body))
+
+
+# --------------------------------------------------------------------------- random records (hypothesis)
+_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), min_size=1, max_size=12)
+_hosts4 = st.tuples(st.ip_addresses(v=4).map(str), st.integers(0, 65535))
+_hosts6 = st.tuples(st.ip_addresses(v=6).map(str), st.integers(0, 65535))
+_record = st.fixed_dictionaries({
+    "topic": st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=1, max_size=40),
+    "v2": st.booleans(),
+    "queue_id": st.integers(0, 2**31 - 1),
+    "flag": st.integers(-(2**31), 2**31 - 1),
+    "queue_offset": st.integers(0, 2**62),
+    "sys_flag_extra": st.sampled_from([0, 0x4, 0x8, 0xC]),   # transaction type bits
+    "born_timestamp": st.integers(0, 2**62),
+    "store_timestamp": st.integers(0, 2**62),
+    "born_host": st.one_of(_hosts4, _hosts6),
+    "store_host": st.one_of(_hosts4, _hosts6),
+    "reconsume_times": st.integers(0, 2**31 - 1),
+    "prepared_transaction_offset": st.integers(0, 2**62),
+    "body": st.binary(max_size=300),
+    "compress": st.booleans(),
+    "properties": st.dictionaries(_text, _text, max_size=5),
+    "raw_properties": st.one_of(st.none(), st.binary(max_size=40)),   # anything a broker may have stored
+})
+
+
+def _encode(recs: list[dict]) -> bytes:
+    out, pos = [], 0
+    for r in recs:
+        body, sys_flag = r["body"], r["sys_flag_extra"]
+        if r["compress"] and body:
+            body, bits = compress_body(body)
+            sys_flag |= bits
+        props: dict[str, str] | bytes = r["properties"] if r["raw_properties"] is None else r["raw_properties"]
+        rec = encode_record(topic=r["topic"], queue_id=r["queue_id"], body=body, properties=props, flag=r["flag"],
+                            queue_offset=r["queue_offset"], physical_offset=pos, sys_flag=sys_flag,
+                            born_timestamp=r["born_timestamp"], born_host=r["born_host"],
+                            store_timestamp=r["store_timestamp"], store_host=r["store_host"],
+                            reconsume_times=r["reconsume_times"],
+                            prepared_transaction_offset=r["prepared_transaction_offset"],
+                            magic=MAGIC_V2 if r["v2"] else (None if len(r["topic"].encode()) > 127 else MAGIC_V1))
+        out.append(rec)
+        pos += len(rec)
+    return b"".join(out)
+
+
+def _same_as_per_record(recs: list[dict]) -> None:
+    body = _encode(recs)
+    fast = decode_pull_body(body, broker_name="bn")
+    slow = decode_messages(body, broker_name="bn")
+    assert fast == slow
+    assert [m.sys_flag & (FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6) for m in fast] == [
+        (FLAG_BORNHOST_V6 if ":" in r["born_host"][0] else 0) | (FLAG_STOREHOST_V6 if ":" in r["store_host"][0] else 0)
+        for r in recs]
+    assert [m.body for m in fast] == [r["body"] for r in recs]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=st.lists(_record, min_size=1, max_size=24))
+def test_random_records_decode_as_the_per_record_decoder_decodes_them(recs: list[dict]) -> None:
+    _same_as_per_record(recs)
+
+
+@pytest.mark.slow
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=st.lists(_record, min_size=1, max_size=64))
+def test_many_random_records_decode_as_the_per_record_decoder_decodes_them(recs: list[dict]) -> None:
+    _same_as_per_record(recs)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=st.lists(_record, min_size=1, max_size=8), cut=st.integers(0, 10**6), flip=st.integers(0, 255))
+def test_damaged_bodies_fail_or_decode_as_the_per_record_decoder(recs: list[dict], cut: int, flip: int) -> None:
+    body = bytearray(_encode(recs))
+    body[cut % len(body)] ^= flip or 1
+    try:
+        slow: list[MessageExt] | BodyError = decode_messages(bytes(body))
+    except BodyError as exc:
+        slow = exc
+    try:
+        fast: list[MessageExt] | BodyError = decode_pull_body(bytes(body))
+    except BodyError as exc:
+        fast = exc
+    if isinstance(slow, BodyError):
+        assert isinstance(fast, BodyError) and str(fast) == str(slow)
+    else:
+        assert fast == slow
+
+
+# --------------------------------------------------------------------------- lazy properties
+def _lazy(props: dict[str, str]) -> MessageExt:
+    (m,) = decode_pull_body(encode_record(topic="T", queue_id=0, body=b"x", properties=props, queue_offset=0,
+                                          physical_offset=0, sys_flag=0, born_timestamp=0, born_host=("1.2.3.4", 1),
+                                          store_timestamp=0, store_host=("1.2.3.4", 2)))
+    return m
+
+
+def test_properties_put_before_the_first_access_are_kept_and_win() -> None:
+    m = _lazy({"TAGS": "a", "K": "v"})
+    m.put_property("K", "w")
+    m.put_properties((("MIN_OFFSET", "1"), ("MAX_OFFSET", "9")))
+    assert m.get_property("MAX_OFFSET") == "9" and m.get_property("K") == "w"
+    assert m.properties == {"TAGS": "a", "K": "w", "MIN_OFFSET": "1", "MAX_OFFSET": "9"}
+    assert m.tags == "a"
+    m.put_property("X", "y")   # after decoding: straight into the dict
+    m.properties["Z"] = "z"
+    assert m.properties["X"] == "y" and m.properties["Z"] == "z" and m.get_property("absent") is None
+
+
+def test_lazy_and_decoded_messages_compare_and_print_alike() -> None:
+    props = {"TAGS": "a", "UNIQ_KEY": "ABC"}
+    m = _lazy(props)
+    eager = MessageExt(m.topic, m.body, dict(props), m.flag, m.queue_id, m.queue_offset, m.commit_log_offset,
+                       m.sys_flag, m.born_timestamp, m.born_host, m.store_timestamp, m.store_host, m.reconsume_times,
+                       m.prepared_transaction_offset, m.body_crc, m.store_size, m.broker_name)
+    assert repr(m) == repr(eager) and m == eager and m.msg_id == "ABC"
+    eager.properties = {}
+    assert m != eager and m.properties == encode_properties_roundtrip(props)
+    with pytest.raises(TypeError):
+        hash(m)
+
+
+def encode_properties_roundtrip(props: dict[str, str]) -> dict[str, str]:
+    from rocketstream.codec import decode_properties
+    return decode_properties(encode_properties(props))
