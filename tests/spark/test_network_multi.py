@@ -1,0 +1,341 @@
+"""Network mode over a topic spread over several broker processes registered with one name server (issue 12,
+real component (c)), and failOnDataLoss against brokers whose retention deleted messages a query still needed.
+
+The module's cluster (started once): ``rocketstream namesrv`` and three ``rocketstream broker`` processes
+registered with it — ``broker-a`` and ``broker-b`` carry the multi-broker topics; ``broker-r`` has 64 KiB
+commit-log files and ``fileReservedTime=0``, so each roll of its commit log deletes every older file (our
+store's retention runs on a roll, maintenance/retention.py) — retention on demand.
+
+Checked: the partition plan and a batch read cover the queues of both brokers (every message once); a
+streaming query restarted from its checkpoint (no loss, no duplicates) whose group offsets land in each
+broker's own table (GET_CONSUME_STATS, ``rocketstream consumer-progress --namesrv``); read permission of the
+route's QueueData (``MQClientInstance.topicRouteData2TopicSubscribeInfo`` keeps only
+``PermName.isReadable`` queue data: a broker whose topic has perm 2 is not planned); data loss: a stream
+resumed from a checkpoint below the broker's new min fails naming the queue and the lost offsets
+(failOnDataLoss=true) or skips to the min (false); the executor's pull answered PULL_OFFSET_MOVED.
+One case puts our broker next to the real Apache RocketMQ 4.9.8 broker under the 4.9.8 name server
+(``mq_broker["java"]`` of tests/conftest.py); the 4.9.8 retention case is slow-marked (its clean service
+first runs a minute after the store starts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from rocketstream.client.admin import consume_stats
+from rocketstream.client.api import MQClientAPI
+from rocketstream.client.route import TopicRouteData
+from rocketstream.errors import DataLossError
+from rocketstream.remoting import RemotingCommand, RequestCode, connect
+from rocketstream.spark.batch import RocketMQBatchReader
+from rocketstream.spark.network_view import resolve_network_brokers
+from rocketstream.spark.options import parse_options
+from rocketstream.spark.schema import projection_for
+from tests.client.scenario_util import produce, unique
+from tests.namesrv.conftest import start_ours as start_namesrv
+from tests.namesrv.conftest import stop_ours as stop_namesrv
+from tests.realbroker import peers
+
+REPO = Path(__file__).resolve().parents[2]
+BROKER_CONF = {"autoCreateTopicEnable": "false", "autoCreateSubscriptionGroup": "true",
+               "flushDiskType": "ASYNC_FLUSH"}
+RETENTION_CONF = {**BROKER_CONF, "mappedFileSizeCommitLog": str(64 * 1024), "fileReservedTime": "0"}
+
+
+# ---- the cluster ------------------------------------------------------------------------------------
+
+@dataclass
+class Cluster:
+    home: Path
+    namesrv_addr: str
+    brokers: dict[str, str] = field(default_factory=dict)   # brokerName -> address
+    servers: list[peers.Server] = field(default_factory=list)
+
+
+def start_broker(home: Path, name: str, namesrv_addr: str, conf: dict[str, str],
+                 cluster: str = "DefaultCluster") -> tuple[peers.Server, str]:
+    """``rocketstream broker`` on a free port with its own store and broker.conf, ready."""
+    port = peers.free_port((0, 1))
+    bhome = home / f"{name}-{port}"
+    bhome.mkdir(parents=True)
+    conf_file = bhome / "broker.conf"
+    settings = {**conf, "brokerClusterName": cluster, "storePathRootDir": str(bhome / "store")}
+    conf_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("ROCKETSTREAM_CONF", None)
+    log = bhome / "broker.log"
+    proc = peers._spawn([sys.executable, "-m", "rocketstream.cli", "broker", "--conf", str(conf_file),
+                         "--listen", f"127.0.0.1:{port}", "--namesrv", namesrv_addr, "--broker-name", name], env, log)
+    server = peers.Server(f"rocketstream broker {name}", proc, log, port)
+    server.wait_ready("boot success", timeout=60)
+    return server, f"127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    home = tmp_path_factory.mktemp("net-multi")
+    ns = start_namesrv(home)
+    c = Cluster(home, ns.addr)
+    try:
+        for name, conf in (("broker-a", BROKER_CONF), ("broker-b", BROKER_CONF), ("broker-r", RETENTION_CONF)):
+            server, addr = start_broker(home, name, ns.addr, conf)
+            c.servers.append(server)
+            c.brokers[name] = addr
+        yield c
+    finally:
+        codes = [s.stop(30) for s in c.servers]
+        stop_namesrv(ns)
+    assert codes == [0] * len(codes), f"brokers exited with {codes}"
+
+
+def _call(addr: str, code: int, fields: dict) -> RemotingCommand:
+    async def go() -> RemotingCommand:
+        ch = await connect(addr)
+        try:
+            return await ch.invoke(RemotingCommand.request(code, fields), 10)
+        finally:
+            await ch.aclose()
+
+    return asyncio.run(go())
+
+
+def create_topic(addr: str, topic: str, queues: int, perm: int = 6) -> None:
+    """UPDATE_AND_CREATE_TOPIC (``mqadmin updateTopic -b``) on one broker."""
+    resp = _call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues, "perm": perm,
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False})
+    assert resp.code == 0, (addr, topic, resp.code, resp.remark)
+
+
+def route(namesrv: str, topic: str) -> TopicRouteData | None:
+    async def ask():
+        api = MQClientAPI(namesrv)
+        try:
+            return await api.get_route(topic, 5)
+        finally:
+            await api.close()
+
+    return asyncio.run(ask())
+
+
+def wait_route(namesrv: str, topic: str, perms: dict[str, int], timeout: float = 30) -> None:
+    """Until the name server's route of ``topic`` has exactly these brokers with these perms."""
+    t0 = time.monotonic()
+    while True:
+        r = route(namesrv, topic)
+        got = {qd.broker_name: qd.perm for qd in r.queue_datas} if r is not None else {}
+        if got == perms:
+            return
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"route of {topic} on {namesrv}: {got}, expected {perms}")
+        time.sleep(0.1)
+
+
+def queue_offsets(namesrv: str, addr: str, topic: str, queues: int) -> list[tuple[int, int]]:
+    """[(min, max)] of every queue of ``topic`` on the broker at ``addr``."""
+    async def ask():
+        api = MQClientAPI(namesrv)
+        try:
+            return [(await api.min_offset(addr, topic, q, 5), await api.max_offset(addr, topic, q, 5))
+                    for q in range(queues)]
+        finally:
+            await api.close()
+
+    return asyncio.run(ask())
+
+
+def group_table(namesrv: str, addr: str, group: str, topic: str) -> dict[tuple[str, int], int]:
+    """GET_CONSUME_STATS of one broker (what ``mqadmin consumerProgress`` asks): {(broker, queue): offset}."""
+    async def ask():
+        api = MQClientAPI(namesrv)
+        try:
+            return await consume_stats(SimpleNamespace(api=api), addr, group, topic)
+        finally:
+            await api.close()
+
+    return {(r.queue.broker_name, r.queue.queue_id): r.consumer_offset for r in asyncio.run(ask())}
+
+
+def rows(df) -> list[tuple]:
+    return sorted((r.brokerName, r.queueId, r.queueOffset, r.msgId, bytes(r.body))
+                  for r in df.select("brokerName", "queueId", "queueOffset", "msgId", "body").collect())
+
+
+def sent_rows(results, bodies) -> list[tuple]:
+    return sorted((r.queue.broker_name, r.queue.queue_id, r.queue_offset, r.msg_id, b)
+                  for r, b in zip(results, bodies, strict=True))
+
+
+def run_stream(spark, namesrv: str, topic: str, checkpoint: Path, group: str, **options: str):
+    """An AvailableNow query (foreachBatch) from ``checkpoint``: the (broker, queue, offset) rows and the error."""
+    seen: list[tuple[str, int, int]] = []
+
+    def sink(df, batch_id):
+        seen.extend((r.brokerName, r.queueId, r.queueOffset)
+                    for r in df.select("brokerName", "queueId", "queueOffset").collect())
+
+    reader = (spark.readStream.format("rocketmq").option("nameServer", namesrv).option("topic", topic)
+              .option("consumerGroup", group).option("startingOffsets", "earliest"))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    query = (reader.load().writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(180)
+    except Exception:  # noqa: BLE001 - the error is returned, the caller asserts on it
+        pass
+    assert not query.isActive, "the query did not finish in 180 s"
+    return seen, query.exception()
+
+
+# ---- one topic over broker-a and broker-b -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def spread(cluster):
+    topic = unique("MultiT")
+    for addr in (cluster.brokers["broker-a"], cluster.brokers["broker-b"]):
+        create_topic(addr, topic, 3)
+    wait_route(cluster.namesrv_addr, topic, {"broker-a": 6, "broker-b": 6})
+    bodies = [b"m-%d" % i for i in range(60)]
+    results = produce(cluster.namesrv_addr, topic, bodies)
+    assert {r.queue.broker_name for r in results} == {"broker-a", "broker-b"}
+    return SimpleNamespace(topic=topic, results=results, bodies=bodies)
+
+
+def test_plan_and_batch_cover_both_brokers(spark, cluster, spread):
+    ns, topic = cluster.namesrv_addr, spread.topic
+    reader = RocketMQBatchReader(parse_options({"nameServer": ns, "topic": topic}, streaming=False),
+                                 projection_for(None))
+    tasks = reader.partitions()
+    planned = sorted((b, q, s, e) for t in tasks for b, _, q, s, e in t.ranges)
+    want_ends = {}
+    for r in spread.results:
+        key = (r.queue.broker_name, r.queue.queue_id)
+        want_ends[key] = max(want_ends.get(key, 0), r.queue_offset + 1)
+    assert planned == sorted((b, q, 0, e) for (b, q), e in want_ends.items())
+    locations = {loc.name: loc.addr for loc in tasks[0].brokers}
+    assert locations == {"broker-a": cluster.brokers["broker-a"], "broker-b": cluster.brokers["broker-b"]}
+    got = rows(spark.read.format("rocketmq").option("nameServer", ns).option("topic", topic).load())
+    assert got == sent_rows(spread.results, spread.bodies)   # every message once, from both brokers
+
+
+def test_stream_restart_and_group_commit_to_each_broker(spark, cluster, spread, tmp_path, capsys):
+    ns, topic, group = cluster.namesrv_addr, spread.topic, unique("multig")
+    first, err = run_stream(spark, ns, topic, tmp_path / "ckpt", group, maxMessagesPerTrigger="17")
+    assert err is None
+    key = sorted((r.queue.broker_name, r.queue.queue_id, r.queue_offset) for r in spread.results)
+    assert sorted(first) == key
+    more_bodies = [b"late-%d" % i for i in range(20)]
+    more = produce(ns, topic, more_bodies)
+    second, err = run_stream(spark, ns, topic, tmp_path / "ckpt", group, maxMessagesPerTrigger="17")
+    assert err is None
+    assert sorted(second) == sorted((r.queue.broker_name, r.queue.queue_id, r.queue_offset) for r in more)
+    ends: dict[tuple[str, int], int] = {}
+    for r in [*spread.results, *more]:
+        k = (r.queue.broker_name, r.queue.queue_id)
+        ends[k] = max(ends.get(k, 0), r.queue_offset + 1)
+    for name in ("broker-a", "broker-b"):   # each broker's table holds its own queues, equal to the checkpoint
+        assert group_table(ns, cluster.brokers[name], group, topic) == {k: v for k, v in ends.items() if k[0] == name}
+    from rocketstream.cli import main
+
+    assert main(["consumer-progress", "--namesrv", ns, "--group", group, "--topic", topic, "--json"]) == 0
+    progress = json.loads(capsys.readouterr().out)
+    assert {(r["brokerName"], r["queueId"]): r["consumerOffset"] for r in progress["queues"]} == ends
+    assert progress["diffTotal"] == 0
+
+
+def test_read_permission_of_the_route_decides_the_brokers(spark, cluster):
+    """perm 2 (write only) on broker-b: its queue data is not readable, as topicRouteData2TopicSubscribeInfo
+    decides; its messages are not planned; with no readable broker left the query is an error."""
+    ns, topic = cluster.namesrv_addr, unique("PermT")
+    a, b = cluster.brokers["broker-a"], cluster.brokers["broker-b"]
+    create_topic(a, topic, 2)
+    create_topic(b, topic, 2)
+    wait_route(ns, topic, {"broker-a": 6, "broker-b": 6})
+    bodies = [b"p-%d" % i for i in range(16)]
+    results = produce(ns, topic, bodies)
+    create_topic(b, topic, 2, perm=2)
+    wait_route(ns, topic, {"broker-a": 6, "broker-b": 2})
+    assert [x.name for x in resolve_network_brokers(ns, [topic], "g")] == ["broker-a"]
+    got = rows(spark.read.format("rocketmq").option("nameServer", ns).option("topic", topic).load())
+    on_a = [(r, body) for r, body in zip(results, bodies, strict=True) if r.queue.broker_name == "broker-a"]
+    assert got == sent_rows([r for r, _ in on_a], [body for _, body in on_a]) and 0 < len(got) < len(bodies)
+    create_topic(a, topic, 2, perm=2)
+    wait_route(ns, topic, {"broker-a": 2, "broker-b": 2})
+    with pytest.raises(Exception, match="no broker serves a readable queue"):
+        spark.read.format("rocketmq").option("nameServer", ns).option("topic", topic).load().collect()
+
+
+# ---- retention on broker-r: failOnDataLoss ------------------------------------------------------------
+
+def _expire(cluster, topic: str, queues: int, below: dict[int, int]) -> list[tuple[int, int]]:
+    """Send 2 KiB messages until the broker's min offset of every queue passes ``below`` (each roll of the
+    64 KiB commit-log files deletes the older ones), then a few small ones; the queues' [min, max)."""
+    addr = cluster.brokers["broker-r"]
+    for _ in range(10):
+        produce(cluster.namesrv_addr, topic, [b"x" * 2048] * 40)
+        bounds = queue_offsets(cluster.namesrv_addr, addr, topic, queues)
+        if all(bounds[q][0] > o for q, o in below.items()):
+            break
+    else:
+        raise AssertionError(f"retention did not pass {below}: {bounds}")
+    produce(cluster.namesrv_addr, topic, [b"tail-%d" % i for i in range(6)])
+    bounds = queue_offsets(cluster.namesrv_addr, addr, topic, queues)
+    assert all(lo < hi for lo, hi in bounds), bounds
+    return bounds
+
+
+def test_stream_resumed_below_the_retained_min(spark, cluster, tmp_path):
+    ns, topic = cluster.namesrv_addr, unique("RetT")
+    create_topic(cluster.brokers["broker-r"], topic, 2)
+    wait_route(ns, topic, {"broker-r": 6})
+    first = produce(ns, topic, [b"early-%d" % i for i in range(10)])
+    strict, lenient = unique("retg"), unique("retg")
+    seen, err = run_stream(spark, ns, topic, tmp_path / "strict", strict)
+    assert err is None and len(seen) == 10
+    seen, err = run_stream(spark, ns, topic, tmp_path / "lenient", lenient, failOnDataLoss="false")
+    assert err is None and len(seen) == 10
+    done = {q: max(r.queue_offset + 1 for r in first if r.queue.queue_id == q) for q in (0, 1)}
+    bounds = _expire(cluster, topic, 2, done)
+
+    seen, err = run_stream(spark, ns, topic, tmp_path / "strict", strict)
+    assert err is not None and seen == []
+    lost = [f"messages [{done[q]}, {bounds[q][0]}) of topic {topic!r} on broker 'broker-r' queue {q} are gone"
+            for q in (0, 1)]
+    assert any(text in str(err) for text in lost), str(err)[:2000]
+    assert "failOnDataLoss=false" in str(err)
+    assert group_table(ns, cluster.brokers["broker-r"], strict, topic) == {("broker-r", q): done[q] for q in (0, 1)}
+
+    seen, err = run_stream(spark, ns, topic, tmp_path / "lenient", lenient, failOnDataLoss="false")
+    assert err is None
+    assert sorted(seen) == [("broker-r", q, o) for q in (0, 1) for o in range(*bounds[q])]  # from the min, once
+    assert group_table(ns, cluster.brokers["broker-r"], lenient, topic) == {("broker-r", q): bounds[q][1]
+                                                                              for q in (0, 1)}
+
+
+def test_pull_offset_moved_in_the_executor(cluster):
+    """Retention passing a range after planning: the executor's pull is answered PULL_OFFSET_MOVED."""
+    ns, topic = cluster.namesrv_addr, unique("RetP")
+    create_topic(cluster.brokers["broker-r"], topic, 1)
+    wait_route(ns, topic, {"broker-r": 6})
+    produce(ns, topic, [b"early-%d" % i for i in range(5)])
+    [(low, high)] = _expire(cluster, topic, 1, {0: 5})
+    [location] = resolve_network_brokers(ns, [topic], unique("g"))
+    view = location.open()
+    with pytest.raises(DataLossError) as info:
+        list(view.read_ranges([(topic, 0, 2, high)], columns=["queueOffset"], tags=None, check_crc=False))
+    e = info.value
+    assert (e.topic, e.broker_name, e.queue_id, e.lost_from, e.lost_to) == (topic, "broker-r", 0, 2, low)
+    assert f"messages [2, {low})" in str(e) and "failOnDataLoss=false" in str(e)
+    batches = view.read_ranges([(topic, 0, 2, high)], columns=["queueOffset"], tags=None, check_crc=False,
+                               fail_on_data_loss=False)
+    assert [o for b in batches for o in b.column(0).to_pylist()] == list(range(low, high))
