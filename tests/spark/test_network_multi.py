@@ -236,6 +236,9 @@ def test_stream_restart_and_group_commit_to_each_broker(spark, cluster, spread, 
     assert sorted(first) == key
     more_bodies = [b"late-%d" % i for i in range(20)]
     more = produce(ns, topic, more_bodies)
+    since = (spark.read.format("rocketmq").option("nameServer", ns).option("topic", topic)
+             .option("startingOffsets", "group").option("consumerGroup", group).load())
+    assert rows(since) == sent_rows(more, more_bodies)   # a batch from the group's offsets on both brokers
     second, err = run_stream(spark, ns, topic, tmp_path / "ckpt", group, maxMessagesPerTrigger="17")
     assert err is None
     assert sorted(second) == sorted((r.queue.broker_name, r.queue.queue_id, r.queue_offset) for r in more)
@@ -275,29 +278,119 @@ def test_read_permission_of_the_route_decides_the_brokers(spark, cluster):
         spark.read.format("rocketmq").option("nameServer", ns).option("topic", topic).load().collect()
 
 
-# ---- retention on broker-r: failOnDataLoss ------------------------------------------------------------
+def test_options_over_two_brokers(cluster, spread, tmp_path):
+    """Planning options of issue 12 in network mode, on the driver (no Spark): numPartitions with
+    allocateStrategy, CONFIG queues, maxMessagesPerPartition, consumeFromWhere for a group without offsets,
+    BROADCASTING offsets kept client-side; tasks read in this process with checkCRC=true."""
+    from rocketstream.spark import positions
+    from rocketstream.spark.batch import read_task
+    from rocketstream.spark.stream import RocketMQStreamReader
 
-def _expire(cluster, topic: str, queues: int, below: dict[int, int]) -> list[tuple[int, int]]:
-    """Send 2 KiB messages until the broker's min offset of every queue passes ``below`` (each roll of the
-    64 KiB commit-log files deletes the older ones), then a few small ones; the queues' [min, max)."""
+    ns, topic = cluster.namesrv_addr, spread.topic
+    bounds = {(b, q): hi for b in ("broker-a", "broker-b")
+              for q, (_, hi) in enumerate(queue_offsets(ns, cluster.brokers[b], topic, 3))}
+    total = sum(bounds.values())
+    base = {"nameServer": ns, "topic": topic}
+
+    def plan(**extra: str) -> list[list[tuple]]:
+        reader = RocketMQBatchReader(parse_options({**base, **extra}, streaming=False), projection_for(None))
+        return [list(t.ranges) for t in reader.partitions()]
+
+    tasks = plan(numPartitions="2", allocateStrategy="AVG_BY_CIRCLE")
+    assert len(tasks) == 2 and sorted((b, q, e) for t in tasks for b, _, q, _, e in t) == sorted(
+        (b, q, e) for (b, q), e in bounds.items())
+    assert {b for b, *_ in tasks[0]} == {b for b, *_ in tasks[1]} == {"broker-a", "broker-b"}  # by circle
+    assert plan(allocateStrategy="CONFIG", allocateQueues="broker-b:1") == [[("broker-b", topic, 1, 0,
+                                                                              bounds[("broker-b", 1)])]]
+    capped = plan(maxMessagesPerPartition="7")
+    assert all(sum(e - s for *_, s, e in t) <= 7 for t in capped)
+    assert sum(e - s for t in capped for *_, s, e in t) == total
+
+    def initial(**extra: str) -> dict:
+        opts = parse_options({**base, "consumerGroup": unique("fresh"), **extra}, streaming=True)
+        return RocketMQStreamReader(opts, projection_for(None)).initialOffset()[topic]
+
+    maxes = {b: {str(q): bounds[(b, q)] for q in range(3)} for b in ("broker-a", "broker-b")}
+    zeros = {b: {str(q): 0 for q in range(3)} for b in ("broker-a", "broker-b")}
+    assert initial(consumeFromWhere="CONSUME_FROM_FIRST_OFFSET") == zeros
+    assert initial(consumeFromWhere="CONSUME_FROM_TIMESTAMP", consumeTimestamp="20991231000000") == maxes
+    assert initial(consumeFromWhere="CONSUME_FROM_TIMESTAMP", consumeTimestamp="20000101000000") == zeros
+    assert initial(startingOffsets="latest") == maxes
+
+    group = unique("bcast")
+    bopts = parse_options({**base, "consumerGroup": group, "messageModel": "BROADCASTING",
+                           "offsetsStoreDir": str(tmp_path), "clientId": "spark-1"}, streaming=True)
+    brokers = positions.resolve_broker_names(bopts)
+    from rocketstream.client.offset_ranges import QueueKey
+
+    with positions.open_views(brokers) as views:
+        positions.commit_offsets(bopts, views, {QueueKey(topic, "broker-b", 2): 1})
+        assert positions.read_committed(bopts, views, [QueueKey(topic, "broker-b", 2)]) == {
+            QueueKey(topic, "broker-b", 2): 1}
+        assert views["broker-b"].query_offsets(group, topic, [2]) == {2: -1}   # the broker never learns them
+    assert (tmp_path / "spark-1" / group / "offsets.json").is_file()
+
+    opts = parse_options({**base, "checkCRC": "true", "numPartitions": "3"}, streaming=False)
+    projection = projection_for(None)
+    got = sorted((r["brokerName"], r["queueId"], r["queueOffset"]) for t in RocketMQBatchReader(opts, projection)
+                 .partitions() for b in read_task(t, projection) for r in b.to_pylist())
+    assert len(got) == total and len(set(got)) == total
+
+
+# ---- our broker next to the real 4.9.8 broker, under the 4.9.8 name server -----------------------------
+
+@pytest.mark.parametrize("mq_broker", ["java"], indirect=True)
+def test_topic_over_the_real_broker_and_ours(spark, mq_broker, tmp_path):
+    """The session's 4.9.8 name server + broker (``mq_broker["java"]``) and one ``rocketstream broker`` that
+    registers with that name server (its own cluster name, no TBW102: the session's other topics stay on the
+    4.9.8 broker): batch and stream over both, each broker's table holding its own queues."""
+    ns, real = mq_broker.namesrv_addr, mq_broker.broker_name
+    server, ours = start_broker(tmp_path, "broker-py", ns, BROKER_CONF, cluster="SparkMixCluster")
+    try:
+        topic, group = unique("MixT"), unique("mixg")
+        create_topic(mq_broker.broker_addr, topic, 2)
+        create_topic(ours, topic, 2)
+        wait_route(ns, topic, {real: 6, "broker-py": 6})
+        bodies = [b"mix-%d" % i for i in range(40)]
+        results = produce(ns, topic, bodies)
+        assert {r.queue.broker_name for r in results} == {real, "broker-py"}
+        got = rows(spark.read.format("rocketmq").option("nameServer", ns).option("topic", topic).load())
+        assert got == sent_rows(results, bodies)
+        seen, err = run_stream(spark, ns, topic, tmp_path / "ckpt", group, maxMessagesPerTrigger="15")
+        assert err is None
+        assert sorted(seen) == sorted((r.queue.broker_name, r.queue.queue_id, r.queue_offset) for r in results)
+        ends: dict[tuple[str, int], int] = {}
+        for r in results:
+            k = (r.queue.broker_name, r.queue.queue_id)
+            ends[k] = max(ends.get(k, 0), r.queue_offset + 1)
+        for name, addr in ((real, mq_broker.broker_addr), ("broker-py", ours)):
+            assert group_table(ns, addr, group, topic) == {k: v for k, v in ends.items() if k[0] == name}
+    finally:
+        assert server.stop(30) == 0
+
+
+# ---- retention: failOnDataLoss ------------------------------------------------------------------------
+
+def expire_on_ours(cluster, topic: str, queues: int, below: dict[int, int]) -> None:
+    """broker-r: send 2 KiB messages until the min offset of every queue passes ``below`` (each roll of its
+    64 KiB commit-log files deletes the older ones)."""
     addr = cluster.brokers["broker-r"]
     for _ in range(10):
         produce(cluster.namesrv_addr, topic, [b"x" * 2048] * 40)
         bounds = queue_offsets(cluster.namesrv_addr, addr, topic, queues)
         if all(bounds[q][0] > o for q, o in below.items()):
-            break
-    else:
-        raise AssertionError(f"retention did not pass {below}: {bounds}")
-    produce(cluster.namesrv_addr, topic, [b"tail-%d" % i for i in range(6)])
-    bounds = queue_offsets(cluster.namesrv_addr, addr, topic, queues)
-    assert all(lo < hi for lo, hi in bounds), bounds
-    return bounds
+            return
+    raise AssertionError(f"retention did not pass {below}: {bounds}")
 
 
-def test_stream_resumed_below_the_retained_min(spark, cluster, tmp_path):
-    ns, topic = cluster.namesrv_addr, unique("RetT")
-    create_topic(cluster.brokers["broker-r"], topic, 2)
-    wait_route(ns, topic, {"broker-r": 6})
+def retention_scenario(spark, ns: str, broker: str, addr: str, tmp_path: Path, expire) -> None:
+    """Two streams read a new 2-queue topic and stop; ``expire(topic, below)`` makes the broker's retention
+    delete what they read; resumed from their checkpoints, the strict one (failOnDataLoss=true) fails naming
+    the queue and the lost offsets, the lenient one reads from the new min, every message once. Then a pull
+    below the min (retention passing a range after planning) is answered PULL_OFFSET_MOVED."""
+    topic = unique("RetT")
+    create_topic(addr, topic, 2)
+    wait_route(ns, topic, {broker: 6})
     first = produce(ns, topic, [b"early-%d" % i for i in range(10)])
     strict, lenient = unique("retg"), unique("retg")
     seen, err = run_stream(spark, ns, topic, tmp_path / "strict", strict)
@@ -305,37 +398,79 @@ def test_stream_resumed_below_the_retained_min(spark, cluster, tmp_path):
     seen, err = run_stream(spark, ns, topic, tmp_path / "lenient", lenient, failOnDataLoss="false")
     assert err is None and len(seen) == 10
     done = {q: max(r.queue_offset + 1 for r in first if r.queue.queue_id == q) for q in (0, 1)}
-    bounds = _expire(cluster, topic, 2, done)
+    expire(topic, done)
+    produce(ns, topic, [b"tail-%d" % i for i in range(6)])
+    bounds = queue_offsets(ns, addr, topic, 2)
+    assert all(done[q] < lo < hi for q, (lo, hi) in enumerate(bounds)), (done, bounds)
 
     seen, err = run_stream(spark, ns, topic, tmp_path / "strict", strict)
     assert err is not None and seen == []
-    lost = [f"messages [{done[q]}, {bounds[q][0]}) of topic {topic!r} on broker 'broker-r' queue {q} are gone"
+    lost = [f"messages [{done[q]}, {bounds[q][0]}) of topic {topic!r} on broker {broker!r} queue {q} are gone"
             for q in (0, 1)]
     assert any(text in str(err) for text in lost), str(err)[:2000]
     assert "failOnDataLoss=false" in str(err)
-    assert group_table(ns, cluster.brokers["broker-r"], strict, topic) == {("broker-r", q): done[q] for q in (0, 1)}
+    assert group_table(ns, addr, strict, topic) == {(broker, q): done[q] for q in (0, 1)}
 
     seen, err = run_stream(spark, ns, topic, tmp_path / "lenient", lenient, failOnDataLoss="false")
     assert err is None
-    assert sorted(seen) == [("broker-r", q, o) for q in (0, 1) for o in range(*bounds[q])]  # from the min, once
-    assert group_table(ns, cluster.brokers["broker-r"], lenient, topic) == {("broker-r", q): bounds[q][1]
-                                                                              for q in (0, 1)}
+    assert sorted(seen) == [(broker, q, o) for q in (0, 1) for o in range(*bounds[q])]  # from the min, once
+    assert group_table(ns, addr, lenient, topic) == {(broker, q): bounds[q][1] for q in (0, 1)}
 
-
-def test_pull_offset_moved_in_the_executor(cluster):
-    """Retention passing a range after planning: the executor's pull is answered PULL_OFFSET_MOVED."""
-    ns, topic = cluster.namesrv_addr, unique("RetP")
-    create_topic(cluster.brokers["broker-r"], topic, 1)
-    wait_route(ns, topic, {"broker-r": 6})
-    produce(ns, topic, [b"early-%d" % i for i in range(5)])
-    [(low, high)] = _expire(cluster, topic, 1, {0: 5})
     [location] = resolve_network_brokers(ns, [topic], unique("g"))
     view = location.open()
+    low, high = bounds[0]
     with pytest.raises(DataLossError) as info:
         list(view.read_ranges([(topic, 0, 2, high)], columns=["queueOffset"], tags=None, check_crc=False))
     e = info.value
-    assert (e.topic, e.broker_name, e.queue_id, e.lost_from, e.lost_to) == (topic, "broker-r", 0, 2, low)
+    assert (e.topic, e.broker_name, e.queue_id, e.lost_from, e.lost_to) == (topic, broker, 0, 2, low)
     assert f"messages [2, {low})" in str(e) and "failOnDataLoss=false" in str(e)
     batches = view.read_ranges([(topic, 0, 2, high)], columns=["queueOffset"], tags=None, check_crc=False,
                                fail_on_data_loss=False)
     assert [o for b in batches for o in b.column(0).to_pylist()] == list(range(low, high))
+
+
+def test_retention_on_our_broker(spark, cluster, tmp_path):
+    retention_scenario(spark, cluster.namesrv_addr, "broker-r", cluster.brokers["broker-r"], tmp_path,
+                       lambda topic, below: expire_on_ours(cluster, topic, 2, below))
+
+
+@pytest.mark.slow
+def test_retention_on_the_real_broker(spark, cluster, tmp_path):
+    """The real 4.9.8 broker, registered with our name server: ``fileReservedTime=0``, ``deleteWhen`` an hour
+    away, so files go only on DELETE_EXPIRED_COMMITLOG (329, ``mqadmin deleteExpiredCommitLog``:
+    ``executeDeleteFilesManually``), which ``CleanCommitLogService`` honours from its first run, scheduled
+    60 s after the store starts (``DefaultMessageStore.addScheduleTask``), then every cleanResourceInterval."""
+    try:
+        peers.find_java()
+        peers.find_dist()
+    except peers.JavaUnavailable as exc:
+        pytest.skip(str(exc))
+    hour = (time.localtime().tm_hour + 12) % 24
+    server = peers.start_broker(tmp_path, cluster.namesrv_addr, name="broker-j", extra_conf={
+        "fileReservedTime": "0", "deleteWhen": f"{hour:02d}", "cleanResourceInterval": "1000",
+        "autoCreateTopicEnable": "false"})
+    try:
+        server.wait_ready("boot success")
+        started = time.monotonic()
+        addr = f"127.0.0.1:{server.port}"
+
+        def expire(topic: str, below: dict[int, int]) -> None:
+            from rocketstream.client.producer import Producer
+
+            with Producer(unique("pg"), namesrv=cluster.namesrv_addr) as p:   # > 2 commit-log files (1 MiB)
+                for _ in range(120):
+                    p.send_batch(topic, [b"x" * 2048] * 10)
+            time.sleep(max(0.0, 62 - (time.monotonic() - started)))
+            resp = _call(addr, 329, {})   # RequestCode.DELETE_EXPIRED_COMMITLOG
+            assert resp.code == 0, resp.remark
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 60:
+                bounds = queue_offsets(cluster.namesrv_addr, addr, topic, 2)
+                if all(bounds[q][0] > o for q, o in below.items()):
+                    return
+                time.sleep(0.5)
+            raise AssertionError(f"the 4.9.8 broker did not delete below {below}: {bounds}")
+
+        retention_scenario(spark, cluster.namesrv_addr, "broker-j", addr, tmp_path, expire)
+    finally:
+        server.kill()
