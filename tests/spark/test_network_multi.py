@@ -312,9 +312,12 @@ def test_options_over_two_brokers(cluster, spread, tmp_path):
 
     maxes = {b: {str(q): bounds[(b, q)] for q in range(3)} for b in ("broker-a", "broker-b")}
     zeros = {b: {str(q): 0 for q in range(3)} for b in ("broker-a", "broker-b")}
-    assert initial(consumeFromWhere="CONSUME_FROM_FIRST_OFFSET") == zeros
-    assert initial(consumeFromWhere="CONSUME_FROM_TIMESTAMP", consumeTimestamp="20991231000000") == maxes
-    assert initial(consumeFromWhere="CONSUME_FROM_TIMESTAMP", consumeTimestamp="20000101000000") == zeros
+    # Queues still starting at 0: the broker answers QUERY_CONSUMER_OFFSET of a group without an offset
+    # with 0 (ConsumerManageProcessor.queryConsumerOffset), which the Java client's
+    # computePullFromWhere takes as the group's offset whatever consumeFromWhere says.
+    for where in ("CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_LAST_OFFSET"):
+        assert initial(consumeFromWhere=where) == zeros
+    assert initial(consumeFromWhere="CONSUME_FROM_TIMESTAMP", consumeTimestamp="20991231000000") == zeros
     assert initial(startingOffsets="latest") == maxes
 
     group = unique("bcast")
@@ -327,7 +330,9 @@ def test_options_over_two_brokers(cluster, spread, tmp_path):
         positions.commit_offsets(bopts, views, {QueueKey(topic, "broker-b", 2): 1})
         assert positions.read_committed(bopts, views, [QueueKey(topic, "broker-b", 2)]) == {
             QueueKey(topic, "broker-b", 2): 1}
-        assert views["broker-b"].query_offsets(group, topic, [2]) == {2: -1}   # the broker never learns them
+        # the broker never learns them: it answers 0, its answer for a group without an offset on a
+        # queue that starts at 0 (see above), not the 1 committed
+        assert views["broker-b"].query_offsets(group, topic, [2]) == {2: 0}
     assert (tmp_path / "spark-1" / group / "offsets.json").is_file()
 
     opts = parse_options({**base, "checkCRC": "true", "numPartitions": "3"}, streaming=False)
@@ -383,6 +388,24 @@ def expire_on_ours(cluster, topic: str, queues: int, below: dict[int, int]) -> N
     raise AssertionError(f"retention did not pass {below}: {bounds}")
 
 
+def check_consume_from_where(ns: str, broker: str, topic: str, bounds: list[tuple[int, int]]) -> None:
+    """A group without offsets on queues whose min is past 0 (the broker answers QUERY_NOT_FOUND):
+    consumeFromWhere decides, as in ``RebalancePushImpl.computePullFromWhereWithException``."""
+    from rocketstream.spark.stream import RocketMQStreamReader
+
+    def initial(**extra: str) -> dict:
+        opts = parse_options({"nameServer": ns, "topic": topic, "consumerGroup": unique("fresh"), **extra},
+                             streaming=True)
+        return RocketMQStreamReader(opts, projection_for(None)).initialOffset()[topic][broker]
+
+    mins = {str(q): lo for q, (lo, _) in enumerate(bounds)}
+    maxes = {str(q): hi for q, (_, hi) in enumerate(bounds)}
+    assert initial(consumeFromWhere="CONSUME_FROM_FIRST_OFFSET") == mins
+    assert initial(consumeFromWhere="CONSUME_FROM_LAST_OFFSET") == maxes
+    assert initial(consumeFromWhere="CONSUME_FROM_TIMESTAMP", consumeTimestamp="20991231000000") == maxes
+    assert initial(consumeFromWhere="CONSUME_FROM_TIMESTAMP", consumeTimestamp="20000101000000") == mins
+
+
 def retention_scenario(spark, ns: str, broker: str, addr: str, tmp_path: Path, expire) -> None:
     """Two streams read a new 2-queue topic and stop; ``expire(topic, below)`` makes the broker's retention
     delete what they read; resumed from their checkpoints, the strict one (failOnDataLoss=true) fails naming
@@ -402,6 +425,7 @@ def retention_scenario(spark, ns: str, broker: str, addr: str, tmp_path: Path, e
     produce(ns, topic, [b"tail-%d" % i for i in range(6)])
     bounds = queue_offsets(ns, addr, topic, 2)
     assert all(done[q] < lo < hi for q, (lo, hi) in enumerate(bounds)), (done, bounds)
+    check_consume_from_where(ns, broker, topic, bounds)
 
     seen, err = run_stream(spark, ns, topic, tmp_path / "strict", strict)
     assert err is not None and seen == []
