@@ -34,7 +34,7 @@ import pytest
 from rocketstream.client.admin import consume_stats
 from rocketstream.client.api import MQClientAPI
 from rocketstream.client.route import TopicRouteData
-from rocketstream.errors import DataLossError
+from rocketstream.errors import CorruptStoreError, DataLossError, OptionError
 from rocketstream.remoting import RemotingCommand, RequestCode, connect
 from rocketstream.spark.batch import RocketMQBatchReader
 from rocketstream.spark.network_view import resolve_network_brokers
@@ -62,8 +62,8 @@ class Cluster:
 
 
 def start_broker(home: Path, name: str, namesrv_addr: str, conf: dict[str, str],
-                 cluster: str = "DefaultCluster") -> tuple[peers.Server, str]:
-    """``rocketstream broker`` on a free port with its own store and broker.conf, ready."""
+                 cluster: str = "DefaultCluster", wait: bool = True) -> tuple[peers.Server, str]:
+    """``rocketstream broker`` on a free port with its own store and broker.conf (ready, unless not ``wait``)."""
     port = peers.free_port((0, 1))
     bhome = home / f"{name}-{port}"
     bhome.mkdir(parents=True)
@@ -76,7 +76,8 @@ def start_broker(home: Path, name: str, namesrv_addr: str, conf: dict[str, str],
     proc = peers._spawn([sys.executable, "-m", "rocketstream.cli", "broker", "--conf", str(conf_file),
                          "--listen", f"127.0.0.1:{port}", "--namesrv", namesrv_addr, "--broker-name", name], env, log)
     server = peers.Server(f"rocketstream broker {name}", proc, log, port)
-    server.wait_ready("boot success", timeout=60)
+    if wait:
+        server.wait_ready("boot success", timeout=90)
     return server, f"127.0.0.1:{port}"
 
 
@@ -87,9 +88,11 @@ def cluster(tmp_path_factory):
     c = Cluster(home, ns.addr)
     try:
         for name, conf in (("broker-a", BROKER_CONF), ("broker-b", BROKER_CONF), ("broker-r", RETENTION_CONF)):
-            server, addr = start_broker(home, name, ns.addr, conf)
+            server, addr = start_broker(home, name, ns.addr, conf, wait=False)   # the three start together
             c.servers.append(server)
             c.brokers[name] = addr
+        for server in c.servers:
+            server.wait_ready("boot success", timeout=90)
         yield c
     finally:
         codes = [s.stop(30) for s in c.servers]
@@ -335,11 +338,73 @@ def test_options_over_two_brokers(cluster, spread, tmp_path):
         assert views["broker-b"].query_offsets(group, topic, [2]) == {2: 0}
     assert (tmp_path / "spark-1" / group / "offsets.json").is_file()
 
+    other = unique("OtherT")   # several topics: each topic's own brokers
+    create_topic(cluster.brokers["broker-b"], other, 1)
+    wait_route(ns, other, {"broker-b": 6})
+    produce(ns, other, [b"o-%d" % i for i in range(4)])
+    both = RocketMQBatchReader(parse_options({**base, "topic": f"{topic},{other}"}, streaming=False),
+                               projection_for(None)).partitions()
+    assert sorted((t, b, q, e) for task in both for b, t, q, _, e in task.ranges) == sorted(
+        [(topic, b, q, e) for (b, q), e in bounds.items()] + [(other, "broker-b", 0, 4)])
+
+    from pyspark.sql.streaming.datasource import ReadMaxRows, ReadMinRows
+
+    reader = RocketMQStreamReader(parse_options({**base, "consumerGroup": unique("trig"), "startingOffsets": "latest",
+                                                 "minMessagesPerTrigger": "3", "maxTriggerDelay": "1h"},
+                                                streaming=True), projection_for(None))
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadMinRows(3)) == start   # nothing new: wait for 3 messages
+    produce(ns, topic, [b"t-%d" % i for i in range(3)])
+    moved = reader.latestOffset(start, ReadMinRows(3))
+    assert sum(moved[topic][b][q] - start[topic][b][q] for b in moved[topic] for q in moved[topic][b]) == 3
+    limited = reader.latestOffset(start, ReadMaxRows(2))
+    assert sum(limited[topic][b][q] - start[topic][b][q] for b in limited[topic] for q in limited[topic][b]) == 2
+    reader.stop()
+    total += 3
+
+    with pytest.raises(OptionError, match="brokerAddr"):   # local-only options name themselves
+        parse_options({**base, "brokerAddr": "127.0.0.1:10911"}, streaming=True)
+
     opts = parse_options({**base, "checkCRC": "true", "numPartitions": "3"}, streaming=False)
     projection = projection_for(None)
     got = sorted((r["brokerName"], r["queueId"], r["queueOffset"]) for t in RocketMQBatchReader(opts, projection)
                  .partitions() for b in read_task(t, projection) for r in b.to_pylist())
     assert len(got) == total and len(set(got)) == total
+
+
+def test_check_crc_over_the_network(cluster):
+    """checkCRC=true verifies BODYCRC of pulled records: a body byte flipped in broker-b's commit-log file
+    (the broker serves it as stored) fails the read naming the queue offset; without checkCRC the stored
+    bytes come through as RocketMQ's consumer (checkCRC false by default) would give them."""
+    from rocketstream.spark.batch import read_task
+
+    ns, topic = cluster.namesrv_addr, unique("CrcT")
+    create_topic(cluster.brokers["broker-b"], topic, 1)
+    wait_route(ns, topic, {"broker-b": 6})
+    victim = f"crc-victim-{unique('v')}".encode()
+    produce(ns, topic, [b"crc-ok-0", victim, b"crc-ok-2"])
+    [server] = [sv for sv in cluster.servers if sv.name.endswith("broker-b")]
+    commitlog = sorted((server.log.parent / "store" / "commitlog").iterdir())
+    for path in commitlog:
+        data = path.read_bytes()
+        pos = data.find(victim)
+        if pos >= 0:
+            with open(path, "r+b") as fh:
+                fh.seek(pos)
+                fh.write(b"C")   # "c" -> "C": the record keeps its BODYCRC of the original body
+            break
+    else:
+        raise AssertionError(f"{victim!r} not found in {commitlog}")
+    projection = projection_for(None)
+
+    def read(check: str) -> list[dict]:
+        opts = parse_options({"nameServer": ns, "topic": topic, "checkCRC": check}, streaming=False)
+        return [r for t in RocketMQBatchReader(opts, projection).partitions() for b in read_task(t, projection)
+                for r in b.to_pylist()]
+
+    assert [r["body"] for r in read("false")] == [b"crc-ok-0", b"C" + victim[1:], b"crc-ok-2"]
+    with pytest.raises(CorruptStoreError, match=f"BODYCRC mismatch.*{topic}:0 offset 1"):
+        read("true")
 
 
 # ---- our broker next to the real 4.9.8 broker, under the 4.9.8 name server -----------------------------
