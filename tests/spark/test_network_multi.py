@@ -12,7 +12,11 @@ broker's own table (GET_CONSUME_STATS, ``rocketstream consumer-progress --namesr
 route's QueueData (``MQClientInstance.topicRouteData2TopicSubscribeInfo`` keeps only
 ``PermName.isReadable`` queue data: a broker whose topic has perm 2 is not planned); data loss: a stream
 resumed from a checkpoint below the broker's new min fails naming the queue and the lost offsets
-(failOnDataLoss=true) or skips to the min (false); the executor's pull answered PULL_OFFSET_MOVED.
+(failOnDataLoss=true) or skips to the min (false); the executor's pull answered PULL_OFFSET_MOVED;
+consumeFromWhere on queues past 0 and at 0. The other options of issue 12 on two brokers (allocation,
+CONFIG queues, maxMessagesPerPartition, several topics, trigger limits, BROADCASTING, local-only options
+refused) are checked on the driver without Spark, and checkCRC against a body byte flipped in a broker's
+commit-log file.
 One case puts our broker next to the real Apache RocketMQ 4.9.8 broker under the 4.9.8 name server
 (``mq_broker["java"]`` of tests/conftest.py); the 4.9.8 retention case is slow-marked (its clean service
 first runs a minute after the store starts).
