@@ -442,6 +442,11 @@ def test_topic_over_the_real_broker_and_ours(spark, mq_broker, tmp_path):
             assert group_table(ns, addr, group, topic) == {k: v for k, v in ends.items() if k[0] == name}
     finally:
         assert server.stop(30) == 0
+    # its clean stop unregistered it (UNREGISTER_BROKER): the session's 4.9.8 cluster is as it was
+    t0 = time.monotonic()
+    while b"broker-py" in (_call(ns, RequestCode.GET_BROKER_CLUSTER_INFO, {}).body or b""):
+        assert time.monotonic() - t0 < 30, "broker-py still registered with the 4.9.8 name server"
+        time.sleep(0.1)
 
 
 # ---- retention: failOnDataLoss ------------------------------------------------------------------------
