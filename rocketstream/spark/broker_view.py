@@ -26,6 +26,7 @@ import numpy as np
 
 from rocketstream.client.offset_ranges import QueueKey
 from rocketstream.errors import OptionError, StoreError
+from rocketstream.spark.offsets import QueueIndex, group_order
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -147,6 +148,17 @@ class LocalBrokerView:
     def min_offset(self, topic: str, queue_id: int) -> int:
         return self.store.min_offset(topic, queue_id)
 
+    def bounds_array(self, topic: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Queue ids of ``topic`` (ascending) and their min and max offsets, as int64 arrays: the store's
+        topic config reread and every queue refreshed once (no listing of the other topics' queues)."""
+        store = self.store
+        if store.read_only:
+            store.topic_config.load()
+        ids = store.queue_ids(topic)
+        pairs = store.queue_bounds(topic, ids)
+        both = np.array(pairs, dtype=np.int64).reshape(len(ids), 2)
+        return np.array(ids, dtype=np.int64), both[:, 0], both[:, 1]
+
     def bounds(self, topic: str) -> dict[int, QueueBounds]:
         """Every queue of ``topic`` with its [min, max) offsets, the store refreshed once for all of them."""
         ids = self.store.queue_ids(topic)
@@ -182,18 +194,20 @@ class LocalBrokerView:
         return {q.queue_id: offset for q, offset in committed.items()}
 
     def commit_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
-        flat = {QueueKey(topic, self._name, qid): o for topic, queues in offsets.items() for qid, o in queues.items()}
-        if not flat:
+        if not any(offsets.values()):
             return
         addr = self._live_broker()
         if addr is not None:
             async def update(api: MQClientAPI) -> None:
-                await asyncio.gather(*(api.update_offset(addr, group, q.topic, q.queue_id, o, oneway=False)
-                                       for q, o in flat.items()))
+                await asyncio.gather(*(api.update_offset(addr, group, topic, qid, o, oneway=False)
+                                       for topic, queues in offsets.items() for qid, o in queues.items()))
 
             _with_broker(addr, update)
             return
-        self._offset_store(read_only=False).commit(group, flat)
+        # The broker's config/consumerOffset.json (ConsumerOffsetManager): one atomic rewrite for all topics.
+        from rocketstream.store.meta.offsets import ConsumerOffsetManager
+
+        ConsumerOffsetManager(self.root).commit_many({(group, topic): queues for topic, queues in offsets.items()})
 
     def _live_broker(self) -> str | None:
         """The address to commit through when another process (a broker) holds the store's ``lock``;
@@ -270,6 +284,38 @@ def view_of(views: Mapping[str, BrokerView], broker_name: str) -> BrokerView:
         raise StoreError(f"no store root known for broker {broker_name!r} (known: {known})") from None
 
 
+def bounds_arrays(views: Mapping[str, BrokerView], topics: Iterable[str],
+                  previous: QueueIndex | None = None) -> tuple[QueueIndex, np.ndarray, np.ndarray]:
+    """:func:`queue_bounds` as arrays: the queues' index and their min and max offsets in its order. A
+    planner asking every trigger passes the index it got last time; it is reused while the queues stay
+    the same (no key objects are made). Views with ``bounds_array(topic)`` answer a topic at once."""
+    topics = tuple(topics)
+    parts: list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]] = []
+    for broker, view in views.items():
+        arrays = getattr(view, "bounds_array", None)
+        if arrays is None:
+            for q, b in queue_bounds({broker: view}, topics).items():
+                parts.append((q.topic, broker, np.array([q.queue_id]), np.array([b.min]), np.array([b.max])))
+            continue
+        for topic in topics:
+            ids, low, high = arrays(topic)
+            if len(ids):
+                parts.append((topic, broker, ids, low, high))
+    merged: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    for topic, broker, ids, low, high in parts:
+        merged.setdefault((topic, broker), []).append((ids, low, high))
+    groups = []
+    for (topic, broker), pieces in sorted(merged.items(), key=lambda kv: group_order(*kv[0])):
+        ids, low, high = (np.concatenate([p[i] for p in pieces]).astype(np.int64) for i in range(3))
+        order = np.argsort(ids, kind="stable")
+        groups.append((topic, broker, ids[order], low[order], high[order]))
+    layout = tuple((t, b, tuple(ids.tolist())) for t, b, ids, _, _ in groups)
+    index = previous if previous is not None and previous.layout == layout else QueueIndex(layout)
+    if not groups:
+        return index, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return index, np.concatenate([g[3] for g in groups]), np.concatenate([g[4] for g in groups])
+
+
 def queue_bounds(views: Mapping[str, BrokerView], topics: Iterable[str]) -> dict[QueueKey, QueueBounds]:
     """Every queue of ``topics`` on every broker, with its current [min, max) offsets, in queue order."""
     topics = tuple(topics)
@@ -294,5 +340,5 @@ def queue_bounds(views: Mapping[str, BrokerView], topics: Iterable[str]) -> dict
     return dict(sorted(bounds.items()))
 
 
-__all__ = ["BrokerLocation", "BrokerView", "LocalBroker", "LocalBrokerView", "QueueBounds", "open_views",
-           "queue_bounds", "view_of"]
+__all__ = ["BrokerLocation", "BrokerView", "LocalBroker", "LocalBrokerView", "QueueBounds", "bounds_arrays",
+           "open_views", "queue_bounds", "view_of"]
