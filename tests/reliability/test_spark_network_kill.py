@@ -172,7 +172,8 @@ def campaign(base: Path, kills: int, total: int, rate: float, seed: int = 5) -> 
                 outcomes.append("rode through")
             else:
                 text = (logs / f"job{starts - 1}.log").read_text(errors="replace")
-                outcomes.append("failed" if "QUERY FAILED" in text else f"exited rc {job.returncode}")
+                failed = "QUERY FAILED" in text or "StreamingQueryException" in text
+                outcomes.append("failed" if failed else f"exited rc {job.returncode}")
                 start_job()
             print(f"kill {k + 1}: {_commits(ckpt)} batches committed, query {outcomes[-1]}", flush=True)
         stop.touch()
