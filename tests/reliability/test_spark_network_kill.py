@@ -91,6 +91,11 @@ def _broker_view(addr: str) -> tuple[dict[int, int], dict[int, int]]:
     return asyncio.run(ask())
 
 
+# Spark's own start-up failing on the overloaded shared machine (PythonWorkerFactory's connect-back
+# timeout), not the source: such a run is started again and counted, never a finding.
+SPARK_START_TIMEOUT = "Python worker failed to connect back"
+
+
 def _commits(checkpoint: Path) -> int:
     d = checkpoint / "commits"
     return len([p for p in d.iterdir() if p.name.isdigit()]) if d.is_dir() else 0
@@ -136,7 +141,7 @@ def campaign(base: Path, kills: int, total: int, rate: float, seed: int = 5) -> 
     acks, stop = base / "acks.txt", base / "stop"
     problems: list[str] = []
     outcomes: list[str] = []
-    starts = 0
+    starts = spark_start_timeouts = 0
     broker = _start_broker(store, conf, br_port, ns, logs / "broker-0.log")
     producer = job = None
     try:
@@ -153,17 +158,24 @@ def campaign(base: Path, kills: int, total: int, rate: float, seed: int = 5) -> 
                                log=logs / f"job{starts}.log")
             starts += 1
 
+        def job_log() -> str:
+            return (logs / f"job{starts - 1}.log").read_text(errors="replace")
+
         start_job()
         for k in range(kills):
             before = _commits(ckpt)
-            deadline = time.monotonic() + 300
+            deadline = time.monotonic() + 600
             while _commits(ckpt) <= before and time.monotonic() < deadline:
-                if job.poll() is not None:   # failed without a kill: a finding, and restarted
-                    problems.append(f"before kill {k}: the query exited by itself (rc {job.returncode}); "
-                                    f"see job{starts - 1}.log")
+                if job.poll() is not None:   # failed without a kill: a finding (unless Spark failed to start)
+                    if SPARK_START_TIMEOUT in job_log():
+                        spark_start_timeouts += 1
+                    else:
+                        problems.append(f"before kill {k}: the query exited by itself (rc {job.returncode}); "
+                                        f"see job{starts - 1}.log")
                     start_job()
                 time.sleep(0.05)
-            time.sleep(rnd.uniform(0, 1.5))   # between or inside batches
+            # right after a batch committed (planning the next one), or well into the next batch's reads
+            time.sleep(rnd.uniform(0, 1.5) if k % 2 == 0 else rnd.uniform(3, 15))
             broker.kill()   # SIGKILL
             time.sleep(rnd.uniform(0.2, 1.5))
             broker = _start_broker(store, conf, br_port, ns, logs / f"broker-{k + 1}.log")
@@ -171,7 +183,7 @@ def campaign(base: Path, kills: int, total: int, rate: float, seed: int = 5) -> 
             if job.poll() is None:
                 outcomes.append("rode through")
             else:
-                text = (logs / f"job{starts - 1}.log").read_text(errors="replace")
+                text = job_log()
                 failed = "QUERY FAILED" in text or "StreamingQueryException" in text
                 outcomes.append("failed" if failed else f"exited rc {job.returncode}")
                 start_job()
@@ -180,15 +192,20 @@ def campaign(base: Path, kills: int, total: int, rate: float, seed: int = 5) -> 
         if producer.wait(300) != 0:
             problems.append(f"producer failed: {(logs / 'producer.log').read_text()[-2000:]}")
         _kill_group(job)
-        final = spawn_logged("spark_stream_job.py", f"ns:{ns}", ckpt, out, "final", GROUP, 5000,
-                             log=logs / "final.log")
-        try:
-            rc = final.wait(900)
-        except Exception:
-            _kill_group(final)
-            raise
-        if rc != 0:
-            problems.append(f"final AvailableNow run failed (rc {rc}): {(logs / 'final.log').read_text()[-3000:]}")
+        for attempt in range(3):
+            final_log = logs / f"final{attempt}.log"
+            final = spawn_logged("spark_stream_job.py", f"ns:{ns}", ckpt, out, "final", GROUP, 50_000, log=final_log)
+            try:
+                rc = final.wait(1800)
+            except Exception:
+                _kill_group(final)
+                raise
+            if rc != 0 and SPARK_START_TIMEOUT in final_log.read_text(errors="replace"):
+                spark_start_timeouts += 1
+                continue
+            if rc != 0:
+                problems.append(f"final AvailableNow run failed (rc {rc}): {final_log.read_text()[-3000:]}")
+            break
         maxes, table = _broker_view(addr)
     finally:
         stop.touch()
@@ -238,6 +255,7 @@ def campaign(base: Path, kills: int, total: int, rate: float, seed: int = 5) -> 
     figures = {"item": "spark-network-broker-kill", "kills": kills, "query_starts": starts,
                "outcomes": outcomes, "acknowledged": len(ok), "stored": len(stored), "sink_rows": len(sink),
                "stored_not_acknowledged": retried, "batches_committed": _commits(ckpt),
+               "spark_start_timeouts": spark_start_timeouts,
                "failures_found": len(problems), "problems": problems}
     print("RELIABILITY " + json.dumps(figures), flush=True)
     return figures
@@ -246,12 +264,12 @@ def campaign(base: Path, kills: int, total: int, rate: float, seed: int = 5) -> 
 @pytest.mark.slow
 @pytest.mark.spark
 def test_network_query_through_broker_kills(tmp_path: Path) -> None:
-    figures = campaign(tmp_path, kills=KILLS, total=10_000_000, rate=300)
+    figures = campaign(tmp_path, kills=KILLS, total=10_000_000, rate=150)
     assert figures["problems"] == []
 
 
 @pytest.mark.slow   # two kills: every query restart is a Spark JVM start (20-60 s on the shared machine)
 @pytest.mark.spark
 def test_network_query_through_broker_kills_short(tmp_path: Path) -> None:
-    figures = campaign(tmp_path, kills=2, total=10_000_000, rate=300)
+    figures = campaign(tmp_path, kills=2, total=10_000_000, rate=150)
     assert figures["problems"] == []
