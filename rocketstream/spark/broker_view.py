@@ -85,8 +85,8 @@ class BrokerView(Protocol):
 
     def close(self) -> None: ...
 
-    # Optional, used when a view has it: ``bounds(topic) -> {queueId: QueueBounds}`` for all of a topic's
-    # queues at once (queue_bounds() asks each queue's min and max otherwise).
+    # Optional, used when a view has it: ``bounds_array(topic) -> (queue ids, mins, maxes)`` for all of a
+    # topic's queues at once, as int64 arrays (queue_bounds() asks each queue's min and max otherwise).
 
 
 class BrokerLocation(Protocol):
@@ -158,12 +158,6 @@ class LocalBrokerView:
         pairs = store.queue_bounds(topic, ids)
         both = np.array(pairs, dtype=np.int64).reshape(len(ids), 2)
         return np.array(ids, dtype=np.int64), both[:, 0], both[:, 1]
-
-    def bounds(self, topic: str) -> dict[int, QueueBounds]:
-        """Every queue of ``topic`` with its [min, max) offsets, the store refreshed once for all of them."""
-        ids = self.store.queue_ids(topic)
-        return {qid: QueueBounds(low, high) for qid, (low, high) in zip(ids, self.store.queue_bounds(topic, ids),
-                                                                       strict=True)}
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.store.max_offset(topic, queue_id)
@@ -294,7 +288,7 @@ def bounds_arrays(views: Mapping[str, BrokerView], topics: Iterable[str],
     for broker, view in views.items():
         arrays = getattr(view, "bounds_array", None)
         if arrays is None:
-            for q, b in queue_bounds({broker: view}, topics).items():
+            for q, b in _bounds_one_by_one(broker, view, topics).items():
                 parts.append((q.topic, broker, np.array([q.queue_id]), np.array([b.min]), np.array([b.max])))
             continue
         for topic in topics:
@@ -318,26 +312,20 @@ def bounds_arrays(views: Mapping[str, BrokerView], topics: Iterable[str],
 
 def queue_bounds(views: Mapping[str, BrokerView], topics: Iterable[str]) -> dict[QueueKey, QueueBounds]:
     """Every queue of ``topics`` on every broker, with its current [min, max) offsets, in queue order."""
-    topics = tuple(topics)
+    index, low, high = bounds_arrays(views, topics)
+    return {q: QueueBounds(lo, hi) for q, lo, hi in zip(index.keys, low.tolist(), high.tolist(), strict=True)}
+
+
+def _bounds_one_by_one(broker: str, view: BrokerView, topics: tuple[str, ...]) -> dict[QueueKey, QueueBounds]:
+    """A view without ``bounds_array``: each queue's min and max asked on its own."""
     bounds: dict[QueueKey, QueueBounds] = {}
-    for broker, view in views.items():
-        known = set(view.topics())
-        for topic in topics:
-            if topic not in known:
-                continue
-            many = getattr(view, "bounds", None)  # optional: all queues of a topic in one call (local)
-            if many is not None:
-                bounds.update((QueueKey(topic, broker, qid), b) for qid, b in many(topic).items())
-                continue
-            many_of = getattr(view, "queue_bounds", None)  # a network view asks for all queues at once
-            if many_of is not None:
-                for qid, b in many_of(topic, view.queue_ids(topic)).items():
-                    bounds[QueueKey(topic, broker, qid)] = b
-                continue
+    known = set(view.topics())
+    for topic in topics:
+        if topic in known:
             for qid in view.queue_ids(topic):
                 bounds[QueueKey(topic, broker, qid)] = QueueBounds(view.min_offset(topic, qid),
                                                                    view.max_offset(topic, qid))
-    return dict(sorted(bounds.items()))
+    return bounds
 
 
 __all__ = ["BrokerLocation", "BrokerView", "LocalBroker", "LocalBrokerView", "QueueBounds", "bounds_arrays",

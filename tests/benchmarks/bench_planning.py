@@ -113,7 +113,7 @@ class NetworkWriter:
         self.batch_options = {"nameServer": ns, "topic": TOPIC, "consumerGroup": GROUP}
 
     def put(self, queue_id: int, n: int) -> None:
-        self.producer.send_batch(TOPIC, [b"y" * 100] * n, tags="TagA", queue=self._mq(queue_id))
+        self.producer.send_batch(TOPIC, [b"y" * 100] * n, tags="TagA", queue=self._mq(queue_id), timeout=30)
 
     def close(self) -> None:
         producer = getattr(self, "producer", None)

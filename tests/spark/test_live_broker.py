@@ -77,7 +77,7 @@ def test_group_commit_goes_through_the_real_4_9_8_broker(mq_broker, spark, tmp_p
 
     seen: list[tuple[int, int]] = []
     stream = spark.readStream.format("rocketmq")
-    for k, v in {**base, "brokerAddr": addr, "maxMessagesPerTrigger": "10"}.items():
+    for k, v in {**base, "brokerAddr": addr}.items():
         stream = stream.option(k, v) if k != "path" else stream
     query = (stream.load(str(store)).writeStream
              .foreachBatch(lambda df, _: seen.extend(tuple(r) for r in df.select("queueId", "queueOffset").collect()))

@@ -72,9 +72,11 @@ def test_bounds_arrays_equal_queue_bounds_and_keep_the_index(tmp_path):
     try:
         views = {"broker-a": view}
         index, low, high = bounds_arrays(views, [TOPIC, "Other", "Missing"])
-        slow = queue_bounds(views, [TOPIC, "Other", "Missing"])
-        assert list(index.keys) == list(slow)
-        assert low.tolist() == [b.min for b in slow.values()] and high.tolist() == [b.max for b in slow.values()]
+        one_by_one = {QueueKey(t, "broker-a", q): (view.min_offset(t, q), view.max_offset(t, q))
+                      for t in (TOPIC, "Other") for q in view.queue_ids(t)}
+        assert list(index.keys) == sorted(one_by_one)
+        assert list(zip(low.tolist(), high.tolist(), strict=True)) == [one_by_one[q] for q in index.keys]
+        assert {q: tuple(b) for q, b in queue_bounds(views, [TOPIC, "Other"]).items()} == one_by_one
         again, _, _ = bounds_arrays(views, [TOPIC, "Other"], previous=index)
         assert again is index
         fill(root, 1, topic="Third", queues=1)
