@@ -216,6 +216,8 @@ def test_network_bounds_equal_per_queue_answers_and_commits_skip_what_the_broker
     location = NetworkBroker(mq_broker.broker_name, mq_broker.broker_addr, mq_broker.namesrv_addr, "PlanG",
                              ((topic, tuple(range(6))), ("PlanNoSuchTopic", (0, 1))))
     view = location.open()
+    answered = view._run(network_view.topic_stats(view.api, view.addr, topic))
+    assert sorted(answered[0].tolist()) == [0, 1, 2, 3]   # getTopicStatsInfo lists writeQueueNums queues only
     ids, low, high = view.bounds_array(topic)
     per_queue = view.queue_bounds(topic, list(range(6)))
     assert ids.tolist() == list(range(6))
