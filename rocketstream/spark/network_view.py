@@ -160,6 +160,70 @@ def resolve_network_brokers(namesrv: str, topics: Sequence[str], group: str) -> 
                  for name in sorted(queues))
 
 
+# ---- planning: a topic's queue bounds in one request ----------------------------------------------
+
+async def topic_stats(api: MQClientAPI, addr: str, topic: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Queue ids, min and max offsets of the topic's queues on the broker at ``addr``, by one GET_TOPIC_STATS_INFO
+    (202; ``AdminBrokerProcessor.getTopicStatsInfo``): the broker answers ``getMinOffsetInQueue`` /
+    ``getMaxOffsetInQueue`` of each queue — what GET_MIN_OFFSET / GET_MAX_OFFSET answer one queue at a time —
+    in a ``TopicStatsTable``. It lists queues ``0 .. writeQueueNums-1`` only (the route's readable queues may
+    be more), and a broker may refuse it (TOPIC_NOT_EXIST while the topic is being created, an ACL, another
+    implementation): an answer other than SUCCESS is no queue, and the caller asks the queues it lacks one
+    by one. A body that is not a TopicStatsTable is a :class:`BodyError`."""
+    req = RemotingCommand.request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+    resp = await api.invoke(addr, req, REQUEST_TIMEOUT_S)
+    if resp.code != ResponseCode.SUCCESS or not resp.body:
+        log.debug("GET_TOPIC_STATS_INFO %s from %s: code %s (%s); asking queue by queue", topic, addr, resp.code,
+                  resp.remark)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return parse_topic_stats(resp.body, topic, addr)
+
+
+# One TopicStatsTable entry as fastjson writes it (RemotingSerializable.encode: bean fields sorted by name).
+_STATS_ENTRY = re.compile(rb'\{"brokerName":"[^"\\]*","queueId":(\d+),"topic":"([^"\\]*)"\}:'
+                          rb'\{"lastUpdateTimestamp":-?\d+,"maxOffset":(-?\d+),"minOffset":(-?\d+)\}')
+_STATS_HEAD = b'{"offsetTable":{'
+
+
+def parse_topic_stats(body: bytes, topic: str, addr: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The queues of ``topic`` in a TopicStatsTable body: queue ids, minOffset and maxOffset as int64 arrays
+    (ids in the body's order). The compact form brokers write is matched entry by entry, when every entry
+    of the body matched; anything else goes through the fastjson reader."""
+    stripped = body.strip()
+    if stripped.startswith(_STATS_HEAD) and stripped.endswith(b"}}"):
+        entries = _STATS_ENTRY.findall(stripped)
+        n = len(entries)
+        if n and stripped.count(b'"brokerName"') == n and stripped.count(b",") == 5 * n - 1:
+            cols = np.array(entries)
+            keep = cols[:, 1] == topic.encode("utf-8")
+            return cols[keep, 0].astype(np.int64), cols[keep, 3].astype(np.int64), cols[keep, 2].astype(np.int64)
+    found = _parse_topic_stats_slow(body, topic, addr)
+    ids = sorted(found)
+    return (np.array(ids, dtype=np.int64), np.array([found[q].min for q in ids], dtype=np.int64),
+            np.array([found[q].max for q in ids], dtype=np.int64))
+
+
+def _parse_topic_stats_slow(body: bytes, topic: str, addr: str | None) -> dict[int, QueueBounds]:
+    doc = json_body.loads(body, what="GET_TOPIC_STATS_INFO body", addr=addr)
+    table = doc.get("offsetTable") if isinstance(doc, Mapping) else None
+    if not isinstance(table, Mapping):
+        raise BodyError("GET_TOPIC_STATS_INFO body has no offsetTable object", addr=addr)
+    found: dict[int, QueueBounds] = {}
+    for mq, offsets in table.items():
+        if not isinstance(mq, Mapping) or not isinstance(offsets, Mapping):
+            raise BodyError(f"GET_TOPIC_STATS_INFO: entry {mq!r}: {offsets!r} is not MessageQueue: TopicOffset",
+                            addr=addr)
+        if mq.get("topic") != topic:
+            continue
+        qid, low, high = mq.get("queueId"), offsets.get("minOffset"), offsets.get("maxOffset")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (qid, low, high)):
+            raise BodyError(f"GET_TOPIC_STATS_INFO: entry {dict(mq)}: {dict(offsets)} lacks integer queueId, "
+                            f"minOffset or maxOffset", addr=addr)
+        assert isinstance(qid, int) and isinstance(low, int) and isinstance(high, int)
+        found[qid] = QueueBounds(low, high)
+    return found
+
+
 # ---- the view ----------------------------------------------------------------------------------------
 
 class NetworkBrokerView:
@@ -328,68 +392,6 @@ class NetworkBrokerView:
 
     def __repr__(self) -> str:
         return f"NetworkBrokerView({self.broker_name!r}, {self.addr!r})"
-
-
-async def topic_stats(api: MQClientAPI, addr: str, topic: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Queue ids, min and max offsets of the topic's queues on the broker at ``addr``, by one GET_TOPIC_STATS_INFO
-    (202; ``AdminBrokerProcessor.getTopicStatsInfo``): the broker answers ``getMinOffsetInQueue`` /
-    ``getMaxOffsetInQueue`` of each queue — what GET_MIN_OFFSET / GET_MAX_OFFSET answer one queue at a time —
-    in a ``TopicStatsTable``. It lists queues ``0 .. writeQueueNums-1`` only (the route's readable queues may
-    be more), and a broker may refuse it (TOPIC_NOT_EXIST while the topic is being created, an ACL, another
-    implementation): an answer other than SUCCESS is no queue, and the caller asks the queues it lacks one
-    by one. A body that is not a TopicStatsTable is a :class:`BodyError`."""
-    req = RemotingCommand.request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
-    resp = await api.invoke(addr, req, REQUEST_TIMEOUT_S)
-    if resp.code != ResponseCode.SUCCESS or not resp.body:
-        log.debug("GET_TOPIC_STATS_INFO %s from %s: code %s (%s); asking queue by queue", topic, addr, resp.code,
-                  resp.remark)
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return parse_topic_stats(resp.body, topic, addr)
-
-
-# One TopicStatsTable entry as fastjson writes it (RemotingSerializable.encode: bean fields sorted by name).
-_STATS_ENTRY = re.compile(rb'\{"brokerName":"[^"\\]*","queueId":(\d+),"topic":"([^"\\]*)"\}:'
-                          rb'\{"lastUpdateTimestamp":-?\d+,"maxOffset":(-?\d+),"minOffset":(-?\d+)\}')
-_STATS_HEAD = b'{"offsetTable":{'
-
-
-def parse_topic_stats(body: bytes, topic: str, addr: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The queues of ``topic`` in a TopicStatsTable body: queue ids, minOffset and maxOffset as int64 arrays
-    (ids in the body's order). The compact form brokers write is matched entry by entry, when every entry
-    of the body matched; anything else goes through the fastjson reader."""
-    stripped = body.strip()
-    if stripped.startswith(_STATS_HEAD) and stripped.endswith(b"}}"):
-        entries = _STATS_ENTRY.findall(stripped)
-        n = len(entries)
-        if n and stripped.count(b'"brokerName"') == n and stripped.count(b",") == 5 * n - 1:
-            cols = np.array(entries)
-            keep = cols[:, 1] == topic.encode("utf-8")
-            return cols[keep, 0].astype(np.int64), cols[keep, 3].astype(np.int64), cols[keep, 2].astype(np.int64)
-    found = _parse_topic_stats_slow(body, topic, addr)
-    ids = sorted(found)
-    return (np.array(ids, dtype=np.int64), np.array([found[q].min for q in ids], dtype=np.int64),
-            np.array([found[q].max for q in ids], dtype=np.int64))
-
-
-def _parse_topic_stats_slow(body: bytes, topic: str, addr: str | None) -> dict[int, QueueBounds]:
-    doc = json_body.loads(body, what="GET_TOPIC_STATS_INFO body", addr=addr)
-    table = doc.get("offsetTable") if isinstance(doc, Mapping) else None
-    if not isinstance(table, Mapping):
-        raise BodyError("GET_TOPIC_STATS_INFO body has no offsetTable object", addr=addr)
-    found: dict[int, QueueBounds] = {}
-    for mq, offsets in table.items():
-        if not isinstance(mq, Mapping) or not isinstance(offsets, Mapping):
-            raise BodyError(f"GET_TOPIC_STATS_INFO: entry {mq!r}: {offsets!r} is not MessageQueue: TopicOffset",
-                            addr=addr)
-        if mq.get("topic") != topic:
-            continue
-        qid, low, high = mq.get("queueId"), offsets.get("minOffset"), offsets.get("maxOffset")
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (qid, low, high)):
-            raise BodyError(f"GET_TOPIC_STATS_INFO: entry {dict(mq)}: {dict(offsets)} lacks integer queueId, "
-                            f"minOffset or maxOffset", addr=addr)
-        assert isinstance(qid, int) and isinstance(low, int) and isinstance(high, int)
-        found[qid] = QueueBounds(low, high)
-    return found
 
 
 _PULL_FLAGS = PULL_SYS_FLAG_SUBSCRIPTION | PULL_SYS_FLAG_LITE_PULL  # no commit, no suspend (no long polling)
