@@ -336,7 +336,9 @@ class AdminProcessor:
         store = self.c.store
         if offset < store.min_offset(topic, queue_id) or offset >= store.max_offset(topic, queue_id):
             return -1
-        units = store.read_cq_units(topic, queue_id, offset, offset + 1)
+        # getIndexBuffer + pickupStoreTimestamp: the unit is not checked against its record (a check per
+        # queue made GET_TOPIC_STATS_INFO of 1,024 queues take seconds)
+        units = store.peek_cq_units(topic, queue_id, offset, offset + 1)
         if len(units) == 0:
             return -1
         return int(store.commit_log.store_timestamp_at(int(units[0]["offset"])))
@@ -420,13 +422,18 @@ class AdminProcessor:
         if tc is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         store = self.c.store
-        table: dict[object, object] = {}
+        # The body json_body writes for {"offsetTable": {MessageQueueKey: {...}}} (keys in queue-id order),
+        # composed here: a planner asks for a thousand queues every trigger.
+        head = '{"brokerName":' + _json.dumps(self.broker_name).decode("utf-8", "surrogatepass") + ',"queueId":'
+        tail = ',"topic":' + _json.dumps(topic).decode("utf-8", "surrogatepass") + '}:{"lastUpdateTimestamp":'
+        entries = []
         for qid in range(int(tc.write_queue_nums)):
             lo = max(store.min_offset(topic, qid), 0)
             hi = max(store.max_offset(topic, qid), 0)
             ts = self.store_time_at(topic, qid, hi - 1) if hi > 0 else 0
-            table[self._mq(topic, qid)] = {"lastUpdateTimestamp": ts, "maxOffset": hi, "minOffset": lo}
-        return req.response(ResponseCode.SUCCESS, body=_json.dumps({"offsetTable": table}))
+            entries.append(f'{head}{qid}{tail}{ts},"maxOffset":{hi},"minOffset":{lo}}}')
+        body = '{"offsetTable":{' + ",".join(entries) + "}}"
+        return req.response(ResponseCode.SUCCESS, body=body.encode("utf-8", "surrogatepass"))
 
     def get_system_topic_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         return req.response(ResponseCode.SUCCESS, body=_json.dumps({"topicList": sorted(self._system_topics())}))

@@ -275,9 +275,16 @@ def _write(value: object, level: int, out: list[str]) -> None:
         out.append("]")
 
 
+_INT = {int}
+
+
 def _write_map(m: Mapping[object, object], level: int, out: list[str]) -> None:
     if not m:
         out.append("{}")
+        return
+    if set(map(type, m)) == _INT and set(map(type, m.values())) == _INT:
+        # int -> int (a consume-offset table's queues): keys follow directly, so the map is one run
+        out.append("{" + ",".join([f"{k}:{v}" for k, v in m.items()]) + "\n" + "\t" * level + "}")
         return
     inner = "\n" + "\t" * (level + 1)
     out.append("{")

@@ -26,6 +26,7 @@ import numpy as np
 
 from rocketstream.client.offset_ranges import QueueKey
 from rocketstream.errors import OptionError, StoreError
+from rocketstream.spark.offsets import QueueIndex, group_order
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -84,8 +85,8 @@ class BrokerView(Protocol):
 
     def close(self) -> None: ...
 
-    # Optional, used when a view has it: ``bounds(topic) -> {queueId: QueueBounds}`` for all of a topic's
-    # queues at once (queue_bounds() asks each queue's min and max otherwise).
+    # Optional, used when a view has it: ``bounds_array(topic) -> (queue ids, mins, maxes)`` for all of a
+    # topic's queues at once, as int64 arrays (queue_bounds() asks each queue's min and max otherwise).
 
 
 class BrokerLocation(Protocol):
@@ -147,11 +148,16 @@ class LocalBrokerView:
     def min_offset(self, topic: str, queue_id: int) -> int:
         return self.store.min_offset(topic, queue_id)
 
-    def bounds(self, topic: str) -> dict[int, QueueBounds]:
-        """Every queue of ``topic`` with its [min, max) offsets, the store refreshed once for all of them."""
-        ids = self.store.queue_ids(topic)
-        return {qid: QueueBounds(low, high) for qid, (low, high) in zip(ids, self.store.queue_bounds(topic, ids),
-                                                                       strict=True)}
+    def bounds_array(self, topic: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Queue ids of ``topic`` (ascending) and their min and max offsets, as int64 arrays: the store's
+        topic config reread and every queue refreshed once (no listing of the other topics' queues)."""
+        store = self.store
+        if store.read_only:
+            store.topic_config.load()
+        ids = store.queue_ids(topic)
+        pairs = store.queue_bounds(topic, ids)
+        both = np.array(pairs, dtype=np.int64).reshape(len(ids), 2)
+        return np.array(ids, dtype=np.int64), both[:, 0], both[:, 1]
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.store.max_offset(topic, queue_id)
@@ -182,18 +188,20 @@ class LocalBrokerView:
         return {q.queue_id: offset for q, offset in committed.items()}
 
     def commit_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
-        flat = {QueueKey(topic, self._name, qid): o for topic, queues in offsets.items() for qid, o in queues.items()}
-        if not flat:
+        if not any(offsets.values()):
             return
         addr = self._live_broker()
         if addr is not None:
             async def update(api: MQClientAPI) -> None:
-                await asyncio.gather(*(api.update_offset(addr, group, q.topic, q.queue_id, o, oneway=False)
-                                       for q, o in flat.items()))
+                await asyncio.gather(*(api.update_offset(addr, group, topic, qid, o, oneway=False)
+                                       for topic, queues in offsets.items() for qid, o in queues.items()))
 
             _with_broker(addr, update)
             return
-        self._offset_store(read_only=False).commit(group, flat)
+        # The broker's config/consumerOffset.json (ConsumerOffsetManager): one atomic rewrite for all topics.
+        from rocketstream.store.meta.offsets import ConsumerOffsetManager
+
+        ConsumerOffsetManager(self.root).commit_many({(group, topic): queues for topic, queues in offsets.items()})
 
     def _live_broker(self) -> str | None:
         """The address to commit through when another process (a broker) holds the store's ``lock``;
@@ -270,29 +278,55 @@ def view_of(views: Mapping[str, BrokerView], broker_name: str) -> BrokerView:
         raise StoreError(f"no store root known for broker {broker_name!r} (known: {known})") from None
 
 
+def bounds_arrays(views: Mapping[str, BrokerView], topics: Iterable[str],
+                  previous: QueueIndex | None = None) -> tuple[QueueIndex, np.ndarray, np.ndarray]:
+    """:func:`queue_bounds` as arrays: the queues' index and their min and max offsets in its order. A
+    planner asking every trigger passes the index it got last time; it is reused while the queues stay
+    the same (no key objects are made). Views with ``bounds_array(topic)`` answer a topic at once."""
+    topics = tuple(topics)
+    parts: list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]] = []
+    for broker, view in views.items():
+        arrays = getattr(view, "bounds_array", None)
+        if arrays is None:
+            for q, b in _bounds_one_by_one(broker, view, topics).items():
+                parts.append((q.topic, broker, np.array([q.queue_id]), np.array([b.min]), np.array([b.max])))
+            continue
+        for topic in topics:
+            ids, low, high = arrays(topic)
+            if len(ids):
+                parts.append((topic, broker, ids, low, high))
+    merged: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    for topic, broker, ids, low, high in parts:
+        merged.setdefault((topic, broker), []).append((ids, low, high))
+    groups = []
+    for (topic, broker), pieces in sorted(merged.items(), key=lambda kv: group_order(*kv[0])):
+        ids, low, high = (np.concatenate([p[i] for p in pieces]).astype(np.int64) for i in range(3))
+        order = np.argsort(ids, kind="stable")
+        groups.append((topic, broker, ids[order], low[order], high[order]))
+    layout = tuple((t, b, tuple(ids.tolist())) for t, b, ids, _, _ in groups)
+    index = previous if previous is not None and previous.layout == layout else QueueIndex(layout)
+    if not groups:
+        return index, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return index, np.concatenate([g[3] for g in groups]), np.concatenate([g[4] for g in groups])
+
+
 def queue_bounds(views: Mapping[str, BrokerView], topics: Iterable[str]) -> dict[QueueKey, QueueBounds]:
     """Every queue of ``topics`` on every broker, with its current [min, max) offsets, in queue order."""
-    topics = tuple(topics)
+    index, low, high = bounds_arrays(views, topics)
+    return {q: QueueBounds(lo, hi) for q, lo, hi in zip(index.keys, low.tolist(), high.tolist(), strict=True)}
+
+
+def _bounds_one_by_one(broker: str, view: BrokerView, topics: tuple[str, ...]) -> dict[QueueKey, QueueBounds]:
+    """A view without ``bounds_array``: each queue's min and max asked on its own."""
     bounds: dict[QueueKey, QueueBounds] = {}
-    for broker, view in views.items():
-        known = set(view.topics())
-        for topic in topics:
-            if topic not in known:
-                continue
-            many = getattr(view, "bounds", None)  # optional: all queues of a topic in one call (local)
-            if many is not None:
-                bounds.update((QueueKey(topic, broker, qid), b) for qid, b in many(topic).items())
-                continue
-            many_of = getattr(view, "queue_bounds", None)  # a network view asks for all queues at once
-            if many_of is not None:
-                for qid, b in many_of(topic, view.queue_ids(topic)).items():
-                    bounds[QueueKey(topic, broker, qid)] = b
-                continue
+    known = set(view.topics())
+    for topic in topics:
+        if topic in known:
             for qid in view.queue_ids(topic):
                 bounds[QueueKey(topic, broker, qid)] = QueueBounds(view.min_offset(topic, qid),
                                                                    view.max_offset(topic, qid))
-    return dict(sorted(bounds.items()))
+    return bounds
 
 
-__all__ = ["BrokerLocation", "BrokerView", "LocalBroker", "LocalBrokerView", "QueueBounds", "open_views",
-           "queue_bounds", "view_of"]
+__all__ = ["BrokerLocation", "BrokerView", "LocalBroker", "LocalBrokerView", "QueueBounds", "bounds_arrays",
+           "open_views", "queue_bounds", "view_of"]

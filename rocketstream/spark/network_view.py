@@ -22,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import struct
 import threading
+import time
 from collections.abc import Awaitable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple, TypeVar
 
@@ -45,6 +47,7 @@ from rocketstream.codec import (
 )
 from rocketstream.codec import vectorized as vz
 from rocketstream.errors import BodyError, CorruptStoreError, DataLossError, OptionError, RocketStreamError
+from rocketstream.remoting import RemotingCommand, RequestCode, ResponseCode, json_body
 from rocketstream.spark.broker_view import QueueBounds
 from rocketstream.store import project_schema
 
@@ -52,6 +55,9 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 10.0
+# Every queue's offset is sent again at least this often (the Java consumer's persistConsumerOffsetInterval,
+# 5 s by default, sends its whole table), so a table changed behind our back converges to the query's.
+FULL_COMMIT_S = 5.0
 PULL_TIMEOUT_S = 30.0
 # Messages asked for per pull: the broker answers with as many as its transfer limits allow
 # (maxTransferCountOnMessageInMemory / ...BytesOn..., 32 messages / 256 KiB by default on 4.9.8).
@@ -154,6 +160,70 @@ def resolve_network_brokers(namesrv: str, topics: Sequence[str], group: str) -> 
                  for name in sorted(queues))
 
 
+# ---- planning: a topic's queue bounds in one request ----------------------------------------------
+
+async def topic_stats(api: MQClientAPI, addr: str, topic: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Queue ids, min and max offsets of the topic's queues on the broker at ``addr``, by one GET_TOPIC_STATS_INFO
+    (202; ``AdminBrokerProcessor.getTopicStatsInfo``): the broker answers ``getMinOffsetInQueue`` /
+    ``getMaxOffsetInQueue`` of each queue — what GET_MIN_OFFSET / GET_MAX_OFFSET answer one queue at a time —
+    in a ``TopicStatsTable``. It lists queues ``0 .. writeQueueNums-1`` only (the route's readable queues may
+    be more), and a broker may refuse it (TOPIC_NOT_EXIST while the topic is being created, an ACL, another
+    implementation): an answer other than SUCCESS is no queue, and the caller asks the queues it lacks one
+    by one. A body that is not a TopicStatsTable is a :class:`BodyError`."""
+    req = RemotingCommand.request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+    resp = await api.invoke(addr, req, REQUEST_TIMEOUT_S)
+    if resp.code != ResponseCode.SUCCESS or not resp.body:
+        log.debug("GET_TOPIC_STATS_INFO %s from %s: code %s (%s); asking queue by queue", topic, addr, resp.code,
+                  resp.remark)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return parse_topic_stats(resp.body, topic, addr)
+
+
+# One TopicStatsTable entry as fastjson writes it (RemotingSerializable.encode: bean fields sorted by name).
+_STATS_ENTRY = re.compile(rb'\{"brokerName":"[^"\\]*","queueId":(\d+),"topic":"([^"\\]*)"\}:'
+                          rb'\{"lastUpdateTimestamp":-?\d+,"maxOffset":(-?\d+),"minOffset":(-?\d+)\}')
+_STATS_HEAD = b'{"offsetTable":{'
+
+
+def parse_topic_stats(body: bytes, topic: str, addr: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The queues of ``topic`` in a TopicStatsTable body: queue ids, minOffset and maxOffset as int64 arrays
+    (ids in the body's order). The compact form brokers write is matched entry by entry, when every entry
+    of the body matched; anything else goes through the fastjson reader."""
+    stripped = body.strip()
+    if stripped.startswith(_STATS_HEAD) and stripped.endswith(b"}}"):
+        entries = _STATS_ENTRY.findall(stripped)
+        n = len(entries)
+        if n and stripped.count(b'"brokerName"') == n and stripped.count(b",") == 5 * n - 1:
+            cols = np.array(entries)
+            keep = cols[:, 1] == topic.encode("utf-8")
+            return cols[keep, 0].astype(np.int64), cols[keep, 3].astype(np.int64), cols[keep, 2].astype(np.int64)
+    found = _parse_topic_stats_slow(body, topic, addr)
+    ids = sorted(found)
+    return (np.array(ids, dtype=np.int64), np.array([found[q].min for q in ids], dtype=np.int64),
+            np.array([found[q].max for q in ids], dtype=np.int64))
+
+
+def _parse_topic_stats_slow(body: bytes, topic: str, addr: str | None) -> dict[int, QueueBounds]:
+    doc = json_body.loads(body, what="GET_TOPIC_STATS_INFO body", addr=addr)
+    table = doc.get("offsetTable") if isinstance(doc, Mapping) else None
+    if not isinstance(table, Mapping):
+        raise BodyError("GET_TOPIC_STATS_INFO body has no offsetTable object", addr=addr)
+    found: dict[int, QueueBounds] = {}
+    for mq, offsets in table.items():
+        if not isinstance(mq, Mapping) or not isinstance(offsets, Mapping):
+            raise BodyError(f"GET_TOPIC_STATS_INFO: entry {mq!r}: {offsets!r} is not MessageQueue: TopicOffset",
+                            addr=addr)
+        if mq.get("topic") != topic:
+            continue
+        qid, low, high = mq.get("queueId"), offsets.get("minOffset"), offsets.get("maxOffset")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (qid, low, high)):
+            raise BodyError(f"GET_TOPIC_STATS_INFO: entry {dict(mq)}: {dict(offsets)} lacks integer queueId, "
+                            f"minOffset or maxOffset", addr=addr)
+        assert isinstance(qid, int) and isinstance(low, int) and isinstance(high, int)
+        found[qid] = QueueBounds(low, high)
+    return found
+
+
 # ---- the view ----------------------------------------------------------------------------------------
 
 class NetworkBrokerView:
@@ -164,6 +234,10 @@ class NetworkBrokerView:
         self._client = _client()
         self.api = self._client.api_for(location.namesrv)
         self._queues = dict(location.queues)
+        # commit_offsets: what the broker acknowledged, on which connection, and when all was last sent
+        self._acked: dict[tuple[str, str, int], int] = {}
+        self._acked_on: object = None
+        self._full_at = 0.0
 
     @property
     def broker_name(self) -> str:
@@ -198,6 +272,29 @@ class NetworkBrokerView:
         values = self._run(ask())
         n = len(queue_ids)
         return {q: QueueBounds(values[i], values[n + i]) for i, q in enumerate(queue_ids)}
+
+    def bounds_array(self, topic: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Readable queue ids of ``topic`` and their [min, max) offsets as int64 arrays (planning, every
+        trigger): one GET_TOPIC_STATS_INFO for the whole topic, GET_MIN_OFFSET / GET_MAX_OFFSET only for
+        queues its answer lacks (see :func:`topic_stats`)."""
+        ids = self.queue_ids(topic)
+        if not ids:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        wanted = np.array(ids, dtype=np.int64)
+        got, got_low, got_high = self._run(topic_stats(self.api, self.addr, topic))
+        order = np.argsort(got, kind="stable")
+        got, got_low, got_high = got[order], got_low[order], got_high[order]
+        at = np.minimum(np.searchsorted(got, wanted), max(len(got) - 1, 0))
+        found = (got[at] == wanted) if len(got) else np.zeros(len(wanted), dtype=bool)
+        low = np.where(found, got_low[at] if len(got) else 0, 0)
+        high = np.where(found, got_high[at] if len(got) else 0, 0)
+        missing = wanted[~found].tolist()
+        if missing:   # readable queues the answer lacks (readQueueNums > writeQueueNums, or no answer)
+            asked = self.queue_bounds(topic, missing)
+            rows = np.flatnonzero(~found)
+            low[rows] = [asked[q].min for q in missing]
+            high[rows] = [asked[q].max for q in missing]
+        return wanted, low.astype(np.int64), high.astype(np.int64)
 
     def message_sizes(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray:
         raise OptionError("maxBytesPerTrigger", "is not supported in network mode (message sizes are not served "
@@ -264,13 +361,31 @@ class NetworkBrokerView:
         return {q: -1 if o is None else o for q, o in zip(ids, self._run(ask()), strict=True)}
 
     def commit_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
-        async def send() -> None:
-            await asyncio.gather(*(self.api.update_offset(self.addr, group, topic, q, o, oneway=False,
-                                                          timeout=REQUEST_TIMEOUT_S)
-                                   for topic, queues in offsets.items() for q, o in queues.items()))
+        """UPDATE_CONSUMER_OFFSET of every queue, answered. A planner commits every trigger, mostly the same
+        offsets: queues whose offset the broker already acknowledged are skipped while the connection it
+        was acknowledged on is still the one in use and less than :data:`FULL_COMMIT_S` has passed since
+        the last commit of every queue. A new connection (the broker restarted and may have lost what it
+        had not persisted, ``ConsumerOffsetManager.persist`` runs every 5 s) or a failed commit means
+        everything is sent again next time."""
+        if not any(offsets.values()):
+            return
 
-        if any(offsets.values()):
-            self._run(send())
+        async def send() -> None:
+            channel = await self.api.channel(self.addr, REQUEST_TIMEOUT_S)
+            now = time.monotonic()
+            full = channel is not self._acked_on or now - self._full_at >= FULL_COMMIT_S
+            acked = {} if full else self._acked
+            todo = [(topic, q, o) for topic, queues in offsets.items() for q, o in queues.items()
+                    if acked.get((group, topic, q)) != o]
+            self._acked_on = None   # until every update is answered
+            await asyncio.gather(*(self.api.update_offset(self.addr, group, topic, q, o, oneway=False,
+                                                          timeout=REQUEST_TIMEOUT_S) for topic, q, o in todo))
+            acked.update(((group, topic, q), o) for topic, q, o in todo)
+            self._acked, self._acked_on = acked, channel
+            if full:
+                self._full_at = now
+
+        self._run(send())
 
     def close(self) -> None:
         pass  # connections stay with the process's client for the next view
@@ -489,4 +604,5 @@ class _Decoder:
         return pa.array(values, pa.binary())
 
 
-__all__ = ["NetworkBroker", "NetworkBrokerView", "record_starts", "resolve_network_brokers"]
+__all__ = ["NetworkBroker", "NetworkBrokerView", "parse_topic_stats", "record_starts", "resolve_network_brokers",
+           "topic_stats"]

@@ -194,13 +194,15 @@ def commit_offsets(options: RocketMQOptions, views: Views, offsets: Mapping[Queu
     known before any is written) or of the client's offsets.json (BROADCASTING)."""
     if not offsets:
         return
-    bad = {str(q): o for q, o in offsets.items() if o < 0}
+    offsets = QueueOffsets(offsets)   # no copy of a QueueOffsets (a planner's arrays stay arrays)
+    per_broker = offsets.by_broker()
+    bad = {str(QueueKey(topic, broker, qid)): o for broker, topics in per_broker.items()
+           for topic, queues in topics.items() for qid, o in queues.items() if o < 0}
     if bad:
         raise RocketStreamError(f"cannot commit negative offsets for group {options.consumer_group!r}: {bad}")
     if options.broadcasting:
         _broadcast_store(options, read_only=False).commit(options.consumer_group, offsets)
         return
-    per_broker = QueueOffsets(offsets).by_broker()
     targets = {broker: view_of(views, broker) for broker in per_broker}
     for broker, by_topic in per_broker.items():
         targets[broker].commit_offsets(options.consumer_group, by_topic)

@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -38,14 +39,33 @@ from rocketstream.spark.batch import ReadTask, plan_tasks, read_task
 from rocketstream.spark.broker_view import (
     BrokerView,
     QueueBounds,
+    bounds_arrays,
     queue_bounds,
 )
-from rocketstream.spark.offsets import OffsetJson, QueueOffsets
+from rocketstream.spark.offsets import OffsetJson, QueueIndex, QueueOffsets
 from rocketstream.spark.options import RocketMQOptions
 from rocketstream.spark.schema import Projection
 
 log = logging.getLogger(__name__)
 Offsets = dict[QueueKey, int]
+_RECENT = 4  # offsets returned to Spark that a later call may hand back (start and end of a batch, initial)
+
+
+@dataclass(frozen=True)
+class _Trigger:
+    """What ``latestOffset(start)`` planned, in the arrays of ``index``: ``partitions(start, end)`` and
+    ``reportLatestOffset`` of the same trigger reuse it instead of asking the brokers again."""
+
+    start: QueueOffsets
+    end: QueueOffsets
+    index: QueueIndex
+    low: np.ndarray
+    high: np.ndarray
+    begin: np.ndarray  # start of every queue, checked against [low, high]
+
+    def bounds(self) -> dict[QueueKey, QueueBounds]:
+        return {q: QueueBounds(lo, hi) for q, lo, hi in zip(self.index.keys, self.low.tolist(), self.high.tolist(),
+                                                            strict=True)}
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -61,12 +81,17 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # opened once (a local view rereads its queues on every call), and the bounds latestOffset saw
         # with the end it returned, which partitions(start, that end) reuses.
         self._open: dict[str, BrokerView] | None = None
-        self._planned: tuple[QueueOffsets, dict[QueueKey, QueueBounds]] | None = None
+        self._planned: _Trigger | None = None
+        self._index: QueueIndex | None = None  # the queues latestOffset saw last (reused while unchanged)
+        self._recent: list[QueueOffsets] = []  # offsets returned to Spark lately, recognised when handed back
+        self._target_array: tuple[QueueIndex, np.ndarray] | None = None
 
     def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
         state["_open"] = None
         state["_planned"] = None
+        state["_recent"] = []
+        state["_target_array"] = None
         return state
 
     @contextmanager
@@ -103,6 +128,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 bounds = queue_bounds(views, self.options.topics)
                 positions.require_queues(views, bounds, self.options.topics)
                 self._initial = QueueOffsets(positions.starting_offsets(self.options, views, bounds))
+            self._remember(self._initial)
         return self._initial.to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -118,22 +144,49 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         with self._views() as views:
             self._target = {q: b.max for q, b in queue_bounds(views, self.options.topics).items()}
+        self._target_array = None
 
     def latestOffset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
-        committed = _parse(start)
+        committed = self._parse(start)
         self._commit(committed)  # every batch up to start has completed
         with self._views() as views:
-            bounds = queue_bounds(views, self.options.topics)
-            begin = self._checked_starts(committed, bounds)
-            latest = {q: b.max for q, b in bounds.items()}
+            index, low, high = bounds_arrays(views, self.options.topics, self._index)
+            self._index = index
+            begin = self._checked_begin(committed, index, low, high)
+            latest = high
             if self._target is not None:
-                latest = {q: min(m, self._target.get(q, begin[q])) for q, m in latest.items()}
-            latest = {q: max(m, begin[q]) for q, m in latest.items()}
-            end = self._admit(begin, latest, limit, views)
-        self._planned = (QueueOffsets(end), bounds)
-        if end != begin:
+                latest = np.minimum(latest, self._target_in(index, begin))
+            latest = np.maximum(latest, begin)
+            if isinstance(limit, ReadAllAvailable):
+                end_values = latest
+            else:
+                admitted = self._admit(index.mapping(begin), index.mapping(latest), limit, views)
+                end_values = index.array(admitted, default=latest)
+        end = QueueOffsets.of_array(index, end_values)
+        self._planned = _Trigger(committed, end, index, low, high, begin)
+        if not np.array_equal(end_values, begin):
             self._last_trigger = time.monotonic()
-        return QueueOffsets(end).to_dict()
+        self._remember(end)
+        return end.to_dict()
+
+    def _checked_begin(self, committed: QueueOffsets, index: QueueIndex, low: np.ndarray,
+                       high: np.ndarray) -> np.ndarray:
+        """Start of every queue of ``index``: the committed offset, checked against [min, max] (arrays
+        when every queue is known and in range, the data-loss rules of :meth:`_checked_starts` otherwise)."""
+        values = committed.array_in(index)
+        if values is not None and bool(((values >= low) & (values <= high)).all()):
+            return values
+        bounds = {q: QueueBounds(lo, hi) for q, lo, hi in zip(index.keys, low.tolist(), high.tolist(), strict=True)}
+        return index.array(self._checked_starts(committed, bounds))
+
+    def _target_in(self, index: QueueIndex, begin: np.ndarray) -> np.ndarray:
+        """AvailableNow's target in ``index`` order; queues it does not know stay at ``begin``."""
+        assert self._target is not None
+        cached = self._target_array
+        if cached is None or cached[0] != index:
+            known = index.array(self._target, default=-1)
+            cached = self._target_array = (index, known)
+        return np.where(cached[1] >= 0, cached[1], begin)
 
     def _checked_starts(self, begin: Mapping[QueueKey, int], bounds: Mapping[QueueKey, QueueBounds]) -> Offsets:
         # New queues start at their min without alarm; known ones follow the data-loss rules.
@@ -162,20 +215,32 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark asks right after latestOffset, for its progress report: the max offsets latestOffset saw
         # (as Spark's Kafka source reports its cached latestPartitionOffsets).
         if self._planned is not None:
-            return QueueOffsets({q: b.max for q, b in self._planned[1].items()}).to_dict()
+            return self._planned.index.to_dict(self._planned.high)
         with self._views() as views:
             bounds = queue_bounds(views, self.options.topics)
         return QueueOffsets({q: b.max for q, b in bounds.items()}).to_dict()
 
     # ---- batches ------------------------------------------------------------------------------
     def partitions(self, start: OffsetJson, end: OffsetJson) -> list[ReadTask]:
-        begin, stop = _parse(start), _parse(end)
+        begin, stop = self._parse(start), self._parse(end)
         if begin == stop:
             return []
+        sub = self.options.subscription
+        tags = None if sub.sub_all else frozenset(sub.tags)
         planned = self._planned
+        if planned is not None and planned.end == stop and planned.start == begin:
+            # The batch latestOffset just planned: its checked starts and bounds stand; only the queues
+            # with messages to read become key objects.
+            stop_values = planned.end.array_in(planned.index)
+            assert stop_values is not None  # of_array over that index
+            first = np.minimum(planned.begin, stop_values)
+            busy = np.flatnonzero(stop_values > first)
+            keys = [planned.index.keys[i] for i in busy.tolist()]
+            return plan_tasks(self.options, self.brokers, dict(zip(keys, first[busy].tolist(), strict=True)),
+                              dict(zip(keys, stop_values[busy].tolist(), strict=True)), self.projection, tags)
         with self._views() as views:
-            if planned is not None and planned[0] == stop:
-                bounds = planned[1]  # the same trigger: latestOffset just read them
+            if planned is not None and planned.end == stop:
+                bounds = planned.bounds()  # the same trigger: latestOffset just read them
             else:
                 bounds = queue_bounds(views, self.options.topics)
             for q in stop:
@@ -188,9 +253,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             checked = positions.check_starts(known, bounds, self.options.fail_on_data_loss)
             starts = {q: checked.get(q, bounds[q].min) for q in stop}
         starts = {q: min(starts[q], stop[q]) for q in stop}  # retention may have passed the whole range
-        sub = self.options.subscription
-        tags = None if sub.sub_all else frozenset(sub.tags)
-        return plan_tasks(self.options, self.brokers, starts, stop, self.projection, tags)
+        return plan_tasks(self.options, self.brokers, starts, dict(stop), self.projection, tags)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, ReadTask):
@@ -199,6 +262,17 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: OffsetJson) -> None:
         self._commit(_parse(end))
+
+    def _parse(self, offset: Mapping[str, object]) -> QueueOffsets:
+        """An offset Spark hands back: one this reader returned lately is recognised by a dict comparison
+        (no parsing, and it keeps its arrays); anything else is parsed and checked."""
+        for known in self._recent:
+            if known.matches(offset):
+                return known
+        return _parse(offset)
+
+    def _remember(self, offsets: QueueOffsets) -> None:
+        self._recent = [offsets, *self._recent[:_RECENT - 1]]
 
     def _commit(self, offsets: QueueOffsets) -> None:
         # An idle stream plans a trigger every few milliseconds: rewrite the table only on change.

@@ -1,10 +1,17 @@
 """Planning benchmark: what one micro-batch trigger costs the driver, for 8, 128 and 1,024 queues.
 
     python tests/benchmarks/bench_planning.py [--queues 8,128,1024] [--triggers 30] [--messages 64] [--dir DIR]
+                                              [--modes local,network] [--broker ours|java]
 
-For each queue count it writes a store with one topic of that many queues (``--messages`` messages per
-queue), opens the stream reader the ``rocketmq`` source gives Spark (local mode, the default
-consumerGroup, so every trigger also commits the group's offsets) and times, per trigger:
+For each queue count and mode it makes one topic of that many queues (``--messages`` messages per queue),
+opens the stream reader the ``rocketmq`` source gives Spark (the default consumerGroup, so every trigger
+also commits the group's offsets) and times, per trigger:
+
+* ``local``: a store directory written in this process (``path``); the group commit rewrites the store's
+  config/consumerOffset.json.
+* ``network``: a broker started for the run (``--broker ours``: ``rocketstream serve``; ``java``: the real
+  Apache RocketMQ 4.9.8 name server and broker from ../shared/rocketmq-4.9.8), read with ``nameServer``;
+  the queues' bounds and the group commit are requests to the broker. Messages are sent with our Producer.
 
   * latestOffset(start, ReadAllAvailable) — bounds of every queue, data-loss checks, the group commit;
   * partitions(start, end)                — the tasks of the batch;
@@ -12,16 +19,20 @@ consumerGroup, so every trigger also commits the group's offsets) and times, per
   * trigger = latestOffset + partitions (wall clock); trigger cpu = this process's CPU time for all three
     calls (less sensitive to other load on the machine).
 
-Between triggers a writer in this process appends a few messages to a few queues (not timed), so every
+Between triggers a writer (a store writer in this process, or our Producer) appends a few messages to a
+few queues (not timed), so every
 trigger plans a non-empty batch, as a busy stream does. The median and the 90th percentile over
 ``--triggers`` triggers are printed (after two warm-up triggers), and the batch reader's ``partitions()``
 (one batch query plan, fresh reader each time) for comparison. No Spark session: the reader's methods are
-called as Spark's planner process calls them. The goal (issue 12) is <= 100 ms per trigger at 1,024 queues.
+called as Spark's planner process calls them, with the offsets passed through ``json.dumps``/``json.loads``
+as Spark's checkpoint does. The goal (issue 12) is <= 100 ms per trigger at 1,024 queues.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import shutil
 import statistics
 import tempfile
@@ -37,6 +48,8 @@ from rocketstream.spark.stream import RocketMQStreamReader
 from rocketstream.store import MessageStore
 
 TOPIC = "PlanTopic"
+GROUP = "PlanGroup"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def build(root: Path, queues: int, per_queue: int) -> None:
@@ -50,21 +63,97 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:8.1f}"
 
 
-def bench(root: Path, queues: int, triggers: int, per_queue: int) -> dict[str, list[float]]:
-    build(root, queues, per_queue)
-    options = {"path": str(root), "topic": TOPIC, "startingOffsets": "earliest"}
+class LocalWriter:
+    def __init__(self, root: Path, queues: int, per_queue: int) -> None:
+        build(root, queues, per_queue)
+        self.store = MessageStore.open(root)
+        self.options = {"path": str(root), "topic": TOPIC, "startingOffsets": "earliest"}
+        self.batch_options = {"path": str(root), "topic": TOPIC}
+
+    def put(self, queue_id: int, n: int) -> None:
+        self.store.put_batch(TOPIC, queue_id, [b"y" * 100] * n, tags="TagA")
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class NetworkWriter:
+    """A broker for the run, the topic created on it with ``queues`` queues, filled with our Producer."""
+
+    def __init__(self, home: Path, queues: int, per_queue: int, broker: str) -> None:
+        import sys
+
+        sys.path.insert(0, str(REPO))
+        from rocketstream.client.allocate import MessageQueue
+        from rocketstream.client.producer import Producer
+        from tests.broker import java_fixtures
+
+        self._java_fixtures = java_fixtures
+        self.target = java_fixtures._start_java(home) if broker == "java" else java_fixtures.start_ours(home)
+        try:
+            _create_topic(self.target.broker_addr, TOPIC, queues)
+            self.producer = Producer("PlanProducer", namesrv=self.target.namesrv_addr).start()
+            self._mq = lambda qid: MessageQueue(TOPIC, self.target.broker_name, qid)
+            deadline = time.monotonic() + 30
+            while True:   # the name server learns the topic with the broker's next registration
+                try:
+                    self.put(0, per_queue)
+                    break
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+            for qid in range(1, queues):
+                self.put(qid, per_queue)
+        except BaseException:
+            self.close()
+            raise
+        ns = self.target.namesrv_addr
+        self.options = {"nameServer": ns, "topic": TOPIC, "startingOffsets": "earliest", "consumerGroup": GROUP}
+        self.batch_options = {"nameServer": ns, "topic": TOPIC, "consumerGroup": GROUP}
+
+    def put(self, queue_id: int, n: int) -> None:
+        self.producer.send_batch(TOPIC, [b"y" * 100] * n, tags="TagA", queue=self._mq(queue_id), timeout=30)
+
+    def close(self) -> None:
+        producer = getattr(self, "producer", None)
+        if producer is not None:
+            producer.shutdown()
+        self._java_fixtures.stop(self.target, clean=False)
+
+
+def _create_topic(broker_addr: str, topic: str, queues: int) -> None:
+    from rocketstream.remoting import RemotingCommand, RequestCode, connect
+
+    async def go():
+        ch = await connect(broker_addr)
+        try:
+            return await ch.invoke(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+                "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
+                "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}), 10)
+        finally:
+            ch.close()
+
+    resp = asyncio.run(go())
+    if resp.code != 0:
+        raise RuntimeError(f"creating {topic} on {broker_addr}: {resp.code} {resp.remark}")
+
+
+def bench(root: Path, queues: int, triggers: int, per_queue: int, mode: str = "local",
+          broker: str = "ours") -> dict[str, list[float]]:
+    writer = LocalWriter(root, queues, per_queue) if mode == "local" else NetworkWriter(root, queues, per_queue,
+                                                                                         broker)
     names = ("latestOffset", "partitions", "reportLatestOffset", "trigger", "trigger cpu", "batch partitions")
     times: dict[str, list[float]] = {name: [] for name in names}
-    reader = RocketMQStreamReader(parse_options(options, streaming=True), projection_for(None))
-    start = reader.initialOffset()
-    writer = MessageStore.open(root)
     try:
+        reader = RocketMQStreamReader(parse_options(writer.options, streaming=True), projection_for(None))
+        start = json.loads(json.dumps(reader.initialOffset()))
         for i in range(triggers + 2):
             for k in range(4):   # a few queues get new messages
-                writer.put_batch(TOPIC, (i * 4 + k) % queues, [b"y" * 100] * 8, tags="TagA")
+                writer.put((i * 4 + k) % queues, 8)
             c0 = time.process_time()
             t0 = time.perf_counter()
-            end = reader.latestOffset(start, ReadAllAvailable())
+            end = json.loads(json.dumps(reader.latestOffset(start, ReadAllAvailable())))  # Spark's checkpoint
             t1 = time.perf_counter()
             tasks = reader.partitions(start, end)
             t2 = time.perf_counter()
@@ -82,8 +171,7 @@ def bench(root: Path, queues: int, triggers: int, per_queue: int) -> dict[str, l
         reader.stop()
         for _ in range(max(3, triggers // 5)):
             t0 = time.perf_counter()
-            batch = batch_reader(parse_options({"path": str(root), "topic": TOPIC}, streaming=False),
-                                 projection_for(None))
+            batch = batch_reader(parse_options(writer.batch_options, streaming=False), projection_for(None))
             batch.partitions()
             times["batch partitions"].append(time.perf_counter() - t0)
     finally:
@@ -97,16 +185,20 @@ def main() -> None:
     ap.add_argument("--triggers", type=int, default=30)
     ap.add_argument("--messages", type=int, default=64, help="messages per queue before the first trigger")
     ap.add_argument("--dir", default=None, help="where the stores go (a temporary directory by default)")
+    ap.add_argument("--modes", default="local,network", help="local and/or network")
+    ap.add_argument("--broker", default="ours", choices=("ours", "java"), help="the broker of network mode")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-planning-", dir=args.dir))
     try:
-        print(f"{'queues':>7} {'what':<20} {'median ms':>9} {'p90 ms':>8}")
-        for n in (int(q) for q in args.queues.split(",")):
-            times = bench(base / f"q{n}", n, args.triggers, args.messages)
-            for what, values in times.items():
-                p90 = sorted(values)[int(len(values) * 0.9) - 1 if len(values) > 1 else 0]
-                print(f"{n:>7} {what:<20} {ms(statistics.median(values))} {ms(p90)}")
-            shutil.rmtree(base / f"q{n}", ignore_errors=True)
+        print(f"{'mode':<8} {'queues':>7} {'what':<20} {'median ms':>9} {'p90 ms':>8}")
+        for mode in args.modes.split(","):
+            label = mode if mode == "local" else f"net-{args.broker}"
+            for n in (int(q) for q in args.queues.split(",")):
+                times = bench(base / f"{mode}-q{n}", n, args.triggers, args.messages, mode, args.broker)
+                for what, values in times.items():
+                    p90 = sorted(values)[int(len(values) * 0.9) - 1 if len(values) > 1 else 0]
+                    print(f"{label:<8} {n:>7} {what:<20} {ms(statistics.median(values))} {ms(p90)}", flush=True)
+                shutil.rmtree(base / f"{mode}-q{n}", ignore_errors=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -1,11 +1,12 @@
 """A streaming query in its own process, for the restart campaign (killed with SIGKILL, restarted).
 
-Usage: spark_stream_job.py <store root> <checkpoint> <output dir> <run|final> <consumer group>
-       <maxMessagesPerTrigger>
+Usage: spark_stream_job.py <store root | ns:<name server>> <checkpoint> <output dir> <run|final>
+       <consumer group> <maxMessagesPerTrigger>
 
 Reads topic ``RelSpark`` as format("rocketmq") with a narrow schema and appends it to a parquet file
 sink. ``run`` triggers as fast as it can until killed; ``final`` is a clean Trigger.AvailableNow run
 that exits 0 when everything available has been written. Prints ``STARTED`` once the query runs.
+``ns:host:port`` reads over the network (option ``nameServer``) instead of a store directory.
 """
 
 from __future__ import annotations
@@ -39,9 +40,13 @@ def main() -> int:
     from rocketstream.spark import register
 
     register(spark)
-    frame = (spark.readStream.format("rocketmq").schema(SCHEMA).option("topic", TOPIC)
-             .option("consumerGroup", group).option("startingOffsets", "earliest")
-             .option("maxMessagesPerTrigger", per_trigger).load(root))
+    reader = (spark.readStream.format("rocketmq").schema(SCHEMA).option("topic", TOPIC)
+              .option("consumerGroup", group).option("startingOffsets", "earliest")
+              .option("maxMessagesPerTrigger", per_trigger))
+    if root.startswith("ns:"):
+        frame = reader.option("nameServer", root[3:]).load()
+    else:
+        frame = reader.load(root)
     writer = frame.writeStream.format("parquet").option("path", output).option("checkpointLocation", checkpoint)
     writer = writer.trigger(availableNow=True) if mode == "final" else writer.trigger(processingTime="0 seconds")
     query = writer.start()

@@ -290,7 +290,7 @@ class ConsumerOffsetManager:
         self.read_only = read_only
 
     def _load(self) -> tuple[ConsumerOffsetDocument, bytes | None]:
-        doc, raw = load_consumer_offset_file(self.path)
+        doc, raw = load_with_bak(self.path, _parse_remembered)
         return (doc or ConsumerOffsetDocument({}, None)), raw
 
     def table(self) -> dict[str, dict[int, int]]:
@@ -359,7 +359,33 @@ class ConsumerOffsetManager:
             if table == doc.table and (raw is not None or not self.path.exists()):
                 return  # nothing changed, and the main file is healthy (or there is none to heal)
             version = next_data_version(doc.data_version)  # 5.x: advance it as the broker would
-            replace_offset_file(self.path, dump_consumer_offsets(table, data_version=version), raw)
+            text = dump_consumer_offsets(table, data_version=version)
+            replace_offset_file(self.path, text, raw)
+            _remember_parsed(self.path, text.encode("utf-8"), ConsumerOffsetDocument(table, version))
+
+
+_LAST_PARSED: dict[object, tuple[bytes, ConsumerOffsetDocument]] = {}
+
+
+def _parse_remembered(text: bytes, *, path: object = None) -> ConsumerOffsetDocument:
+    """:func:`load_consumer_offset_document`, but the same bytes of the same file are parsed once (a
+    planner commits every trigger, and the file holds what it wrote last time). Callers get their own
+    copy of the table."""
+    last = _LAST_PARSED.get(path)
+    if last is None or last[0] != text:
+        last = (bytes(text), load_consumer_offset_document(text, path=path))
+        _LAST_PARSED[path] = last
+    doc = last[1]
+    return ConsumerOffsetDocument({k: dict(v) for k, v in doc.table.items()},
+                                  None if doc.data_version is None else dict(doc.data_version))
+
+
+def _remember_parsed(path: object, text: bytes, doc: ConsumerOffsetDocument) -> None:
+    """What a rewrite just wrote is what the next load parses: the document it was dumped from, in the
+    file's order (:func:`dump_consumer_offsets` sorts keys and queue ids)."""
+    table = {k: {q: doc.table[k][q] for q in sorted(doc.table[k])} for k in sorted(doc.table)}
+    _LAST_PARSED[path] = (text, ConsumerOffsetDocument(table,
+                                                       None if doc.data_version is None else dict(doc.data_version)))
 
 
 def _table_key(group: str, topic: str) -> str:
