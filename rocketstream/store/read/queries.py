@@ -12,6 +12,8 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     from rocketstream.store.files.commit_log import CommitLog
     from rocketstream.store.files.consume_queue import ConsumeQueue
@@ -120,42 +122,138 @@ class StoreQueries:
 
     # --- getMessage for the wire (PullMessageProcessor) -----------------------------------------
     def get_message_raw(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                        tags_codes: Collection[int] | None = None) -> RawMessageResult:
+                        tags_codes: Collection[int] | None = None,
+                        record_filter: Callable[[memoryview], bool] | None = None) -> RawMessageResult:
         """``DefaultMessageStore.getMessage`` as the broker's PullMessageProcessor calls it: the same
         statuses, next offsets and transfer limits as :meth:`get_message`, but the result is the stored
-        record bytes (slices of the commit-log mapping, nothing decoded) and the filter is the tags code
+        record bytes (views of the commit-log mapping, nothing decoded) and the filter is the tags code
         only (``ExpressionMessageFilter.isMatchedByConsumeQueue``: ``codeSet.contains((int) tagsCode)``),
         as the Java broker filters; the client completes the filter on the TAGS string.
 
-        ``tags_codes``: None = every message (subscription ``*``). Each record's TOTALSIZE and
-        PHYSICALOFFSET are checked against its consume-queue unit (two integers, not a decode).
+        ``tags_codes``: None = every message (subscription ``*``). ``record_filter``: a per-message
+        check of the record's bytes after the tags code matched (``isMatchedByCommitLog``, e.g. SQL92);
+        a record it refuses is skipped like one of another tag. Each record's TOTALSIZE and PHYSICALOFFSET
+        are checked against its consume-queue unit (two integers, not a decode).
+
+        ``buffers`` of the result are segments of the commit log in queue order whose concatenation is
+        the pull body: records that lie back to back in the commit log (a one-queue topic's always do)
+        come as one segment. The views stay valid while the file is mapped: join them at once.
+        Without a ``record_filter`` the units of the range are examined as numpy arrays
+        (:func:`_select_units`); units pointing below the commit log's min offset or into a missing
+        file, and every ``record_filter``, take the per-record loop (:meth:`_get_raw_per_record`).
         """
         cq = self._queue(topic, queue_id)
         if cq is None:
             return RawMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         lo, hi = cq.min_offset(), cq.max_offset()
-
-        def result(status: GetMessageStatus, next_offset: int) -> RawMessageResult:
-            return RawMessageResult(status, next_offset, lo, hi)
-
         if hi == 0:
-            return result(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0)
+            return RawMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
         if offset < lo:
-            return result(GetMessageStatus.OFFSET_TOO_SMALL, lo)
+            return RawMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi)
         if offset == hi:
-            return result(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset)
+            return RawMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
         if offset > hi:
-            return result(GetMessageStatus.OFFSET_OVERFLOW_BADLY, hi)
+            return RawMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
         file_end = cq.file_end_index(offset)
         if cq.queue.find(offset * codec.CQ_UNIT_SIZE) is None:
-            return result(GetMessageStatus.OFFSET_FOUND_NULL, file_end)
+            return RawMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, file_end, lo, hi)
         cfg = self.config
+        # DefaultMessageStore.getMessage: maxFilterMessageCount = max(16000, maxMsgNums * CQ_STORE_UNIT_SIZE) bytes
         limit = max(cfg.max_filter_message_bytes, max_msg_nums * codec.CQ_UNIT_SIZE) // codec.CQ_UNIT_SIZE
         end = min(file_end, hi, offset + limit)
+        out = None if record_filter is not None else self._get_raw_vectorized(cq, offset, end, max_msg_nums,
+                                                                              tags_codes)
+        if out is None:
+            out = self._get_raw_per_record(cq, offset, end, max_msg_nums, tags_codes, record_filter)
+        out.min_offset, out.max_offset = lo, hi
+        return out
+
+    def _get_raw_vectorized(self, cq: ConsumeQueue, offset: int, end: int, max_msg_nums: int,
+                            tags_codes: Collection[int] | None) -> RawMessageResult | None:
+        """The units of [offset, end) as numpy arrays, read in growing chunks (a full batch usually ends
+        long before ``end``); None when a unit points where the per-record loop must decide (below the
+        commit log's min offset or into no file: MESSAGE_WAS_REMOVING and rollNextFile)."""
+        cfg = self.config
+        cl = self.commit_log
+        cl_min = cl.min_offset()
+        codes = None if tags_codes is None else np.fromiter(tags_codes, dtype=np.int64, count=len(tags_codes))
+        chosen: list[np.ndarray] = []
+        count = total = 0
+        examined = end - offset
+        at, step = offset, max(min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory), 1) + 1
+        while at < end:
+            stop = min(end, at + step)
+            units = cq.raw_units(at, stop)
+            phys = units["offset"].astype(np.int64)
+            if len(phys) and int(phys.min()) < cl_min:
+                return None
+            cut, picked = _select_units(units, codes, count, total, max_msg_nums,
+                                        cfg.max_transfer_bytes_on_message_in_memory,
+                                        cfg.max_transfer_count_on_message_in_memory)
+            if len(picked):
+                chosen.append(units[picked])
+                count += len(picked)
+                total += int(units["size"][picked].astype(np.int64).sum())
+            if cut < len(units):
+                examined = at - offset + cut
+                break
+            at, step = stop, step * 4
+        if not count:
+            return RawMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset + examined, 0, 0)
+        units = chosen[0] if len(chosen) == 1 else np.concatenate(chosen)
+        segments = self._segments(units["offset"].astype(np.int64), units["size"].astype(np.int64))
+        if segments is None:
+            return None
+        return RawMessageResult(GetMessageStatus.FOUND, offset + examined, 0, 0, segments, total, count)
+
+    def _segments(self, phys: np.ndarray, sizes: np.ndarray) -> list[memoryview] | None:
+        """Views of the commit log holding the records at ``phys`` (queue order), records adjacent in the
+        commit log merged into one view; each record's TOTALSIZE and PHYSICALOFFSET checked against its
+        unit (:func:`_record_bytes` in bulk). None when a record's file is not mapped."""
+        cl = self.commit_log
+        file_size = cl.file_size
+        file_index = phys // file_size
+        file_cuts = np.flatnonzero(file_index[1:] != file_index[:-1]) + 1
+        segments: list[memoryview] = []
+        for lo, hi in zip(np.r_[0, file_cuts].tolist(), np.r_[file_cuts, len(phys)].tolist(), strict=True):
+            p, s = phys[lo:hi], sizes[lo:hi]
+            mf = cl.find_file(int(p[0]))
+            if mf is None:
+                return None
+            pos = p - mf.file_from_offset
+            bad = (s <= codec.POS_SYS_FLAG) | (pos < 0) | (pos + s > mf.file_size)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise CorruptStoreError(f"consume-queue unit (offset {int(p[i])}, size {int(s[i])}) leaves the "
+                                        f"commit-log file", path=mf.path, offset=int(p[i]))
+            arr = mf.array
+            stored_total = _gather_be(arr, pos, 4)
+            stored_phys = _gather_be(arr, pos + codec.POS_PHYSICAL_OFFSET, 8)
+            bad = (stored_total != s) | (stored_phys != p)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise CorruptStoreError(
+                    f"record header (TOTALSIZE {int(stored_total[i])}, PHYSICALOFFSET {int(stored_phys[i])}) does not "
+                    f"match its consume-queue unit (size {int(s[i])}, offset {int(p[i])})", path=mf.path,
+                    offset=int(p[i]))
+            # runs of records back to back in the file: [pos[a], pos[b-1] + s[b-1])
+            breaks = np.flatnonzero(pos[1:] != pos[:-1] + s[:-1]) + 1
+            starts = np.r_[0, breaks]
+            stops = np.r_[breaks, len(pos)] - 1
+            view = memoryview(mf.mm)
+            for a, b in zip(pos[starts].tolist(), (pos[stops] + s[stops]).tolist(), strict=True):
+                segments.append(view[a:b])
+        return segments
+
+    def _get_raw_per_record(self, cq: ConsumeQueue, offset: int, end: int, max_msg_nums: int,
+                            tags_codes: Collection[int] | None,
+                            record_filter: Callable[[memoryview], bool] | None) -> RawMessageResult:
+        """The per-unit loop of ``DefaultMessageStore.getMessage`` (every case, one record at a time)."""
+        cfg = self.config
         cl = self.commit_log
         cl_min = cl.min_offset()
         status = GetMessageStatus.NO_MATCHED_MESSAGE
-        buffers: list[bytes] = []
+        buffers: list[memoryview] = []
         size_sum = 0
         next_phy_file_start = -1
         examined = end - offset
@@ -181,15 +279,15 @@ class StoreQueries:
                         status = GetMessageStatus.MESSAGE_WAS_REMOVING
                     next_phy_file_start = phys - phys % cl.file_size + cl.file_size
                     continue
-                buffers.append(_record_bytes(mf, phys, size))
+                record = _record_bytes(mf, phys, size)
+                if record_filter is not None and not record_filter(record):
+                    continue   # isMatchedByCommitLog
+                buffers.append(record)
                 size_sum += size
                 status = GetMessageStatus.FOUND
                 next_phy_file_start = -1
             at, step = stop, step * 4
-        out = result(status, offset + examined)
-        out.buffers = buffers
-        out.total_bytes = size_sum
-        return out
+        return RawMessageResult(status, offset + examined, 0, 0, buffers, size_sum, len(buffers))
 
     def raw_record(self, phys: int) -> bytes | None:
         """The stored bytes of the record at commit-log offset ``phys`` (``selectOneMessageByOffset``:
@@ -428,7 +526,38 @@ def _java_int(code: int) -> int:
     return code - (1 << 32) if code >= 1 << 31 else code
 
 
-def _record_bytes(mf: MappedFile, phys: int, size: int) -> bytes:
+def _select_units(units: np.ndarray, codes: np.ndarray | None, count: int, total: int, max_msg_nums: int,
+                  max_bytes: int, max_count: int) -> tuple[int, np.ndarray]:
+    """``DefaultMessageStore.getMessage``'s loop over consume-queue units as array operations, for units
+    that all point into the commit log: (index of the unit where the batch is full - ``len(units)`` when
+    it never is -, indices of the units before it that match the tags codes). ``count``/``total``: messages
+    and bytes already taken from earlier chunks.
+
+    ``isTheBatchFull`` runs for every unit before its tag check, with the unit's own size: the batch is
+    full at unit i when something was taken and taken >= maxMsgNums, or taken bytes + size_i >
+    maxTransferBytesOnMessageInMemory, or taken > maxTransferCountOnMessageInMemory - 1. The match is
+    ``codeSet.contains((int) tagsCode)`` (ExpressionMessageFilter.isMatchedByConsumeQueue)."""
+    sizes = units["size"].astype(np.int64)
+    if codes is None:
+        match = np.ones(len(units), dtype=bool)
+    else:   # tagsCode.intValue(): the low 32 bits as a signed int
+        low = (units["tags_code"].astype(np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+        match = np.isin(low, codes)
+    m = match.astype(np.int64)
+    taken = count + np.cumsum(m) - m                       # messages taken before unit i
+    taken_bytes = total + np.cumsum(sizes * m) - sizes * m   # their bytes
+    full = (taken > 0) & ((taken >= max_msg_nums) | (taken_bytes + sizes > max_bytes) | (taken > max_count - 1))
+    cut = int(np.argmax(full)) if full.any() else len(units)
+    return cut, np.flatnonzero(match[:cut])
+
+
+def _gather_be(arr: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
+    """Big-endian signed integers of ``width`` bytes at byte positions ``pos`` of ``arr`` (uint8)."""
+    raw = arr[pos[:, None] + np.arange(width)]
+    return raw.view(f">i{width}").reshape(-1).astype(np.int64)
+
+
+def _record_bytes(mf: MappedFile, phys: int, size: int) -> memoryview:
     """The ``size`` bytes of the record at ``phys``; its TOTALSIZE and PHYSICALOFFSET must agree with
     the consume-queue unit that pointed here (never hand a client bytes that are not that record)."""
     pos = phys - mf.file_from_offset
@@ -440,4 +569,4 @@ def _record_bytes(mf: MappedFile, phys: int, size: int) -> bytes:
     if total != size or stored_phys != phys:
         raise CorruptStoreError(f"record header (TOTALSIZE {total}, PHYSICALOFFSET {stored_phys}) does not match "
                                 f"its consume-queue unit (size {size}, offset {phys})", path=mf.path, offset=phys)
-    return mf.mm[pos:pos + size]
+    return memoryview(mf.mm)[pos:pos + size]
