@@ -34,19 +34,12 @@ import pyarrow.compute as pc
 from rocketstream.client.api import PULL_SYS_FLAG_LITE_PULL, PULL_SYS_FLAG_SUBSCRIPTION, MQClientAPI
 from rocketstream.client.common import PullStatus
 from rocketstream.client.route import PERM_READ, TopicRouteData
-from rocketstream.codec import (
-    FLAG_COMPRESSED,
-    MAGIC_V1,
-    MAGIC_V2,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
-    decompress_body,
-)
+from rocketstream.codec import MAGIC_V1, MAGIC_V2
 from rocketstream.codec import vectorized as vz
 from rocketstream.errors import BodyError, CorruptStoreError, DataLossError, OptionError, RocketStreamError
 from rocketstream.spark.broker_view import QueueBounds
 from rocketstream.store import project_schema
+from rocketstream.store.read.bulk_read import ColumnBuilder
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -60,9 +53,7 @@ PULL_MAX_NUMS = 1024
 BATCH_BYTES = 7 << 19
 # Queue ranges of one task pulled at once (each keeps one pull in flight ahead of the decoder).
 RANGES_IN_FLIGHT = 4
-_HEAD = struct.Struct(">ii")
-_PROPERTY_COLUMNS = {"msgId", "tags", "keys", "properties"}
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
+_SIZE = struct.Struct(">i")
 
 
 # ---- the process's client ----------------------------------------------------------------------------
@@ -351,42 +342,51 @@ class _RangePuller:
 # ---- pull bodies -> Arrow ----------------------------------------------------------------------------
 
 def record_starts(body: bytes, addr: str | None = None) -> np.ndarray:
-    """Start of every record of a pull body (stored records back to back)."""
+    """Start of every record of a pull body (stored records back to back): TOTALSIZE read at each start
+    (the one loop per record left: each start depends on the previous size), then the magic codes of
+    all records checked at once."""
     starts: list[int] = []
+    append = starts.append
+    unpack = _SIZE.unpack_from
     pos, n = 0, len(body)
-    unpack = _HEAD.unpack_from
-    while pos < n:
-        if pos + 8 > n:
-            raise BodyError(f"pull body: truncated record header at byte {pos}", addr=addr)
-        size, magic = unpack(body, pos)
-        if magic != MAGIC_V1 and magic != MAGIC_V2:
-            raise BodyError(f"pull body: record at byte {pos} has magic code {magic:#x}", addr=addr)
+    while pos + 8 <= n:
+        size = unpack(body, pos)[0]
         if size <= 8 or pos + size > n:
             raise BodyError(f"pull body: record at byte {pos} has size {size} beyond the body ({n} bytes)", addr=addr)
-        starts.append(pos)
+        append(pos)
         pos += size
-    return np.asarray(starts, dtype=np.int64)
+    if pos != n:
+        raise BodyError(f"pull body: truncated record header at byte {pos}", addr=addr)
+    rel = np.asarray(starts, dtype=np.int64)
+    if len(rel):
+        magic = vz.as_uint8(body)[rel[:, None] + np.arange(4, 8)].view(">i4").reshape(-1)
+        bad = (magic != MAGIC_V1) & (magic != MAGIC_V2)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise BodyError(f"pull body: record at byte {int(rel[i])} has magic code {int(magic[i]) & 0xFFFFFFFF:#x}",
+                            addr=addr)
+    return rel
 
 
 class _Decoder:
-    """Pull bodies of one view to RecordBatches of ``schema`` (MessageExt field names)."""
+    """Pull bodies of one view to RecordBatches of ``schema`` (MessageExt field names); the columns are
+    built by the local read's :class:`~rocketstream.store.read.bulk_read.ColumnBuilder`."""
 
     def __init__(self, schema: pa.Schema, broker_name: str, tags: Collection[str] | None, check_crc: bool,
                  addr: str) -> None:
         self.schema = schema
-        self.names = set(schema.names)
         self.broker_name = broker_name
         self.tag_set = frozenset(tags) if tags else None
+        self.tag_values = pa.array(sorted(self.tag_set), pa.string()) if self.tag_set else None
         self.check_crc = check_crc
         self.addr = addr
-        self.parse_props = bool(self.names & _PROPERTY_COLUMNS) or self.tag_set is not None
-        self.wanted = tuple(p for p, need in ((PROPERTY_TAGS, "tags" in self.names or self.tag_set is not None),
-                                             (PROPERTY_KEYS, "keys" in self.names),
-                                             (PROPERTY_UNIQ_KEY, "msgId" in self.names)) if need)
+        self.columns = ColumnBuilder(schema, broker_name, self.tag_set)
 
     def decode(self, body: bytes, topic: str, queue_id: int, start: int, end: int) -> pa.RecordBatch:
         buf = vz.as_uint8(body)
         rel = record_starts(body, self.addr)
+        if not len(rel):
+            return pa.RecordBatch.from_pylist([], schema=self.schema)
         h = vz.decode_headers(buf, rel, topic_len_hint=len(topic.encode("utf-8")))
         problems = vz.record_problems(buf, h, rel, check_ports=True, check_position=False)
         bad = vz.any_problem(problems)
@@ -395,17 +395,16 @@ class _Decoder:
             reasons = [vz.PROBLEM_DESCRIPTIONS[k] for k, m in problems.items() if m[i]]
             raise BodyError(f"pull body of {topic}:{queue_id}: record at byte {int(rel[i])} does not decode: "
                             f"{'; '.join(reasons)}", addr=self.addr)
-        qoff = h["queue_offset"].astype(np.int64)
+        qoff = h["queue_offset"]
+        # rows past the range end (a tag scan may run ahead) and rows of another queue are dropped
         keep = (qoff >= start) & (qoff < end) & (h["queue_id"] == queue_id)
         props = tag_col = keys_col = uniq_col = None
-        if self.parse_props:
+        if self.columns.parse_props:
             raw = vz.gather_segments(buf, h["props_pos"], h["props_len"], pa.binary())
-            props, wanted = vz.parse_properties(vz.properties_text(raw), self.wanted)
-            tag_col, keys_col, uniq_col = (wanted.get(PROPERTY_TAGS), wanted.get(PROPERTY_KEYS),
-                                           wanted.get(PROPERTY_UNIQ_KEY))
-            if self.tag_set is not None:  # the broker filters by tag hash code: check the TAGS string
-                hit = pc.fill_null(pc.is_in(tag_col, value_set=pa.array(sorted(self.tag_set), pa.string())), False)
-                keep &= hit.to_numpy(zero_copy_only=False)
+            props, tag_col, keys_col, uniq_col = self.columns.properties(raw)
+            if self.tag_values is not None:  # the broker filters by tag hash code: check the TAGS string
+                hit = pc.fill_null(pc.is_in(tag_col, value_set=self.tag_values), False).to_numpy(zero_copy_only=False)
+                keep &= hit
         if not keep.all():
             sel = np.flatnonzero(keep)
             h = {k: v[sel] if isinstance(v, np.ndarray) and v.ndim else v for k, v in h.items()}
@@ -419,74 +418,12 @@ class _Decoder:
                 raise CorruptStoreError(f"BODYCRC mismatch in a pull body from {self.addr}: {topic}:{queue_id} "
                                         f"offset {int(h['queue_offset'][i])}, stored {int(h['body_crc'][i])}",
                                         offset=int(h["physical_offset"][i]))
-        return self._assemble(buf, h, topic, queue_id, props, tag_col, keys_col, uniq_col)
-
-    def _assemble(self, buf: np.ndarray, h: dict[str, np.ndarray], topic: str, queue_id: int,
-                  props: pa.Array | None, tags: pa.Array | None, keys: pa.Array | None,
-                  uniq: pa.Array | None) -> pa.RecordBatch:
-        n = len(h["queue_offset"])
-        offset_ids = None
-        arrays: list[pa.Array] = []
-        for name in self.schema.names:
-            if name == "topic":
-                arr = vz.repeat_string(topic, n)
-            elif name == "brokerName":
-                arr = vz.repeat_string(self.broker_name, n)
-            elif name == "queueId":
-                arr = vz.numeric_array(np.full(n, queue_id, dtype=np.int32), pa.int32())
-            elif name == "queueOffset":
-                arr = vz.numeric_array(h["queue_offset"])
-            elif name == "commitLogOffset":
-                arr = vz.numeric_array(h["physical_offset"])
-            elif name == "storeSize":
-                arr = vz.numeric_array(h["total_size"], pa.int32())
-            elif name == "msgId" and uniq is not None and uniq.null_count == 0:
-                arr = uniq
-            elif name in ("msgId", "offsetMsgId"):
-                if offset_ids is None:
-                    offset_ids = vz.offset_msg_ids(buf, h["store_host_pos"], h["store_v6"], h["physical_offset"],
-                                                    h.get("store_key"))
-                arr = offset_ids if name == "offsetMsgId" else pc.coalesce(uniq, offset_ids)
-            elif name == "tags":
-                arr = tags
-            elif name == "keys":
-                arr = keys
-            elif name == "body":
-                arr = self._bodies(buf, h)
-            elif name == "properties":
-                arr = props
-            elif name in ("bornTimestamp", "storeTimestamp"):
-                micros = np.asarray(h["born_timestamp" if name == "bornTimestamp" else "store_timestamp"],
-                                    dtype=np.int64) * 1000
-                arr = pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(micros)])
-            elif name in ("bornHost", "storeHost"):
-                side = name[:-4]
-                arr = vz.host_strings(buf, h[f"{side}_host_pos"], h[f"{side}_v6"], h.get(f"{side}_key"))
-            elif name == "sysFlag":
-                arr = vz.numeric_array(h["sys_flag"], pa.int32())
-            elif name == "bodyCRC":
-                arr = vz.numeric_array(h["body_crc"], pa.int32())
-            elif name == "reconsumeTimes":
-                arr = vz.numeric_array(h["reconsume_times"], pa.int32())
-            elif name == "flag":
-                arr = vz.numeric_array(h["flag"], pa.int32())
-            else:  # preparedTransactionOffset
-                arr = vz.numeric_array(h["prepared_transaction_offset"])
-            arrays.append(arr)
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-
-    def _bodies(self, buf: np.ndarray, h: dict[str, np.ndarray]) -> pa.Array:
-        stored = vz.gather_segments(buf, h["body_pos"], h["body_len"], pa.binary())
-        compressed = np.flatnonzero(h["sys_flag"] & FLAG_COMPRESSED)
-        if len(compressed) == 0:
-            return stored
-        values = stored.to_pylist()
-        for i in compressed.tolist():
-            try:
-                values[i] = decompress_body(values[i], int(h["sys_flag"][i]))
-            except CorruptStoreError as exc:
-                raise BodyError(f"pull body: queue offset {int(h['queue_offset'][i])}: {exc}", addr=self.addr) from exc
-        return pa.array(values, pa.binary())
+        try:
+            return self.columns.assemble(buf, h, topic, queue_id, h["physical_offset"], h["total_size"],
+                                         h["queue_offset"], props=props, tags=tag_col, keys=keys_col, uniq=uniq_col,
+                                         path=f"pull body from {self.addr} ({topic}:{queue_id})")
+        except CorruptStoreError as exc:   # a compressed body that does not inflate
+            raise BodyError(f"pull body of {topic}:{queue_id}: {exc}", addr=self.addr) from exc
 
 
 __all__ = ["NetworkBroker", "NetworkBrokerView", "record_starts", "resolve_network_brokers"]
