@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rocketstream.client.api import PULL_SYS_FLAG_LITE_PULL, PULL_SYS_FLAG_SUBSCRIPTION, MQClientAPI
-from rocketstream.client.common import PullStatus
+from rocketstream.client.common import PullResult, PullStatus
 from rocketstream.client.route import PERM_READ, TopicRouteData
 from rocketstream.codec import MAGIC_V1, MAGIC_V2
 from rocketstream.codec import vectorized as vz
@@ -51,8 +51,10 @@ PULL_TIMEOUT_S = 30.0
 PULL_MAX_NUMS = 1024
 # Stored bytes per Arrow batch (the 1-4 MiB range where PySpark's Arrow transfer is cheapest per row).
 BATCH_BYTES = 7 << 19
-# Queue ranges of one task pulled at once (each keeps one pull in flight ahead of the decoder).
+# Queue ranges of one task pulled at once (each keeps one chunk in flight ahead of the decoder).
 RANGES_IN_FLIGHT = 4
+# Pulls of one queue range in flight at once once the broker's batch is known (_RangePuller).
+TILES_IN_FLIGHT = 16
 _SIZE = struct.Struct(">i")
 
 
@@ -275,7 +277,17 @@ _STORE_TIMESTAMP_POS = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8  # TOTALSIZE..BORNH
 
 
 class _RangePuller:
-    """Pulls ``[start, end)`` of one queue, a chunk of about :data:`BATCH_BYTES` per call."""
+    """Pulls ``[start, end)`` of one queue, a chunk of about :data:`BATCH_BYTES` per call.
+
+    The broker answers at most its transfer limits per pull (maxTransferCountOnMessageInMemory /
+    ...BytesOn...; 32 messages / 256 KiB by default), which the protocol does not tell. The first pull asks
+    for up to :data:`PULL_MAX_NUMS`; what it returns (``nextBeginOffset - offset`` without a tag filter) is
+    taken as the broker's batch, and later pulls are *tiles*: up to :data:`TILES_IN_FLIGHT` pulls in flight
+    at once for [o, o+k), [o+k, o+2k), ... with ``maxMsgNums = k`` each, so round trips overlap. Tiles are
+    used in order while each starts where the previous ended; a tile answered short (a byte limit, a gap,
+    a consume-queue file end) ends the round, and the next round starts at the true ``nextBeginOffset``
+    with a single pull that learns the batch again, so nothing is skipped or read twice. With a tag filter
+    the broker's scan may run past a tile's end: pulls are then sequential."""
 
     def __init__(self, view: NetworkBrokerView, topic: str, queue_id: int, start: int, end: int,
                  tags: Collection[str] | None, fail_on_data_loss: bool) -> None:
@@ -284,45 +296,79 @@ class _RangePuller:
         self.subscription = " || ".join(sorted(tags)) if tags else "*"
         self.fail_on_data_loss = fail_on_data_loss
         self.done = False
+        self.batch: int | None = None   # messages per pull the broker gave (learned, no tag filter only)
+        self.record_bytes = 0            # average stored bytes per message seen (for the tile count)
+
+    async def _pull(self, offset: int, max_nums: int) -> PullResult:
+        view = self.view
+        return await view.api.pull(
+            view.addr, group=view.location.group, topic=self.topic, queue_id=self.queue_id, offset=offset,
+            max_nums=max_nums, sys_flag=_PULL_FLAGS, subscription=self.subscription, timeout=PULL_TIMEOUT_S)
 
     async def next_chunk(self) -> list[bytes]:
         bodies: list[bytes] = []
         size = 0
-        view = self.view
         while self.offset < self.end and size < BATCH_BYTES:
-            result = await view.api.pull(
-                view.addr, group=view.location.group, topic=self.topic, queue_id=self.queue_id, offset=self.offset,
-                max_nums=min(self.end - self.offset, PULL_MAX_NUMS), sys_flag=_PULL_FLAGS,
-                subscription=self.subscription, timeout=PULL_TIMEOUT_S)
-            status = result.status
-            if status is PullStatus.FOUND and result.body:
-                bodies.append(result.body)
-                size += len(result.body)
-            elif status is PullStatus.OFFSET_ILLEGAL:  # PULL_OFFSET_MOVED: below min or beyond max
-                if self.offset < result.min_offset:
-                    self._lost(result.min_offset)
-                    continue
-                raise DataLossError(
-                    f"{self._where()}: offset {self.offset} is beyond the broker's max offset {result.max_offset} "
-                    f"({view.addr}): the planned offsets do not belong to this broker (was it reset?)",
-                    topic=self.topic, broker_name=view.broker_name, queue_id=self.queue_id,
-                    lost_from=result.max_offset, lost_to=self.end)
-            elif status is PullStatus.NO_NEW_MSG:
-                if result.next_begin_offset > self.offset:  # entries whose messages are gone (OFFSET_FOUND_NULL)
-                    self._lost(result.next_begin_offset)
-                    continue
-                raise DataLossError(
-                    f"{self._where()}: offsets [{self.offset}, {self.end}) were planned but the broker "
-                    f"{view.addr} has none (max offset {result.max_offset}): was the broker reset?",
-                    topic=self.topic, broker_name=view.broker_name, queue_id=self.queue_id,
-                    lost_from=self.offset, lost_to=self.end)
-            if result.next_begin_offset <= self.offset:
-                raise BodyError(f"{self._where()}: pull at {self.offset} did not advance "
-                                f"(nextBeginOffset {result.next_begin_offset})", addr=view.addr)
-            self.offset = result.next_begin_offset  # NO_MATCHED_MSG (all filtered by tag) just moves on
+            k = self.batch
+            if k is not None and self.end - self.offset > k:
+                tiles = max(1, min(TILES_IN_FLIGHT, -(-(BATCH_BYTES - size) // max(k * self.record_bytes, 1))))
+                starts = range(self.offset, min(self.end, self.offset + tiles * k), k)
+                results = await asyncio.gather(*(self._pull(o, min(k, self.end - o)) for o in starts))
+                for o, result in zip(starts, results, strict=True):
+                    if o != self.offset:
+                        break   # the previous tile ended short: the next round starts at its nextBeginOffset
+                    if o != starts[0] and (result.status is not PullStatus.FOUND or not result.body):
+                        break   # anything but messages is judged by a pull of its own in the next round
+                    body = self._advance(result)
+                    if body:
+                        bodies.append(body)
+                        size += len(body)
+                        if self.offset - o < min(k, self.end - o):
+                            self.batch = None   # answered short (byte limit, file end): learn the batch again
+                continue
+            before = self.offset
+            want = min(self.end - self.offset, PULL_MAX_NUMS)
+            body = self._advance(await self._pull(self.offset, want))
+            if body:
+                bodies.append(body)
+                size += len(body)
+                if self.subscription == "*" and self.batch is None and self.offset > before:
+                    self.batch = self.offset - before
+                    self.record_bytes = max(len(body) // self.batch, 1)
         if self.offset >= self.end:
             self.done = True
         return bodies
+
+    def _advance(self, result: PullResult) -> bytes | None:
+        """Move past one pull's answer: its body (FOUND), None otherwise; data loss as failOnDataLoss says."""
+        view = self.view
+        status = result.status
+        body = None
+        if status is PullStatus.FOUND and result.body:
+            body = result.body
+        elif status is PullStatus.OFFSET_ILLEGAL:  # PULL_OFFSET_MOVED: below min or beyond max
+            if self.offset < result.min_offset:
+                self._lost(result.min_offset)
+                return None
+            raise DataLossError(
+                f"{self._where()}: offset {self.offset} is beyond the broker's max offset {result.max_offset} "
+                f"({view.addr}): the planned offsets do not belong to this broker (was it reset?)",
+                topic=self.topic, broker_name=view.broker_name, queue_id=self.queue_id,
+                lost_from=result.max_offset, lost_to=self.end)
+        elif status is PullStatus.NO_NEW_MSG:
+            if result.next_begin_offset > self.offset:  # entries whose messages are gone (OFFSET_FOUND_NULL)
+                self._lost(result.next_begin_offset)
+                return None
+            raise DataLossError(
+                f"{self._where()}: offsets [{self.offset}, {self.end}) were planned but the broker "
+                f"{view.addr} has none (max offset {result.max_offset}): was the broker reset?",
+                topic=self.topic, broker_name=view.broker_name, queue_id=self.queue_id,
+                lost_from=self.offset, lost_to=self.end)
+        if result.next_begin_offset <= self.offset:
+            raise BodyError(f"{self._where()}: pull at {self.offset} did not advance "
+                            f"(nextBeginOffset {result.next_begin_offset})", addr=view.addr)
+        self.offset = result.next_begin_offset  # NO_MATCHED_MSG (all filtered by tag) just moves on
+        return body
 
     def _where(self) -> str:
         return f"topic {self.topic!r} on broker {self.view.broker_name!r} queue {self.queue_id}"
