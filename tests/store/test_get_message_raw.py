@@ -68,19 +68,21 @@ def _queue_offsets(body: bytes) -> list[int]:
 
 
 def _same(store, topic, q, offset, nums, codes):
+    """get_message_raw, its numpy path forced, and the per-record loop agree; (numpy result, body)."""
     queries = store._queries
-    got = queries.get_message_raw(topic, q, offset, nums, codes)
     cq = queries._queue(topic, q)
-    hi = cq.max_offset()
     limit = max(queries.config.max_filter_message_bytes, nums * 20) // 20
-    ref = queries._get_raw_per_record(cq, offset, min(cq.file_end_index(offset), hi, offset + limit), nums, codes,
-                                      None)
-    assert (got.status, got.next_begin_offset, got.message_count, got.total_bytes) == \
-        (ref.status, ref.next_begin_offset, ref.message_count, ref.total_bytes), (topic, q, offset, nums, codes)
-    body, want = b"".join(got.buffers), b"".join(ref.buffers)
-    assert body == want
-    assert len(body) == got.total_bytes
-    return got, body
+    end = min(cq.file_end_index(offset), cq.max_offset(), offset + limit)
+    ref = queries._get_raw_per_record(cq, offset, end, nums, codes, None)
+    vec = queries._get_raw_vectorized(cq, offset, end, nums, codes)
+    assert vec is not None
+    for got in (vec, queries.get_message_raw(topic, q, offset, nums, codes)):
+        assert (got.status, got.next_begin_offset, got.message_count, got.total_bytes) == \
+            (ref.status, ref.next_begin_offset, ref.message_count, ref.total_bytes), (topic, q, offset, nums, codes)
+        assert b"".join(got.buffers) == b"".join(ref.buffers)
+    body = b"".join(vec.buffers)
+    assert len(body) == vec.total_bytes
+    return vec, body
 
 
 @pytest.mark.parametrize("limits", [(32, 262144), (4096, 8 << 20), (5, 2500), (1, 100)])
