@@ -276,6 +276,8 @@ class StoreQueries:
         # the units are read in growing chunks: a full batch usually ends long before the 800 units
         # maxFilterMessageCount allows, and turning units into Python ints is the cost here
         at, step, full = offset, max(min(max_msg_nums, max_count), 1) + 1, False
+        mf: MappedFile | None = None
+        mf_from = mf_end = max(cl_min, 0)   # an empty span: the first record looks its file up
         while at < end and not full:
             stop = min(end, at + step)
             for i, (phys, size, code) in enumerate(cq.raw_units(at, stop).tolist(), at - offset):
@@ -287,7 +289,9 @@ class StoreQueries:
                     continue
                 if tags_codes is not None and _java_int(code) not in tags_codes:
                     continue
-                mf = cl.find_file(phys) if phys >= cl_min else None
+                if not mf_from <= phys < mf_end:   # the file of the previous record usually holds this one too
+                    mf = cl.find_file(phys) if phys >= cl_min else None
+                    mf_from, mf_end = (mf.file_from_offset, mf.end_offset) if mf is not None else (0, 0)
                 if mf is None:
                     if not buffers:
                         status = GetMessageStatus.MESSAGE_WAS_REMOVING
