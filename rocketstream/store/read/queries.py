@@ -8,6 +8,7 @@ and the broker's PullMessageProcessor passes it.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -216,7 +217,7 @@ class StoreQueries:
     def _segments(self, phys: np.ndarray, sizes: np.ndarray) -> list[memoryview] | None:
         """Views of the commit log holding the records at ``phys`` (queue order), records adjacent in the
         commit log merged into one view; each record's TOTALSIZE and PHYSICALOFFSET checked against its
-        unit (:func:`_record_bytes` in bulk). None when a record's file is not mapped."""
+        unit (:func:`_check_record` in bulk). None when a record's file is not mapped."""
         cl = self.commit_log
         file_size = cl.file_size
         if int(phys[0]) // file_size == int(phys[-1]) // file_size:   # queue order: phys ascends
@@ -262,13 +263,14 @@ class StoreQueries:
     def _get_raw_per_record(self, cq: ConsumeQueue, offset: int, end: int, max_msg_nums: int,
                             tags_codes: Collection[int] | None,
                             record_filter: Callable[[memoryview], bool] | None) -> RawMessageResult:
-        """The per-unit loop of ``DefaultMessageStore.getMessage`` (every case, one record at a time)."""
+        """The per-unit loop of ``DefaultMessageStore.getMessage`` (every case, one record at a time);
+        records back to back in one file are merged into one segment as in the numpy path."""
         cfg = self.config
         cl = self.commit_log
         cl_min = cl.min_offset()
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         buffers: list[memoryview] = []
-        size_sum = 0
+        count = size_sum = 0
         next_phy_file_start = -1
         examined = end - offset
         max_bytes = cfg.max_transfer_bytes_on_message_in_memory
@@ -278,11 +280,13 @@ class StoreQueries:
         at, step, full = offset, max(min(max_msg_nums, max_count), 1) + 1, False
         mf: MappedFile | None = None
         mf_from = mf_end = max(cl_min, 0)   # an empty span: the first record looks its file up
+        seg_mf: MappedFile | None = None    # the open segment: [seg_a, seg_b) of seg_mf
+        seg_a = seg_b = 0
         while at < end and not full:
             stop = min(end, at + step)
             for i, (phys, size, code) in enumerate(cq.raw_units(at, stop).tolist(), at - offset):
-                if buffers and (len(buffers) >= max_msg_nums or size_sum + size > max_bytes
-                                or len(buffers) > max_count - 1):   # DefaultMessageStore.isTheBatchFull
+                if count and (count >= max_msg_nums or size_sum + size > max_bytes
+                              or count > max_count - 1):   # DefaultMessageStore.isTheBatchFull
                     examined, full = i, True
                     break
                 if phys < next_phy_file_start:
@@ -293,19 +297,27 @@ class StoreQueries:
                     mf = cl.find_file(phys) if phys >= cl_min else None
                     mf_from, mf_end = (mf.file_from_offset, mf.end_offset) if mf is not None else (0, 0)
                 if mf is None:
-                    if not buffers:
+                    if not count:
                         status = GetMessageStatus.MESSAGE_WAS_REMOVING
                     next_phy_file_start = phys - phys % cl.file_size + cl.file_size
                     continue
-                record = _record_bytes(mf, phys, size)
-                if record_filter is not None and not record_filter(record):
+                pos = _check_record(mf, phys, size)
+                if record_filter is not None and not record_filter(memoryview(mf.mm)[pos:pos + size]):
                     continue   # isMatchedByCommitLog
-                buffers.append(record)
+                if mf is seg_mf and pos == seg_b:
+                    seg_b += size
+                else:
+                    if seg_mf is not None:
+                        buffers.append(memoryview(seg_mf.mm)[seg_a:seg_b])
+                    seg_mf, seg_a, seg_b = mf, pos, pos + size
+                count += 1
                 size_sum += size
                 status = GetMessageStatus.FOUND
                 next_phy_file_start = -1
             at, step = stop, step * 4
-        return RawMessageResult(status, offset + examined, 0, 0, buffers, size_sum, len(buffers))
+        if seg_mf is not None:
+            buffers.append(memoryview(seg_mf.mm)[seg_a:seg_b])
+        return RawMessageResult(status, offset + examined, 0, 0, buffers, size_sum, count)
 
     def raw_record(self, phys: int) -> bytes | None:
         """The stored bytes of the record at commit-log offset ``phys`` (``selectOneMessageByOffset``:
@@ -573,16 +585,19 @@ _SIZE_AND_PHYS = np.r_[np.arange(4), np.arange(codec.POS_PHYSICAL_OFFSET, codec.
 _SIZE_AND_PHYS_DTYPE = np.dtype([("total", ">i4"), ("phys", ">i8")])
 
 
-def _record_bytes(mf: MappedFile, phys: int, size: int) -> memoryview:
-    """The ``size`` bytes of the record at ``phys``; its TOTALSIZE and PHYSICALOFFSET must agree with
-    the consume-queue unit that pointed here (never hand a client bytes that are not that record)."""
+_SIZE_THEN_PHYS = struct.Struct(f">i{codec.POS_PHYSICAL_OFFSET - 4}xq")   # TOTALSIZE .. PHYSICALOFFSET
+
+
+def _check_record(mf: MappedFile, phys: int, size: int) -> int:
+    """Position in ``mf`` of the ``size`` bytes of the record at ``phys``; its TOTALSIZE and PHYSICALOFFSET
+    must agree with the consume-queue unit that pointed here (never hand a client bytes that are not
+    that record)."""
     pos = phys - mf.file_from_offset
     if size <= codec.POS_SYS_FLAG or pos + size > mf.file_size:
         raise CorruptStoreError(f"consume-queue unit (offset {phys}, size {size}) leaves the commit-log file",
                                 path=mf.path, offset=phys)
-    (total,) = codec.INT32.unpack_from(mf.mm, pos)
-    (stored_phys,) = codec.INT64.unpack_from(mf.mm, pos + codec.POS_PHYSICAL_OFFSET)
+    total, stored_phys = _SIZE_THEN_PHYS.unpack_from(mf.mm, pos)
     if total != size or stored_phys != phys:
         raise CorruptStoreError(f"record header (TOTALSIZE {total}, PHYSICALOFFSET {stored_phys}) does not match "
                                 f"its consume-queue unit (size {size}, offset {phys})", path=mf.path, offset=phys)
-    return memoryview(mf.mm)[pos:pos + size]
+    return pos
