@@ -9,9 +9,11 @@ by name server — ours or Apache's.
   SEARCH_OFFSET_BY_TIMESTAMP, QUERY_CONSUMER_OFFSET and UPDATE_CONSUMER_OFFSET (answered, not oneway: a
   commit that the broker did not take fails the query), so ``mqadmin consumerProgress`` shows the query's group.
 * Executors: PULL_MESSAGE of each queue range with the broker-side tag filter (subscription flag, no
-  suspend: a bounded range never long-polls), several queues of a task in flight at once, bodies decoded
-  with the vectorized codec straight into Arrow batches of the requested columns; rows past the range end
-  (the broker's tag scan may run ahead) are dropped, and a tag filter is re-checked exactly on TAGS.
+  suspend: a bounded range never long-polls), several queues of a task in flight at once and, once the
+  broker's batch is known, several pulls of one queue at once (:class:`_RangePuller`); bodies decoded with
+  the vectorized codec straight into Arrow batches of the requested columns by the local read's column
+  builder (``store.read.bulk_read.ColumnBuilder``); rows past the range end (the broker's tag scan may run
+  ahead) are dropped, and a tag filter is re-checked exactly on TAGS.
 
 Executors need nothing but the location: the pickled :class:`NetworkBroker` holds the address. One asyncio
 loop thread per process carries every connection (:func:`_client`); views are cheap handles on it.
