@@ -396,15 +396,24 @@ def record_starts(body: bytes, addr: str | None = None) -> np.ndarray:
     starts: list[int] = []
     append = starts.append
     unpack = _SIZE.unpack_from
-    pos, n = 0, len(body)
-    while pos + 8 <= n:
-        size = unpack(body, pos)[0]
-        if size <= 8 or pos + size > n:
-            raise BodyError(f"pull body: record at byte {pos} has size {size} beyond the body ({n} bytes)", addr=addr)
-        append(pos)
-        pos += size
-    if pos != n:
-        raise BodyError(f"pull body: truncated record header at byte {pos}", addr=addr)
+    pos = size = 0
+    try:
+        while True:   # ends at struct.error: fewer than 4 bytes left at pos (the end, or a bad size)
+            (size,) = unpack(body, pos)
+            if size <= 8:
+                break
+            append(pos)
+            pos += size
+    except struct.error:
+        pass
+    n = len(body)
+    if pos > n:
+        raise BodyError(f"pull body: record at byte {starts[-1]} has size {pos - starts[-1]} beyond the body "
+                        f"({n} bytes)", addr=addr)
+    if pos < n:
+        what = f"has size {size}" if pos + 4 <= n else "is truncated"
+        raise BodyError(f"pull body: record at byte {pos} {what} (truncated record header or a bad size; "
+                        f"{n} bytes)", addr=addr)
     rel = np.asarray(starts, dtype=np.int64)
     if len(rel):
         magic = vz.as_uint8(body)[rel[:, None] + np.arange(4, 8)].view(">i4").reshape(-1)

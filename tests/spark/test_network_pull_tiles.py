@@ -99,3 +99,18 @@ def test_a_tag_filter_pulls_sequentially():
     assert _read(broker, 0, 1000, tags=["a"]) == list(range(1000))
     assert broker.max_in_flight == 1
     assert [o for o, _ in broker.calls] == list(range(0, 1000, 32))
+
+
+def test_record_starts_of_a_pull_body_and_bad_bodies():
+    from rocketstream import codec
+    from rocketstream.errors import BodyError
+
+    rec = bytearray(100)
+    struct.pack_into(">ii", rec, 0, 100, codec.MAGIC_V2)
+    body = bytes(rec) * 3
+    assert nv.record_starts(body).tolist() == [0, 100, 200] and nv.record_starts(b"").tolist() == []
+    for bad, what in ((body[:-1], "byte 200 has size 100 beyond the body"), (body + b"\0\0", "byte 300 is truncated"),
+                      (body[:100] + struct.pack(">i", 5) + body[104:], "byte 100 has size 5"),
+                      (body[:104] + struct.pack(">i", 1) + body[108:], "byte 100 has magic code 0x1")):
+        with pytest.raises(BodyError, match=what):
+            nv.record_starts(bad)
