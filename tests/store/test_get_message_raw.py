@@ -85,16 +85,16 @@ def _same(store, topic, q, offset, nums, codes):
     return vec, body
 
 
-@pytest.mark.parametrize("limits", [(32, 262144), (4096, 8 << 20), (5, 2500), (1, 100)])
+@pytest.mark.parametrize("limits", [(32, 262144), (5, 2500)])
 def test_numpy_path_equals_the_per_record_loop(store, limits):
     _with_limits(store, *limits)
     rnd = random.Random(limits[0])
-    for codes in (None, {_code("A")}, {_code("A"), _code("B")}, {_code("Z")}):
+    for codes in (None, {_code("A"), _code("B")}, {_code("Z")}):
         for q in range(3):
             hi = store.max_offset("I", q)
             offsets = sorted({0, hi - 1, 49, 50, 51, *(rnd.randrange(hi) for _ in range(6))})
             for offset in offsets:
-                for nums in (1, 3, 32, 1024):
+                for nums in (1, 32, 1024):
                     got, body = _same(store, "I", q, offset, nums, codes)
                     assert got.status in (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE)
                     qoffs = _queue_offsets(body)
