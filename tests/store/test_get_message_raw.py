@@ -29,7 +29,7 @@ def _code(tag: str) -> int:
 def store(tmp_path_factory):
     """Topic I: 3 queues written interleaved (single puts and batches of 1-7, sizes 1-900 B, tags A/B/none),
     small commit-log files (64 KiB: records end files often) and small CQ files (50 units); topic O: one
-    queue, 300 messages of 100 B put between those of I; topic C: one queue, 200 messages put one by one
+    queue, 150 messages of 100 B put between those of I; topic C: one queue, 120 messages put one by one
     after all others (back to back in the commit log but at file ends)."""
     root = tmp_path_factory.mktemp("raw")
     cfg = StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=64 << 10,
@@ -38,15 +38,15 @@ def store(tmp_path_factory):
     s = MessageStore.open(root, config=cfg)
     s.create_topic("I", 3)
     s.create_topic("O", 1)
-    for i in range(400):
+    for i in range(250):
         n = rnd.choice([1, 1, 3, 7])
         bodies = [bytes([i % 251]) * rnd.randint(1, 900) for _ in range(n)]
         tags = [rnd.choice(TAGS) for _ in range(n)]
         s.put_batch("I", rnd.randrange(3), bodies, tags=tags)
-        if i < 300:
+        if i < 150:
             s.put_batch("O", 0, [b"o" * 100], tags="A")
     s.create_topic("C", 1)
-    for i in range(200):
+    for i in range(120):
         s.put_batch("C", 0, [bytes([i]) * 700], tags="A")
     yield s
     s.close()
