@@ -114,3 +114,14 @@ def test_record_starts_of_a_pull_body_and_bad_bodies():
                       (body[:104] + struct.pack(">i", 1) + body[108:], "byte 100 has magic code 0x1")):
         with pytest.raises(BodyError, match=what):
             nv.record_starts(bad)
+
+
+def test_pull_bodies_are_packed_into_decode_units_in_order():
+    half = nv.BATCH_BYTES // 2
+    small, big = b"s" * 1000, b"B" * half
+    bodies = [small, small, big, small, b"x" * (nv.BATCH_BYTES - 500), small]
+    units = list(nv._pack(bodies))
+    assert b"".join(units) == b"".join(bodies)
+    assert units[0] == small * 2 and units[1] is big and units[2] == small and len(units) == 5
+    assert all(len(u) <= nv.BATCH_BYTES or u is big for u in units)
+    assert list(nv._pack([])) == [] and list(nv._pack([small])) == [small]
