@@ -4,6 +4,9 @@ polling: RocketMQ 4.9.8's ``PullMessageProcessor`` and ``PullRequestHoldService`
 Checks in the Java order (broker readable, subscription group, topic, readable, queue id, subscription
 from the request or from the heartbeat), then ``MessageStore.get_message_raw``: the response body is the
 stored records' bytes, never decoded here, filtered by tags code only (the client completes the filter).
+The store hands the records as views of the commit log, records adjacent there merged into one view
+(the units of the range are examined as numpy arrays); a per-message filter goes to
+``get_message_raw(record_filter=...)``, which then takes its per-record loop.
 Store status -> response code as ``PullMessageProcessor`` maps it; the four response header fields
 (suggestWhichBrokerId, nextBeginOffset, minOffset, maxOffset) are always present.
 
@@ -177,8 +180,12 @@ def process_pull(controller: BrokerContext, channel: Channel, request: RemotingC
     fields = _header(result.next_begin_offset, result.min_offset, result.max_offset)
     response: RemotingCommand | None
     if code == ResponseCode.SUCCESS:
-        response = request.response(code, status.name, fields=fields, body=b"".join(result.buffers))
-        controller.stats.on_get(h.consumer_group, h.topic, len(result.buffers))
+        # one copy out of the commit-log mapping: the segments are views of it (adjacent records merged)
+        segments = result.buffers
+        body = bytes(segments[0]) if len(segments) == 1 else b"".join(segments)
+        segments.clear()   # release the views of the mapping now
+        response = request.response(code, status.name, fields=fields, body=body)
+        controller.stats.on_get(h.consumer_group, h.topic, result.message_count)
     elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and has_suspend:
         hold_ms = h.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
         controller.pull_holds.suspend(PullRequest(channel, request, h.topic, h.queue_id, h.queue_offset,

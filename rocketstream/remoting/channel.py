@@ -164,10 +164,12 @@ class Channel:
                 await self._reader_task
 
     # --- sending
-    async def send(self, cmd: RemotingCommand) -> None:
+    async def send(self, cmd: RemotingCommand, frame: bytes | None = None) -> None:
+        """Send ``cmd`` (``frame``: its encode_frame bytes when the caller has them already) and wait
+        while the socket's buffer is full."""
         if self.closed:
             raise RemotingConnectError(f"connection is closed ({self.close_reason})", addr=self.addr)
-        self.send_nowait(cmd)
+        self.send_nowait(cmd, frame)
         try:
             await self._writer.drain()
         except (ConnectionError, OSError) as exc:
@@ -175,12 +177,13 @@ class Channel:
             raise RemotingConnectError(f"write failed: {exc}", addr=self.addr) from exc
         self.last_activity = time.monotonic()
 
-    def send_nowait(self, cmd: RemotingCommand) -> None:
+    def send_nowait(self, cmd: RemotingCommand, frame: bytes | None = None) -> None:
         """Queue a frame for this loop iteration's write without waiting for the socket buffer
         (``send`` also waits while the peer is slow); RemotingConnectError when closed."""
         if self.closed:
             raise RemotingConnectError(f"connection is closed ({self.close_reason})", addr=self.addr)
-        frame = encode_frame(cmd)
+        if frame is None:
+            frame = encode_frame(cmd)
         # Frames sent in one event-loop iteration go out in one write: the responses to the requests
         # of one read (a client's threads share its connection) cost one send() instead of one each.
         if not self._out:
@@ -322,10 +325,11 @@ class Channel:
         response.opaque = request.opaque
         response.flag |= 1
         try:
-            encode_frame(response)
+            frame = encode_frame(response)   # encoded once: a pull body is megabytes
         except FrameError as exc:   # e.g. a body over the frame limit: the peer still gets an answer
             response = request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(exc))
-        await self.send(response)
+            frame = encode_frame(response)
+        await self.send(response, frame)
 
 
 def unsupported(request: RemotingCommand) -> RemotingCommand:

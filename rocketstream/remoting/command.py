@@ -223,7 +223,7 @@ def encode_frame(cmd: RemotingCommand) -> bytes:
     if length + 4 > MAX_FRAME_LENGTH or len(header) > 0xFFFFFF:
         raise FrameError(f"frame of {length + 4} bytes exceeds the {MAX_FRAME_LENGTH}-byte limit "
                          f"(code {cmd.code})")
-    return _PREFIX.pack(length, (cmd.serialize_type << 24) | len(header)) + header + body
+    return b"".join((_PREFIX.pack(length, (cmd.serialize_type << 24) | len(header)), header, body))  # one copy
 
 
 # ------------------------------------------------------------------------------------------ decode

@@ -9,9 +9,11 @@ by name server — ours or Apache's.
   SEARCH_OFFSET_BY_TIMESTAMP, QUERY_CONSUMER_OFFSET and UPDATE_CONSUMER_OFFSET (answered, not oneway: a
   commit that the broker did not take fails the query), so ``mqadmin consumerProgress`` shows the query's group.
 * Executors: PULL_MESSAGE of each queue range with the broker-side tag filter (subscription flag, no
-  suspend: a bounded range never long-polls), several queues of a task in flight at once, bodies decoded
-  with the vectorized codec straight into Arrow batches of the requested columns; rows past the range end
-  (the broker's tag scan may run ahead) are dropped, and a tag filter is re-checked exactly on TAGS.
+  suspend: a bounded range never long-polls), several queues of a task in flight at once and, once the
+  broker's batch is known, several pulls of one queue at once (:class:`_RangePuller`); bodies decoded with
+  the vectorized codec straight into Arrow batches of the requested columns by the local read's column
+  builder (``store.read.bulk_read.ColumnBuilder``); rows past the range end (the broker's tag scan may run
+  ahead) are dropped, and a tag filter is re-checked exactly on TAGS.
 
 Executors need nothing but the location: the pickled :class:`NetworkBroker` holds the address. One asyncio
 loop thread per process carries every connection (:func:`_client`); views are cheap handles on it.
@@ -34,22 +36,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rocketstream.client.api import PULL_SYS_FLAG_LITE_PULL, PULL_SYS_FLAG_SUBSCRIPTION, MQClientAPI
-from rocketstream.client.common import PullStatus
+from rocketstream.client.common import PullResult, PullStatus
 from rocketstream.client.route import PERM_READ, TopicRouteData
-from rocketstream.codec import (
-    FLAG_COMPRESSED,
-    MAGIC_V1,
-    MAGIC_V2,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
-    decompress_body,
-)
+from rocketstream.codec import MAGIC_V1, MAGIC_V2
 from rocketstream.codec import vectorized as vz
 from rocketstream.errors import BodyError, CorruptStoreError, DataLossError, OptionError, RocketStreamError
 from rocketstream.remoting import RemotingCommand, RequestCode, ResponseCode, json_body
 from rocketstream.spark.broker_view import QueueBounds
 from rocketstream.store import project_schema
+from rocketstream.store.read.bulk_read import ColumnBuilder
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -64,11 +59,11 @@ PULL_TIMEOUT_S = 30.0
 PULL_MAX_NUMS = 1024
 # Stored bytes per Arrow batch (the 1-4 MiB range where PySpark's Arrow transfer is cheapest per row).
 BATCH_BYTES = 7 << 19
-# Queue ranges of one task pulled at once (each keeps one pull in flight ahead of the decoder).
+# Queue ranges of one task pulled at once (each keeps one chunk in flight ahead of the decoder).
 RANGES_IN_FLIGHT = 4
-_HEAD = struct.Struct(">ii")
-_PROPERTY_COLUMNS = {"msgId", "tags", "keys", "properties"}
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
+# Pulls of one queue range in flight at once once the broker's batch is known (_RangePuller).
+TILES_IN_FLIGHT = 16
+_SIZE = struct.Struct(">i")
 
 
 # ---- the process's client ----------------------------------------------------------------------------
@@ -342,9 +337,8 @@ class NetworkBrokerView:
                     bodies = pending.pop(i).result()
                     if not puller.done:
                         pending[i] = self._client.submit(puller.next_chunk())
-                    if bodies:
-                        batch = decoder.decode(b"".join(bodies) if len(bodies) > 1 else bodies[0], puller.topic,
-                                               puller.queue_id, puller.start, puller.end)
+                    for group in _pack(bodies):
+                        batch = decoder.decode(group, puller.topic, puller.queue_id, puller.start, puller.end)
                         if batch.num_rows:
                             yield batch
         finally:
@@ -394,12 +388,42 @@ class NetworkBrokerView:
         return f"NetworkBrokerView({self.broker_name!r}, {self.addr!r})"
 
 
+def _pack(bodies: list[bytes]) -> Iterator[bytes]:
+    """Pull bodies in order as decode units of about :data:`BATCH_BYTES`: small bodies joined (a batch per
+    pull of 32 small messages would cost PySpark's Arrow transfer dearly per row), a body of half that or
+    more alone (no copy)."""
+    group: list[bytes] = []
+    size = 0
+    for body in bodies:
+        if len(body) >= BATCH_BYTES // 2 or size + len(body) > BATCH_BYTES:
+            if group:
+                yield group[0] if len(group) == 1 else b"".join(group)
+                group, size = [], 0
+            if len(body) >= BATCH_BYTES // 2:
+                yield body
+                continue
+        group.append(body)
+        size += len(body)
+    if group:
+        yield group[0] if len(group) == 1 else b"".join(group)
+
+
 _PULL_FLAGS = PULL_SYS_FLAG_SUBSCRIPTION | PULL_SYS_FLAG_LITE_PULL  # no commit, no suspend (no long polling)
 _STORE_TIMESTAMP_POS = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8  # TOTALSIZE..BORNHOST(v4): STORETIMESTAMP
 
 
 class _RangePuller:
-    """Pulls ``[start, end)`` of one queue, a chunk of about :data:`BATCH_BYTES` per call."""
+    """Pulls ``[start, end)`` of one queue, a chunk of about :data:`BATCH_BYTES` per call.
+
+    The broker answers at most its transfer limits per pull (maxTransferCountOnMessageInMemory /
+    ...BytesOn...; 32 messages / 256 KiB by default), which the protocol does not tell. The first pull asks
+    for up to :data:`PULL_MAX_NUMS`; what it returns (``nextBeginOffset - offset`` without a tag filter) is
+    taken as the broker's batch, and later pulls are *tiles*: up to :data:`TILES_IN_FLIGHT` pulls in flight
+    at once for [o, o+k), [o+k, o+2k), ... with ``maxMsgNums = k`` each, so round trips overlap. Tiles are
+    used in order while each starts where the previous ended; a tile answered short (a byte limit, a gap,
+    a consume-queue file end) ends the round, and the next round starts at the true ``nextBeginOffset``
+    with a single pull that learns the batch again, so nothing is skipped or read twice. With a tag filter
+    the broker's scan may run past a tile's end: pulls are then sequential."""
 
     def __init__(self, view: NetworkBrokerView, topic: str, queue_id: int, start: int, end: int,
                  tags: Collection[str] | None, fail_on_data_loss: bool) -> None:
@@ -408,45 +432,79 @@ class _RangePuller:
         self.subscription = " || ".join(sorted(tags)) if tags else "*"
         self.fail_on_data_loss = fail_on_data_loss
         self.done = False
+        self.batch: int | None = None   # messages per pull the broker gave (learned, no tag filter only)
+        self.record_bytes = 0            # average stored bytes per message seen (for the tile count)
+
+    async def _pull(self, offset: int, max_nums: int) -> PullResult:
+        view = self.view
+        return await view.api.pull(
+            view.addr, group=view.location.group, topic=self.topic, queue_id=self.queue_id, offset=offset,
+            max_nums=max_nums, sys_flag=_PULL_FLAGS, subscription=self.subscription, timeout=PULL_TIMEOUT_S)
 
     async def next_chunk(self) -> list[bytes]:
         bodies: list[bytes] = []
         size = 0
-        view = self.view
         while self.offset < self.end and size < BATCH_BYTES:
-            result = await view.api.pull(
-                view.addr, group=view.location.group, topic=self.topic, queue_id=self.queue_id, offset=self.offset,
-                max_nums=min(self.end - self.offset, PULL_MAX_NUMS), sys_flag=_PULL_FLAGS,
-                subscription=self.subscription, timeout=PULL_TIMEOUT_S)
-            status = result.status
-            if status is PullStatus.FOUND and result.body:
-                bodies.append(result.body)
-                size += len(result.body)
-            elif status is PullStatus.OFFSET_ILLEGAL:  # PULL_OFFSET_MOVED: below min or beyond max
-                if self.offset < result.min_offset:
-                    self._lost(result.min_offset)
-                    continue
-                raise DataLossError(
-                    f"{self._where()}: offset {self.offset} is beyond the broker's max offset {result.max_offset} "
-                    f"({view.addr}): the planned offsets do not belong to this broker (was it reset?)",
-                    topic=self.topic, broker_name=view.broker_name, queue_id=self.queue_id,
-                    lost_from=result.max_offset, lost_to=self.end)
-            elif status is PullStatus.NO_NEW_MSG:
-                if result.next_begin_offset > self.offset:  # entries whose messages are gone (OFFSET_FOUND_NULL)
-                    self._lost(result.next_begin_offset)
-                    continue
-                raise DataLossError(
-                    f"{self._where()}: offsets [{self.offset}, {self.end}) were planned but the broker "
-                    f"{view.addr} has none (max offset {result.max_offset}): was the broker reset?",
-                    topic=self.topic, broker_name=view.broker_name, queue_id=self.queue_id,
-                    lost_from=self.offset, lost_to=self.end)
-            if result.next_begin_offset <= self.offset:
-                raise BodyError(f"{self._where()}: pull at {self.offset} did not advance "
-                                f"(nextBeginOffset {result.next_begin_offset})", addr=view.addr)
-            self.offset = result.next_begin_offset  # NO_MATCHED_MSG (all filtered by tag) just moves on
+            k = self.batch
+            if k is not None and self.end - self.offset > k:
+                tiles = max(1, min(TILES_IN_FLIGHT, -(-(BATCH_BYTES - size) // max(k * self.record_bytes, 1))))
+                starts = range(self.offset, min(self.end, self.offset + tiles * k), k)
+                results = await asyncio.gather(*(self._pull(o, min(k, self.end - o)) for o in starts))
+                for o, result in zip(starts, results, strict=True):
+                    if o != self.offset:
+                        break   # the previous tile ended short: the next round starts at its nextBeginOffset
+                    if o != starts[0] and (result.status is not PullStatus.FOUND or not result.body):
+                        break   # anything but messages is judged by a pull of its own in the next round
+                    body = self._advance(result)
+                    if body:
+                        bodies.append(body)
+                        size += len(body)
+                        if self.offset - o < min(k, self.end - o):
+                            self.batch = None   # answered short (byte limit, file end): learn the batch again
+                continue
+            before = self.offset
+            want = min(self.end - self.offset, PULL_MAX_NUMS)
+            body = self._advance(await self._pull(self.offset, want))
+            if body:
+                bodies.append(body)
+                size += len(body)
+                if self.subscription == "*" and self.batch is None and self.offset > before:
+                    self.batch = self.offset - before
+                    self.record_bytes = max(len(body) // self.batch, 1)
         if self.offset >= self.end:
             self.done = True
         return bodies
+
+    def _advance(self, result: PullResult) -> bytes | None:
+        """Move past one pull's answer: its body (FOUND), None otherwise; data loss as failOnDataLoss says."""
+        view = self.view
+        status = result.status
+        body = None
+        if status is PullStatus.FOUND and result.body:
+            body = result.body
+        elif status is PullStatus.OFFSET_ILLEGAL:  # PULL_OFFSET_MOVED: below min or beyond max
+            if self.offset < result.min_offset:
+                self._lost(result.min_offset)
+                return None
+            raise DataLossError(
+                f"{self._where()}: offset {self.offset} is beyond the broker's max offset {result.max_offset} "
+                f"({view.addr}): the planned offsets do not belong to this broker (was it reset?)",
+                topic=self.topic, broker_name=view.broker_name, queue_id=self.queue_id,
+                lost_from=result.max_offset, lost_to=self.end)
+        elif status is PullStatus.NO_NEW_MSG:
+            if result.next_begin_offset > self.offset:  # entries whose messages are gone (OFFSET_FOUND_NULL)
+                self._lost(result.next_begin_offset)
+                return None
+            raise DataLossError(
+                f"{self._where()}: offsets [{self.offset}, {self.end}) were planned but the broker "
+                f"{view.addr} has none (max offset {result.max_offset}): was the broker reset?",
+                topic=self.topic, broker_name=view.broker_name, queue_id=self.queue_id,
+                lost_from=self.offset, lost_to=self.end)
+        if result.next_begin_offset <= self.offset:
+            raise BodyError(f"{self._where()}: pull at {self.offset} did not advance "
+                            f"(nextBeginOffset {result.next_begin_offset})", addr=view.addr)
+        self.offset = result.next_begin_offset  # NO_MATCHED_MSG (all filtered by tag) just moves on
+        return body
 
     def _where(self) -> str:
         return f"topic {self.topic!r} on broker {self.view.broker_name!r} queue {self.queue_id}"
@@ -466,42 +524,60 @@ class _RangePuller:
 # ---- pull bodies -> Arrow ----------------------------------------------------------------------------
 
 def record_starts(body: bytes, addr: str | None = None) -> np.ndarray:
-    """Start of every record of a pull body (stored records back to back)."""
+    """Start of every record of a pull body (stored records back to back): TOTALSIZE read at each start
+    (the one loop per record left: each start depends on the previous size), then the magic codes of
+    all records checked at once."""
     starts: list[int] = []
-    pos, n = 0, len(body)
-    unpack = _HEAD.unpack_from
-    while pos < n:
-        if pos + 8 > n:
-            raise BodyError(f"pull body: truncated record header at byte {pos}", addr=addr)
-        size, magic = unpack(body, pos)
-        if magic != MAGIC_V1 and magic != MAGIC_V2:
-            raise BodyError(f"pull body: record at byte {pos} has magic code {magic:#x}", addr=addr)
-        if size <= 8 or pos + size > n:
-            raise BodyError(f"pull body: record at byte {pos} has size {size} beyond the body ({n} bytes)", addr=addr)
-        starts.append(pos)
-        pos += size
-    return np.asarray(starts, dtype=np.int64)
+    append = starts.append
+    unpack = _SIZE.unpack_from
+    pos = size = 0
+    try:
+        while True:   # ends at struct.error: fewer than 4 bytes left at pos (the end, or a bad size)
+            (size,) = unpack(body, pos)
+            if size <= 8:
+                break
+            append(pos)
+            pos += size
+    except struct.error:
+        pass
+    n = len(body)
+    if pos > n:
+        raise BodyError(f"pull body: record at byte {starts[-1]} has size {pos - starts[-1]} beyond the body "
+                        f"({n} bytes)", addr=addr)
+    if pos < n:
+        what = f"has size {size}" if pos + 4 <= n else "is truncated"
+        raise BodyError(f"pull body: record at byte {pos} {what} (truncated record header or a bad size; "
+                        f"{n} bytes)", addr=addr)
+    rel = np.asarray(starts, dtype=np.int64)
+    if len(rel):
+        magic = vz.as_uint8(body)[rel[:, None] + np.arange(4, 8)].view(">i4").reshape(-1)
+        bad = (magic != MAGIC_V1) & (magic != MAGIC_V2)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise BodyError(f"pull body: record at byte {int(rel[i])} has magic code {int(magic[i]) & 0xFFFFFFFF:#x}",
+                            addr=addr)
+    return rel
 
 
 class _Decoder:
-    """Pull bodies of one view to RecordBatches of ``schema`` (MessageExt field names)."""
+    """Pull bodies of one view to RecordBatches of ``schema`` (MessageExt field names); the columns are
+    built by the local read's :class:`~rocketstream.store.read.bulk_read.ColumnBuilder`."""
 
     def __init__(self, schema: pa.Schema, broker_name: str, tags: Collection[str] | None, check_crc: bool,
                  addr: str) -> None:
         self.schema = schema
-        self.names = set(schema.names)
         self.broker_name = broker_name
         self.tag_set = frozenset(tags) if tags else None
+        self.tag_values = pa.array(sorted(self.tag_set), pa.string()) if self.tag_set else None
         self.check_crc = check_crc
         self.addr = addr
-        self.parse_props = bool(self.names & _PROPERTY_COLUMNS) or self.tag_set is not None
-        self.wanted = tuple(p for p, need in ((PROPERTY_TAGS, "tags" in self.names or self.tag_set is not None),
-                                             (PROPERTY_KEYS, "keys" in self.names),
-                                             (PROPERTY_UNIQ_KEY, "msgId" in self.names)) if need)
+        self.columns = ColumnBuilder(schema, broker_name, self.tag_set)
 
     def decode(self, body: bytes, topic: str, queue_id: int, start: int, end: int) -> pa.RecordBatch:
         buf = vz.as_uint8(body)
         rel = record_starts(body, self.addr)
+        if not len(rel):
+            return pa.RecordBatch.from_pylist([], schema=self.schema)
         h = vz.decode_headers(buf, rel, topic_len_hint=len(topic.encode("utf-8")))
         problems = vz.record_problems(buf, h, rel, check_ports=True, check_position=False)
         bad = vz.any_problem(problems)
@@ -510,17 +586,16 @@ class _Decoder:
             reasons = [vz.PROBLEM_DESCRIPTIONS[k] for k, m in problems.items() if m[i]]
             raise BodyError(f"pull body of {topic}:{queue_id}: record at byte {int(rel[i])} does not decode: "
                             f"{'; '.join(reasons)}", addr=self.addr)
-        qoff = h["queue_offset"].astype(np.int64)
+        qoff = h["queue_offset"]
+        # rows past the range end (a tag scan may run ahead) and rows of another queue are dropped
         keep = (qoff >= start) & (qoff < end) & (h["queue_id"] == queue_id)
         props = tag_col = keys_col = uniq_col = None
-        if self.parse_props:
+        if self.columns.parse_props:
             raw = vz.gather_segments(buf, h["props_pos"], h["props_len"], pa.binary())
-            props, wanted = vz.parse_properties(vz.properties_text(raw), self.wanted)
-            tag_col, keys_col, uniq_col = (wanted.get(PROPERTY_TAGS), wanted.get(PROPERTY_KEYS),
-                                           wanted.get(PROPERTY_UNIQ_KEY))
-            if self.tag_set is not None:  # the broker filters by tag hash code: check the TAGS string
-                hit = pc.fill_null(pc.is_in(tag_col, value_set=pa.array(sorted(self.tag_set), pa.string())), False)
-                keep &= hit.to_numpy(zero_copy_only=False)
+            props, tag_col, keys_col, uniq_col = self.columns.properties(raw)
+            if self.tag_values is not None:  # the broker filters by tag hash code: check the TAGS string
+                hit = pc.fill_null(pc.is_in(tag_col, value_set=self.tag_values), False).to_numpy(zero_copy_only=False)
+                keep &= hit
         if not keep.all():
             sel = np.flatnonzero(keep)
             h = {k: v[sel] if isinstance(v, np.ndarray) and v.ndim else v for k, v in h.items()}
@@ -534,74 +609,12 @@ class _Decoder:
                 raise CorruptStoreError(f"BODYCRC mismatch in a pull body from {self.addr}: {topic}:{queue_id} "
                                         f"offset {int(h['queue_offset'][i])}, stored {int(h['body_crc'][i])}",
                                         offset=int(h["physical_offset"][i]))
-        return self._assemble(buf, h, topic, queue_id, props, tag_col, keys_col, uniq_col)
-
-    def _assemble(self, buf: np.ndarray, h: dict[str, np.ndarray], topic: str, queue_id: int,
-                  props: pa.Array | None, tags: pa.Array | None, keys: pa.Array | None,
-                  uniq: pa.Array | None) -> pa.RecordBatch:
-        n = len(h["queue_offset"])
-        offset_ids = None
-        arrays: list[pa.Array] = []
-        for name in self.schema.names:
-            if name == "topic":
-                arr = vz.repeat_string(topic, n)
-            elif name == "brokerName":
-                arr = vz.repeat_string(self.broker_name, n)
-            elif name == "queueId":
-                arr = vz.numeric_array(np.full(n, queue_id, dtype=np.int32), pa.int32())
-            elif name == "queueOffset":
-                arr = vz.numeric_array(h["queue_offset"])
-            elif name == "commitLogOffset":
-                arr = vz.numeric_array(h["physical_offset"])
-            elif name == "storeSize":
-                arr = vz.numeric_array(h["total_size"], pa.int32())
-            elif name == "msgId" and uniq is not None and uniq.null_count == 0:
-                arr = uniq
-            elif name in ("msgId", "offsetMsgId"):
-                if offset_ids is None:
-                    offset_ids = vz.offset_msg_ids(buf, h["store_host_pos"], h["store_v6"], h["physical_offset"],
-                                                    h.get("store_key"))
-                arr = offset_ids if name == "offsetMsgId" else pc.coalesce(uniq, offset_ids)
-            elif name == "tags":
-                arr = tags
-            elif name == "keys":
-                arr = keys
-            elif name == "body":
-                arr = self._bodies(buf, h)
-            elif name == "properties":
-                arr = props
-            elif name in ("bornTimestamp", "storeTimestamp"):
-                micros = np.asarray(h["born_timestamp" if name == "bornTimestamp" else "store_timestamp"],
-                                    dtype=np.int64) * 1000
-                arr = pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(micros)])
-            elif name in ("bornHost", "storeHost"):
-                side = name[:-4]
-                arr = vz.host_strings(buf, h[f"{side}_host_pos"], h[f"{side}_v6"], h.get(f"{side}_key"))
-            elif name == "sysFlag":
-                arr = vz.numeric_array(h["sys_flag"], pa.int32())
-            elif name == "bodyCRC":
-                arr = vz.numeric_array(h["body_crc"], pa.int32())
-            elif name == "reconsumeTimes":
-                arr = vz.numeric_array(h["reconsume_times"], pa.int32())
-            elif name == "flag":
-                arr = vz.numeric_array(h["flag"], pa.int32())
-            else:  # preparedTransactionOffset
-                arr = vz.numeric_array(h["prepared_transaction_offset"])
-            arrays.append(arr)
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-
-    def _bodies(self, buf: np.ndarray, h: dict[str, np.ndarray]) -> pa.Array:
-        stored = vz.gather_segments(buf, h["body_pos"], h["body_len"], pa.binary())
-        compressed = np.flatnonzero(h["sys_flag"] & FLAG_COMPRESSED)
-        if len(compressed) == 0:
-            return stored
-        values = stored.to_pylist()
-        for i in compressed.tolist():
-            try:
-                values[i] = decompress_body(values[i], int(h["sys_flag"][i]))
-            except CorruptStoreError as exc:
-                raise BodyError(f"pull body: queue offset {int(h['queue_offset'][i])}: {exc}", addr=self.addr) from exc
-        return pa.array(values, pa.binary())
+        try:
+            return self.columns.assemble(buf, h, topic, queue_id, h["physical_offset"], h["total_size"],
+                                         h["queue_offset"], props=props, tags=tag_col, keys=keys_col, uniq=uniq_col,
+                                         path=f"pull body from {self.addr} ({topic}:{queue_id})")
+        except CorruptStoreError as exc:   # a compressed body that does not inflate
+            raise BodyError(f"pull body of {topic}:{queue_id}: {exc}", addr=self.addr) from exc
 
 
 __all__ = ["NetworkBroker", "NetworkBrokerView", "parse_topic_stats", "record_starts", "resolve_network_brokers",

@@ -1,6 +1,7 @@
-"""Spark benchmark: `sum(length(body))` over the same rows through three readers, in one run.
+"""Spark benchmark: `sum(length(body))` over the same rows through several readers, in one run.
 
     python tests/benchmarks/bench_spark.py [--messages 1000000] [--sizes 256,1024,4096] [--dir DIR]
+        [--network ours,java | --network none] [--local-only]
 
 For each body size it writes ``--messages`` messages (1 % of them tagged ``TagRare``) into a fresh
 store and the same rows (all columns) into a Parquet file, then times on local[2]:
@@ -8,6 +9,13 @@ store and the same rows (all columns) into a Parquet file, then times on local[2
   * parquet:   spark.read.parquet of the same rows
   * synthetic: a Python data source yielding prebuilt Arrow batches of the same schema (the API's ceiling)
   * tag 1 %:   our source with subExpression=TagRare (ConsumeQueue tagsCode filter) vs our full scan
+  * network (issue 12), over the same store files, one broker at a time on free 127.0.0.1 ports:
+      ours-default / ours-raised: `rocketstream serve --store STORE` (name server in the same process)
+      java-default / java-raised: the real Apache RocketMQ 4.9.8 name server + broker on STORE
+    and spark.read.format("rocketmq").option("nameServer", ...) against it. "default" is RocketMQ's
+    getMessage transfer limits (maxTransferCountOnMessageInMemory 32, maxTransferBytesOnMessageInMemory
+    256 KiB; on disk 8 / 64 KiB); "raised" sets them (memory and disk) to RAISED_CONF. Each network time is
+    compared with "ours" (local mode on the same store files) measured in this run; goal >= 0.7x.
 Each query runs ``--repeat`` times after one warm-up; the best time counts. Ratios are computed
 from numbers measured in this run. Data lives under a temporary directory removed at the end.
 """
@@ -17,6 +25,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,10 +39,23 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from rocketstream.store import MessageStore, StoreConfig
 from rocketstream.store.read.schema import MESSAGE_SCHEMA
 
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tests.realbroker import peers  # noqa: E402
+
 TOPIC = "BenchTopic"
 QUEUES = 4
 PARTITIONS = 2
 BATCH_ROWS_TARGET_BYTES = 2 << 20
+# RocketMQ's in-memory and on-disk transfer limits of DefaultMessageStore.getMessage, raised so that one
+# pull can carry what the reader asks for (1024 messages; 1024 x 4 KiB records < 8 MiB < the 16 MiB frame)
+RAISED_CONF = {
+    "maxTransferCountOnMessageInMemory": "4096", "maxTransferBytesOnMessageInMemory": str(8 << 20),
+    "maxTransferCountOnMessageInDisk": "4096", "maxTransferBytesOnMessageInDisk": str(8 << 20),
+}
+NETWORK_CASES = ("ours-default", "ours-raised", "java-default", "java-raised")
 
 
 class _SyntheticPartition(InputPartition):
@@ -105,7 +129,7 @@ def write_parquet(root: Path, path: Path) -> None:
 
 
 def best_time(fn, repeat: int) -> tuple[float, object]:
-    fn()  # warm-up (JVM, Python workers)
+    fn()  # warm-up (JVM, Python workers, page cache, connections)
     times, value = [], None
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -114,29 +138,126 @@ def best_time(fn, repeat: int) -> tuple[float, object]:
     return min(times), value
 
 
+# ---- brokers serving the benchmark's store ---------------------------------------------------------
+
+class BenchError(RuntimeError):
+    """A broker did not start (the message carries its log tail)."""
+
+
+class Served:
+    """A name server + broker serving a store; ``stop`` ends exactly the processes started here."""
+
+    def __init__(self, namesrv_addr: str, procs: list[subprocess.Popen], logs: list[Path]) -> None:
+        self.namesrv_addr, self.procs, self.logs = namesrv_addr, procs, logs
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            peers._forget(proc)
+
+
+def _tail(path: Path, n: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def serve_ours(store: Path, home: Path, extra: dict[str, str]) -> Served:
+    """``rocketstream serve --store STORE`` (name server in the same process) with ``extra`` in its conf."""
+    home.mkdir(parents=True, exist_ok=True)
+    conf = home / "broker.conf"
+    settings = {"mappedFileSizeCommitLog": str(1 << 30), "flushDiskType": "ASYNC_FLUSH", **extra}
+    conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    port, ns_port = peers.free_port((0, 1)), peers.free_port()
+    log = home / "serve.log"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("ROCKETSTREAM_CONF", None)
+    proc = peers._spawn([sys.executable, "-m", "rocketstream.cli", "serve", "--store", str(store),
+                         "--listen", f"{peers.BIND}:{port}", "--namesrv-listen", f"{peers.BIND}:{ns_port}",
+                         "--conf", str(conf)], env, log)
+    served = Served(f"{peers.BIND}:{ns_port}", [proc], [log])
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 120:
+        lines = log.read_text(errors="replace").splitlines()
+        if any("The broker[" in line and "boot success" in line for line in lines):
+            return served
+        if proc.poll() is not None:
+            raise BenchError(f"rocketstream serve exited with {proc.returncode}:\n{_tail(log)}")
+        time.sleep(0.1)
+    served.stop()
+    raise BenchError(f"rocketstream serve not ready after 120 s:\n{_tail(log)}")
+
+
+def serve_java(store: Path, home: Path, extra: dict[str, str]) -> Served:
+    """The real 4.9.8 name server + broker (tests/realbroker/peers.py) on STORE; file sizes as the store's."""
+    home.mkdir(parents=True, exist_ok=True)
+    namesrv = peers.start_namesrv(home)
+    try:
+        namesrv.wait_ready("boot success")
+        dist = peers.find_dist()
+        port = peers.free_port((-2, 0, 1))
+        bhome = home / "java-broker"
+        bhome.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RMQ_")}
+        env.update(RMQ_DATA_DIR=str(home), RMQ_BIND_ADDRESS=peers.BIND, RMQ_BROKER_PORT=str(port),
+                   RMQ_NAMESRV_ADDR=f"{peers.BIND}:{namesrv.port}", RMQ_BROKER_HOME=str(bhome),
+                   RMQ_STORE_DIR=str(store), RMQ_COMMITLOG_FILE_SIZE=str(1 << 30), RMQ_CQ_FILE_SIZE=str(6000000),
+                   RMQ_BROKER_HEAP="512m")
+        conf = bhome / "bench.conf"
+        conf.write_text("".join(f"{k}={v}\n" for k, v in extra.items()))
+        log = bhome / "broker.out"
+        proc = peers._spawn([str(dist / "bin" / "broker"), str(conf)], env, log)
+    except BaseException:
+        namesrv.kill()
+        raise
+    served = Served(f"{peers.BIND}:{namesrv.port}", [proc, namesrv.proc], [log, namesrv.log])
+    try:
+        peers.Server("java broker", proc, log, port).wait_ready("boot success", timeout=180)
+    except BaseException:
+        served.stop()
+        raise
+    return served
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--sizes", default="256,1024,4096")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--network", default=",".join(NETWORK_CASES),
+                    help=f"network cases to run, comma-separated from {', '.join(NETWORK_CASES)}; 'none' for none")
+    ap.add_argument("--no-reference", action="store_true",
+                    help="skip the Parquet, synthetic and tag-filter queries (local mode and network only)")
     args = ap.parse_args()
+    cases = [] if args.network == "none" else [c.strip() for c in args.network.split(",") if c.strip()]
+    bad = [c for c in cases if c not in NETWORK_CASES]
+    if bad:
+        ap.error(f"--network: unknown case(s) {bad}; choose from {NETWORK_CASES}")
 
     from rocketstream.demo import spark_session
 
     spark = spark_session("rocketstream-bench")
     spark.dataSource.register(SyntheticSource)
     base = Path(tempfile.mkdtemp(prefix="rs-spark-bench-", dir=args.dir))
-    results = []
+    results, net_results = [], []
     try:
         for body_size in (int(s) for s in args.sizes.split(",")):
             root, parquet = base / f"store-{body_size}", base / f"rows-{body_size}.parquet"
             t0 = time.perf_counter()
             produce(root, args.messages, body_size)
-            write_parquet(root, parquet)
+            if not args.no_reference:
+                write_parquet(root, parquet)
             print(f"[{body_size} B] data written in {time.perf_counter() - t0:.1f} s", flush=True)
 
-            # the three queries below run within this iteration of the loop (B023 noted on each)
+            # the queries below run within this iteration of the loop (B023 noted on each)
             def ours(sub: str = "*"):
                 df = (spark.read.format("rocketmq").option("topic", TOPIC).option("subExpression", sub)
                       .option("numPartitions", str(PARTITIONS)).load(str(root)))  # noqa: B023
@@ -151,27 +272,60 @@ def main() -> None:
                       .option("store", str(root)).option("bodySize", str(body_size)).load())  # noqa: B023
                 return df.selectExpr("count(*) AS n", "sum(length(body)) AS b").collect()[0]
 
+            def network(namesrv: str):
+                df = (spark.read.format("rocketmq").option("nameServer", namesrv).option("topic", TOPIC)
+                      .option("numPartitions", str(PARTITIONS)).load())
+                return df.selectExpr("count(*) AS n", "sum(length(body)) AS b").collect()[0]
+
             t_ours, r_ours = best_time(ours, args.repeat)
-            t_pq, r_pq = best_time(parquet_q, args.repeat)
-            t_syn, r_syn = best_time(synthetic, args.repeat)
-            t_tag, r_tag = best_time(lambda: ours("TagRare"), args.repeat)
-            assert r_ours["n"] == r_pq["n"] == r_syn["n"] == args.messages, (r_ours, r_pq, r_syn)
-            assert r_ours["b"] == r_pq["b"], (r_ours, r_pq)
-            assert r_tag["n"] == (args.messages + 99) // 100, r_tag
-            results.append((body_size, args.messages, t_ours, t_pq, t_syn, t_tag))
+            print(f"[{body_size} B] local mode {t_ours:.2f} s", flush=True)
+            assert r_ours["n"] == args.messages, r_ours
+            if not args.no_reference:
+                t_pq, r_pq = best_time(parquet_q, args.repeat)
+                t_syn, r_syn = best_time(synthetic, args.repeat)
+                t_tag, r_tag = best_time(lambda: ours("TagRare"), args.repeat)
+                assert r_pq["n"] == r_syn["n"] == args.messages, (r_ours, r_pq, r_syn)
+                assert r_ours["b"] == r_pq["b"], (r_ours, r_pq)
+                assert r_tag["n"] == (args.messages + 99) // 100, r_tag
+                results.append((body_size, args.messages, t_ours, t_pq, t_syn, t_tag))
+                parquet.unlink()
+            for case in cases:
+                kind, limits = case.split("-")
+                extra = dict(RAISED_CONF) if limits == "raised" else {}
+                home = base / f"{case}-{body_size}"
+                t0 = time.perf_counter()
+                served = (serve_ours if kind == "ours" else serve_java)(root, home, extra)
+                try:
+                    print(f"[{body_size} B] {case} broker up in {time.perf_counter() - t0:.1f} s", flush=True)
+                    t_net, r_net = best_time(lambda: network(served.namesrv_addr), args.repeat)  # noqa: B023
+                finally:
+                    served.stop()
+                assert (r_net["n"], r_net["b"]) == (r_ours["n"], r_ours["b"]), (case, r_net, r_ours)
+                print(f"[{body_size} B] {case} {t_net:.2f} s = {t_ours / t_net:.2f}x local", flush=True)
+                net_results.append((body_size, case, t_net, t_ours))
+                shutil.rmtree(home, ignore_errors=True)
             shutil.rmtree(root)
-            parquet.unlink()
     finally:
         spark.stop()
         shutil.rmtree(base, ignore_errors=True)
 
     n = args.messages
-    print(f"\nsum(length(body)) over {n:,} messages, local[2], best of {args.repeat}")
-    print(f"{'body':>6} {'ours rows/s':>12} {'ours MB/s':>10} {'parquet rows/s':>15} {'synthetic rows/s':>17} "
-          f"{'vs ceiling':>10} {'vs parquet':>10} {'tag 1% s':>9} {'full/tag':>9}")
-    for size, n, t_o, t_p, t_s, t_t in results:
-        print(f"{size:>6} {n / t_o:12,.0f} {n * size / t_o / 1e6:10.1f} {n / t_p:15,.0f} {n / t_s:17,.0f} "
-              f"{t_s / t_o:10.2f} {t_p / t_o:10.2f} {t_t:9.3f} {t_o / t_t:9.1f}")
+    load = os.getloadavg()
+    if results:
+        print(f"\nsum(length(body)) over {n:,} messages, local[2], best of {args.repeat}")
+        print(f"{'body':>6} {'ours rows/s':>12} {'ours MB/s':>10} {'parquet rows/s':>15} {'synthetic rows/s':>17} "
+              f"{'vs ceiling':>10} {'vs parquet':>10} {'tag 1% s':>9} {'full/tag':>9}")
+        for size, n, t_o, t_p, t_s, t_t in results:
+            print(f"{size:>6} {n / t_o:12,.0f} {n * size / t_o / 1e6:10.1f} {n / t_p:15,.0f} {n / t_s:17,.0f} "
+                  f"{t_s / t_o:10.2f} {t_p / t_o:10.2f} {t_t:9.3f} {t_o / t_t:9.1f}")
+    if net_results:
+        print(f"\nnetwork mode vs local mode on the same store, {n:,} messages, local[2], best of {args.repeat} "
+              f"(goal for ours >= 0.7x)")
+        print(f"{'body':>6} {'reader':>14} {'s':>8} {'rows/s':>12} {'MB/s':>8} {'local s':>8} {'net/local':>10}")
+        for size, case, t_net, t_loc in net_results:
+            print(f"{size:>6} {case:>14} {t_net:8.2f} {n / t_net:12,.0f} {n * size / t_net / 1e6:8.1f} "
+                  f"{t_loc:8.2f} {t_loc / t_net:10.2f}")
+    print(f"\nload average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (machine shared with other jobs)")
 
 
 if __name__ == "__main__":

@@ -161,16 +161,8 @@ class _BatchReader:
         self.broker_name = broker_name
         self.tag_set = tag_set
         self.check_crc = check_crc
-        self.parse_props = bool(self.names & _PROPERTY_COLUMNS) or tag_set is not None
-        # only the single-property columns that are asked for (TAGS also for the tag re-check)
-        self.wanted_properties = tuple(
-            prop for prop, needed in ((PROPERTY_TAGS, "tags" in self.names or tag_set is not None),
-                                      (PROPERTY_KEYS, "keys" in self.names), (PROPERTY_UNIQ_KEY, "msgId" in self.names))
-            if needed)
-        # Columns holding one value in every row (topic, broker, queue id, usually the hosts), by
-        # (column, value, rows): batches of a run mostly have the same row count, and Arrow arrays
-        # are immutable, so one array serves them all.
-        self._constants: dict[tuple[str, object, int], pa.Array] = {}
+        self.columns = ColumnBuilder(schema, broker_name, tag_set)
+        self.parse_props = self.columns.parse_props
 
     def read(self, offsets: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray) -> pa.RecordBatch:
         # Records never span files; a batch spans several only at file boundaries.
@@ -194,7 +186,7 @@ class _BatchReader:
         props = tag_col = keys_col = uniq_col = None
         if self.parse_props:
             raw = vz.gather_segments(buf, h["props_pos"], h["props_len"], pa.binary())
-            props, tag_col, keys_col, uniq_col = self._properties(raw)
+            props, tag_col, keys_col, uniq_col = self.columns.properties(raw)
             if self.tag_set is not None:
                 keep = pc.fill_null(pc.is_in(tag_col, value_set=pa.array(sorted(self.tag_set), pa.string())), False)
                 if not pc.all(keep).as_py():
@@ -208,8 +200,9 @@ class _BatchReader:
                         return _empty_batch(self.schema)
         if self.check_crc:
             self._check_crc(buf, h, offsets, file_from)
-        return self._assemble(buf, h, offsets, sizes, queue_offsets, file_from,
-                              props=props, tags=tag_col, keys=keys_col, uniq=uniq_col)
+        return self.columns.assemble(buf, h, self.topic, self.queue_id, offsets, sizes, queue_offsets,
+                                     props=props, tags=tag_col, keys=keys_col, uniq=uniq_col,
+                                     path=self._path(file_from))
 
     def _path(self, file_from: int) -> str:
         path_for = getattr(self.commit_log, "path_for", None)
@@ -232,11 +225,6 @@ class _BatchReader:
             f"record does not match consume-queue unit {int(queue_offsets[i])} of {self.topic}/{self.queue_id} "
             f"(size {int(sizes[i])}): {'; '.join(reasons)}", path=self._path(file_from), offset=int(offsets[i]))
 
-    def _properties(self, raw: pa.Array) -> tuple[pa.Array, ...]:
-        # never an error: bytes that are not UTF-8 read as Java's new String(bytes, UTF_8) reads them
-        props, wanted = vz.parse_properties(vz.properties_text(raw), self.wanted_properties)
-        return props, wanted.get(PROPERTY_TAGS), wanted.get(PROPERTY_KEYS), wanted.get(PROPERTY_UNIQ_KEY)
-
     def _check_crc(self, buf: np.ndarray, h: dict[str, np.ndarray], offsets: np.ndarray, file_from: int) -> None:
         bad = vz.body_crc_mismatches(buf, h)
         if bad.any():
@@ -244,46 +232,48 @@ class _BatchReader:
             raise CorruptStoreError(f"BODYCRC mismatch: stored {int(h['body_crc'][i])}", path=self._path(file_from),
                                     offset=int(offsets[i]))
 
-    def _bodies(self, buf: np.ndarray, h: dict[str, np.ndarray], offsets: np.ndarray, file_from: int) -> pa.Array:
-        stored = vz.gather_segments(buf, h["body_pos"], h["body_len"], pa.binary())
-        compressed = np.flatnonzero(h["sys_flag"] & FLAG_COMPRESSED)
-        if len(compressed) == 0:
-            return stored
-        # Rebuild the data buffer: untouched runs are copied as slices, compressed bodies replaced.
-        off = np.frombuffer(stored.buffers()[1], dtype=np.int32)[stored.offset:stored.offset + len(stored) + 1]
-        data = memoryview(stored.buffers()[2]) if stored.buffers()[2] is not None else memoryview(b"")
-        pieces: list[bytes | memoryview] = []
-        lengths = np.diff(off).astype(np.int64)
-        run_start = 0
-        path = self._path(file_from)
-        for i in compressed.tolist():
-            pieces.append(data[off[run_start]:off[i]])
-            body = decompress_body(bytes(data[off[i]:off[i + 1]]), int(h["sys_flag"][i]), path=path,
-                                   offset=int(offsets[i]))
-            pieces.append(body)
-            lengths[i] = len(body)
-            run_start = i + 1
-        pieces.append(data[off[run_start]:off[-1]])
-        new_offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=new_offsets[1:])
-        if new_offsets[-1] > 2**31 - 1:
-            raise CorruptStoreError("decompressed bodies of one batch exceed 2 GiB; lower batch_bytes",
-                                    path=path, offset=int(offsets[0]))
-        return vz.binary_from_parts(b"".join(pieces), new_offsets, pa.binary())
 
-    def _assemble(self, buf: np.ndarray, h: dict[str, np.ndarray], offsets: np.ndarray, sizes: np.ndarray,
-                  queue_offsets: np.ndarray, file_from: int, *, props: pa.Array | None, tags: pa.Array | None,
-                  keys: pa.Array | None, uniq: pa.Array | None) -> pa.RecordBatch:
+class ColumnBuilder:
+    """Arrow columns of ``schema`` from records decoded by ``vectorized.decode_headers`` - shared by the local
+    read (records in a mapped commit-log file) and network mode (records in a pull body, spark/network_view.py).
+
+    ``properties`` parses the PROPERTIES bytes into the map column and the single-property columns asked for
+    (TAGS also for a tag re-check); ``assemble`` builds the batch. Columns holding one value in every row
+    (topic, broker, queue id, usually the hosts) are cached by (column, value, rows): batches of a run mostly
+    have the same row count, and Arrow arrays are immutable, so one array serves them all."""
+
+    def __init__(self, schema: pa.Schema, broker_name: str, tag_set: frozenset[str] | None) -> None:
+        self.schema = schema
+        self.names = set(schema.names)
+        self.broker_name = broker_name
+        self.parse_props = bool(self.names & _PROPERTY_COLUMNS) or tag_set is not None
+        self.wanted_properties = tuple(
+            prop for prop, needed in ((PROPERTY_TAGS, "tags" in self.names or tag_set is not None),
+                                      (PROPERTY_KEYS, "keys" in self.names), (PROPERTY_UNIQ_KEY, "msgId" in self.names))
+            if needed)
+        self._constants: dict[tuple[str, object, int], pa.Array] = {}
+
+    def properties(self, raw: pa.Array) -> tuple[pa.Array, ...]:
+        """(properties map, TAGS, KEYS, UNIQ_KEY) of the stored PROPERTIES bytes; a column not asked for is None."""
+        # never an error: bytes that are not UTF-8 read as Java's new String(bytes, UTF_8) reads them
+        props, wanted = vz.parse_properties(vz.properties_text(raw), self.wanted_properties)
+        return props, wanted.get(PROPERTY_TAGS), wanted.get(PROPERTY_KEYS), wanted.get(PROPERTY_UNIQ_KEY)
+
+    def assemble(self, buf: np.ndarray, h: dict[str, np.ndarray], topic: str, queue_id: int, offsets: np.ndarray,
+                 sizes: np.ndarray, queue_offsets: np.ndarray, *, props: pa.Array | None, tags: pa.Array | None,
+                 keys: pa.Array | None, uniq: pa.Array | None, path: str) -> pa.RecordBatch:
+        """The batch of the records ``h`` in ``buf`` (``offsets``: their commit-log offsets, ``sizes``,
+        ``queue_offsets``). ``path`` names where the records are for a compressed body that does not inflate."""
         n = len(offsets)
         offset_ids = None
         arrays = []
         for name in self.schema.names:
             if name == "topic":
-                arr = self._constant(name, self.topic, n)
+                arr = self._constant(name, topic, n)
             elif name == "brokerName":
                 arr = self._constant(name, self.broker_name, n)
             elif name == "queueId":
-                arr = self._constant(name, self.queue_id, n)
+                arr = self._constant(name, queue_id, n)
             elif name == "queueOffset":
                 arr = vz.numeric_array(queue_offsets)
             elif name == "commitLogOffset":
@@ -302,7 +292,7 @@ class _BatchReader:
             elif name == "keys":
                 arr = keys
             elif name == "body":
-                arr = self._bodies(buf, h, offsets, file_from)
+                arr = self.bodies(buf, h, offsets, path)
             elif name == "properties":
                 arr = props
             elif name == "bornTimestamp":
@@ -326,6 +316,32 @@ class _BatchReader:
             arrays.append(arr)
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
+    def bodies(self, buf: np.ndarray, h: dict[str, np.ndarray], offsets: np.ndarray, path: str) -> pa.Array:
+        """The BODY column; compressed bodies (SYSFLAG bit 0) inflated (CorruptStoreError at ``path``)."""
+        stored = vz.gather_segments(buf, h["body_pos"], h["body_len"], pa.binary())
+        compressed = np.flatnonzero(h["sys_flag"] & FLAG_COMPRESSED)
+        if len(compressed) == 0:
+            return stored
+        # Rebuild the data buffer: untouched runs are copied as slices, compressed bodies replaced.
+        off = np.frombuffer(stored.buffers()[1], dtype=np.int32)[stored.offset:stored.offset + len(stored) + 1]
+        data = memoryview(stored.buffers()[2]) if stored.buffers()[2] is not None else memoryview(b"")
+        pieces: list[bytes | memoryview] = []
+        lengths = np.diff(off).astype(np.int64)
+        run_start = 0
+        for i in compressed.tolist():
+            pieces.append(data[off[run_start]:off[i]])
+            body = decompress_body(bytes(data[off[i]:off[i + 1]]), int(h["sys_flag"][i]), path=path,
+                                   offset=int(offsets[i]))
+            pieces.append(body)
+            lengths[i] = len(body)
+            run_start = i + 1
+        pieces.append(data[off[run_start]:off[-1]])
+        new_offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=new_offsets[1:])
+        if new_offsets[-1] > 2**31 - 1:
+            raise CorruptStoreError("decompressed bodies of one batch exceed 2 GiB; lower batch_bytes",
+                                    path=path, offset=int(offsets[0]))
+        return vz.binary_from_parts(b"".join(pieces), new_offsets, pa.binary())
 
     def _constant(self, name: str, value: object, n: int) -> pa.Array:
         key = (name, value, n)

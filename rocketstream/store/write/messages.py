@@ -144,15 +144,17 @@ class GetMessageResult:
 
 @dataclass
 class RawMessageResult:
-    """``getMessage`` for the wire: the stored record bytes of the messages found (``buffers``, in
-    queue order) instead of decoded records."""
+    """``getMessage`` for the wire: the stored record bytes of the messages found instead of decoded
+    records - ``buffers``, views of the commit log whose concatenation in order is the records in queue
+    order (adjacent records may share one view), ``message_count`` records, ``total_bytes`` bytes."""
 
     status: GetMessageStatus
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    buffers: list[bytes] = field(default_factory=list)
+    buffers: list[memoryview] = field(default_factory=list)
     total_bytes: int = 0
+    message_count: int = 0
 
 
 class IllegalMessage(Exception):

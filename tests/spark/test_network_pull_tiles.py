@@ -1,0 +1,127 @@
+"""The network read's pulls of one queue range (spark/network_view.py ``_RangePuller``) against a fake broker
+with RocketMQ's pull semantics (a count and a byte limit per pull, PULL_NOT_FOUND with a later nextBeginOffset
+over messages that are gone): every offset of the range comes exactly once and in order, nothing past the
+range end, tiles of the learned batch overlap, a short answer makes the next round learn the batch again,
+and with a tag filter pulls stay sequential. No sockets, no Spark."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from types import SimpleNamespace
+
+import pytest
+
+from rocketstream.client.common import PullResult, PullStatus
+from rocketstream.errors import DataLossError
+from rocketstream.spark import network_view as nv
+
+_REC = struct.Struct(">q")
+
+
+class FakeBroker:
+    """Queue offsets 0..n-1; message i's "record" is 8 bytes of i padded to sizes[i]."""
+
+    def __init__(self, n: int, *, cap: int = 32, max_bytes: int = 1 << 30, sizes=None, gone=range(0)) -> None:
+        self.n, self.cap, self.max_bytes = n, cap, max_bytes
+        self.sizes = sizes or [16] * n
+        self.gone = gone
+        self.calls: list[tuple[int, int]] = []
+        self.in_flight = self.max_in_flight = 0
+
+    async def pull(self, addr, *, group, topic, queue_id, offset, max_nums, sys_flag, subscription, timeout):
+        self.calls.append((offset, max_nums))
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        await asyncio.sleep(0)
+        self.in_flight -= 1
+        if offset >= self.n:
+            return PullResult(PullStatus.NO_NEW_MSG, offset, 0, self.n)
+        if offset in self.gone:   # OFFSET_FOUND_NULL: the broker points past what is gone
+            return PullResult(PullStatus.NO_NEW_MSG, self.gone.stop, 0, self.n)
+        out, used, i = [], 0, offset
+        while i < self.n and i not in self.gone:
+            # DefaultMessageStore.isTheBatchFull, before each unit
+            if out and (len(out) >= max_nums or len(out) >= self.cap or used + self.sizes[i] > self.max_bytes):
+                break
+            out.append(_REC.pack(i).ljust(self.sizes[i], b"\0"))
+            used += self.sizes[i]
+            i += 1
+        return PullResult(PullStatus.FOUND, i, 0, self.n, 0, b"".join(out))
+
+
+def _read(broker: FakeBroker, start: int, end: int, *, tags=None, fail_on_data_loss=True) -> list[int]:
+    view = SimpleNamespace(api=broker, addr="127.0.0.1:1", location=SimpleNamespace(group="g"), broker_name="b")
+    puller = nv._RangePuller(view, "T", 0, start, end, tags, fail_on_data_loss)
+
+    async def drain() -> list[bytes]:
+        got: list[bytes] = []
+        while not puller.done:
+            got += await puller.next_chunk()
+        return got
+
+    data = b"".join(asyncio.run(drain()))
+    offsets, pos = [], 0
+    while pos < len(data):
+        i = _REC.unpack_from(data, pos)[0]
+        offsets.append(i)
+        pos += broker.sizes[i]
+    return offsets
+
+
+@pytest.mark.parametrize("cap,start,end", [(32, 0, 1000), (32, 5, 999), (1024, 0, 5000), (7, 3, 4), (1, 0, 40)])
+def test_every_offset_once_in_order_and_tiles_overlap(cap, start, end):
+    broker = FakeBroker(6000, cap=cap)
+    assert _read(broker, start, end) == list(range(start, end))
+    assert all(o + n <= max(end, o + 1) for o, n in broker.calls[1:]), "no pull asks past the range end"
+    if end - start > 3 * cap:
+        assert broker.max_in_flight > 1
+        # each offset asked for once: no tile is thrown away when the broker answers every tile in full
+        assert len(broker.calls) == -(-(end - start - cap) // cap) + 1
+
+
+def test_short_answers_by_bytes_relearn_the_batch_and_skip_nothing():
+    sizes = [16 if i % 50 else 400 for i in range(3000)]   # a big message now and then hits the byte limit
+    broker = FakeBroker(3000, cap=32, max_bytes=600, sizes=sizes)
+    assert _read(broker, 10, 2990) == list(range(10, 2990))
+
+
+def test_messages_gone_in_the_middle():
+    broker = FakeBroker(2000, cap=32, gone=range(500, 700))
+    with pytest.raises(DataLossError, match=r"messages \[500, 700\)"):
+        _read(broker, 0, 2000)
+    broker = FakeBroker(2000, cap=32, gone=range(500, 700))
+    assert _read(broker, 0, 2000, fail_on_data_loss=False) == [*range(500), *range(700, 2000)]
+
+
+def test_a_tag_filter_pulls_sequentially():
+    broker = FakeBroker(1000, cap=32)
+    assert _read(broker, 0, 1000, tags=["a"]) == list(range(1000))
+    assert broker.max_in_flight == 1
+    assert [o for o, _ in broker.calls] == list(range(0, 1000, 32))
+
+
+def test_record_starts_of_a_pull_body_and_bad_bodies():
+    from rocketstream import codec
+    from rocketstream.errors import BodyError
+
+    rec = bytearray(100)
+    struct.pack_into(">ii", rec, 0, 100, codec.MAGIC_V2)
+    body = bytes(rec) * 3
+    assert nv.record_starts(body).tolist() == [0, 100, 200] and nv.record_starts(b"").tolist() == []
+    for bad, what in ((body[:-1], "byte 200 has size 100 beyond the body"), (body + b"\0\0", "byte 300 is truncated"),
+                      (body[:100] + struct.pack(">i", 5) + body[104:], "byte 100 has size 5"),
+                      (body[:104] + struct.pack(">i", 1) + body[108:], "byte 100 has magic code 0x1")):
+        with pytest.raises(BodyError, match=what):
+            nv.record_starts(bad)
+
+
+def test_pull_bodies_are_packed_into_decode_units_in_order():
+    half = nv.BATCH_BYTES // 2
+    small, big = b"s" * 1000, b"B" * half
+    bodies = [small, small, big, small, b"x" * (nv.BATCH_BYTES - 500), small]
+    units = list(nv._pack(bodies))
+    assert b"".join(units) == b"".join(bodies)
+    assert units[0] == small * 2 and units[1] is big and units[2] == small and len(units) == 5
+    assert all(len(u) <= nv.BATCH_BYTES or u is big for u in units)
+    assert list(nv._pack([])) == [] and list(nv._pack([small])) == [small]
