@@ -163,11 +163,10 @@ def process_pull(controller: BrokerContext, channel: Channel, request: RemotingC
         return request.response(ResponseCode.SYSTEM_ERROR,
                                 f"The broker does not support consumer to filter message by {sub.expression_type}")
     codes = sub.tags_codes()
-    result = controller.store.get_message_raw(h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes)
-    if flt is not None:   # SQL92: keep the records whose properties match (sql_filter.py)
-        result = sql_filter.filter_result(controller.store, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums,
-                                          flt, result,
-                                          max_transfer_bytes=cfg.max_transfer_bytes_on_message_in_memory)
+    # SQL92: the store's per-record loop checks each candidate's properties (sql_filter.py)
+    check = sql_filter.record_filter(flt) if flt is not None else None
+    result = controller.store.get_message_raw(h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes,
+                                              record_filter=check)
     status = result.status
     if status in (GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):
         code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND

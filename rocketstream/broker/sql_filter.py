@@ -4,11 +4,11 @@
 
 pull.py reads records raw with the tags-code filter off (a SQL92 subscription has no tags codes, so
 ``isMatchedByConsumeQueue`` passes every unit: RocketMQ's bloom-filter pre-check needs the consume-queue
-extension, which 4.9.8 leaves off by default) and hands the result to :func:`filter_result`, which keeps the
-records whose properties match and, like ``DefaultMessageStore.getMessage`` with a filter, reads on while
-the batch is short and fewer than ``maxFilterMessageCount`` units (16,000 bytes of consume queue = 800
-units, or ``maxMsgNums`` × 20 bytes) were examined. No record matched: NO_MATCHED_MESSAGE (the consumer
-re-pulls at once from the offset after the examined units).
+extension, which 4.9.8 leaves off by default) and hands the store :func:`record_filter` as its per-record
+check, so the store's loop (``DefaultMessageStore.getMessage`` with a filter) skips the records whose
+properties do not match and reads on while the batch is short and fewer than ``maxFilterMessageCount``
+units (16,000 bytes of consume queue = 800 units, or ``maxMsgNums`` × 20 bytes) were examined. No record
+matched: NO_MATCHED_MESSAGE (the consumer re-pulls at once from the offset after the examined units).
 
 The TAG path never comes here.
 """
@@ -16,23 +16,15 @@ The TAG path never comes here.
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from collections.abc import Callable
 
 from rocketstream.broker.consumer_manager import SubscriptionData
 from rocketstream.codec.sql92 import SqlFilter, compile_sql92, record_properties
 from rocketstream.errors import FilterExpressionError
-from rocketstream.store.write.messages import GetMessageStatus, RawMessageResult
 
-__all__ = ["compile_request_filter", "registered_filter", "filter_result", "CQ_UNIT_SIZE"]
+__all__ = ["compile_request_filter", "registered_filter", "record_filter"]
 
 log = logging.getLogger("rocketstream.broker")
-
-CQ_UNIT_SIZE = 20
-
-
-class _RawReader(Protocol):
-    def get_message_raw(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                        tags_codes: None = None) -> RawMessageResult: ...
 
 
 def compile_request_filter(topic: str, group: str, expression: str | None) -> SqlFilter | None:
@@ -55,33 +47,12 @@ def registered_filter(sub: SubscriptionData) -> SqlFilter | None:
         return None
 
 
-def filter_result(store: _RawReader, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                  flt: SqlFilter, first: RawMessageResult, *, max_filter_message_bytes: int = 16000,
-                  max_transfer_bytes: int = 262144) -> RawMessageResult:
-    """Keep the records of ``first`` (read from ``offset`` with no tags filter) that ``flt`` matches; read
-    on while fewer than ``max_msg_nums`` matched and the examined units stay within RocketMQ's filter
-    window."""
-    if first.status is not GetMessageStatus.FOUND:
-        return first
-    window = max(max_filter_message_bytes, max_msg_nums * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
-    kept: list[bytes] = []
-    size = 0
-    result = first
-    examined_end = offset
-    while True:
-        for buf in result.buffers:
-            if flt.matches(record_properties(buf)):
-                kept.append(buf)
-                size += len(buf)
-        examined_end = result.next_begin_offset
-        if (len(kept) >= max_msg_nums or size >= max_transfer_bytes or examined_end >= result.max_offset
-                or examined_end - offset >= window):
-            break
-        result = store.get_message_raw(topic, queue_id, examined_end, max_msg_nums - len(kept), None)
-        if result.status is not GetMessageStatus.FOUND:
-            break
-    status = GetMessageStatus.FOUND if kept else GetMessageStatus.NO_MATCHED_MESSAGE
-    out = RawMessageResult(status, examined_end, first.min_offset, first.max_offset)
-    out.buffers = kept
-    out.total_bytes = size
-    return out
+def record_filter(flt: SqlFilter) -> Callable[[memoryview], bool]:
+    """``isMatchedByCommitLog`` for the store's per-record loop (``get_message_raw(record_filter=...)``):
+    decode a candidate's properties only and evaluate the compiled filter on them."""
+    matches = flt.matches
+
+    def check(record: memoryview) -> bool:
+        return matches(record_properties(record))
+
+    return check

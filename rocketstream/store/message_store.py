@@ -312,8 +312,9 @@ class MessageStore:
     get_message.__doc__ = StoreQueries.get_message.__doc__
 
     def get_message_raw(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                        tags_codes: Collection[int] | None = None) -> RawMessageResult:
-        return self._queries.get_message_raw(topic, queue_id, offset, max_msg_nums, tags_codes)
+                        tags_codes: Collection[int] | None = None,
+                        record_filter: Callable[[memoryview], bool] | None = None) -> RawMessageResult:
+        return self._queries.get_message_raw(topic, queue_id, offset, max_msg_nums, tags_codes, record_filter)
 
     get_message_raw.__doc__ = StoreQueries.get_message_raw.__doc__
 
