@@ -108,8 +108,11 @@ class Background:
         return self._value
 
     def release(self) -> None:
+        """Stop a held resource (and wait for that); an unfinished one-shot job is left to the exit-time
+        cleanup (peers' atexit kill, daemon thread) rather than waited for."""
         self._release.set()
-        self._thread.join(120)
+        if self._hold and self._ready.is_set():
+            self._thread.join(120)
 
 
 _BACKGROUND: dict[str, Background] = {}
