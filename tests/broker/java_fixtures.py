@@ -139,21 +139,15 @@ def _require_java() -> None:
 
 
 @pytest.fixture(scope="session", params=targets())
-def broker_target(request, tmp_path_factory):
+def broker_target(request):
     """The name server + broker under test (see the module docstring)."""
     _require_java()
     kind = request.param
     if kind == "ours" and importlib.util.find_spec("rocketstream.broker") is None:
         pytest.skip("rocketstream.broker is not built yet (run with ROCKETSTREAM_BROKER_TARGETS=java for the oracle)")
-    home = tmp_path_factory.mktemp(f"scenarios-{kind}")
-    target = _start_java(home) if kind == "java" else start_ours(home)
-    try:
-        yield target
-    finally:
-        # the Java broker's clean stop takes 6-7 s and is not what these tests look at
-        codes = stop(target, clean=(kind == "ours"))
-        if kind == "ours" and codes != [0]:
-            pytest.fail(f"rocketstream serve exited with {codes} after SIGTERM (expected 0):\n{target.log_tail()}")
+    # the session's shared brokers (tests/conftest.py: ``ours_broker`` / ``java_broker``, the two kinds of
+    # ``mq_broker``): same settings; each scenario uses a topic and group of its own
+    return request.getfixturevalue(f"{kind}_broker")
 
 
 @pytest.fixture(scope="session")

@@ -95,9 +95,13 @@ def compile_peer(outdir: Path) -> Path:
 
 
 # --- processes ----------------------------------------------------------------------------------
+# resolved once here: the child between fork and exec must not load libraries (tests/conftest.py starts
+# brokers from background threads, and a lock another thread held at fork time stays held in the child)
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+
+
 def _die_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    _PRCTL(1, signal.SIGKILL)   # PR_SET_PDEATHSIG (fires when the *thread* that started the child ends)
 
 
 def _spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:

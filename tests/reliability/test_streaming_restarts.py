@@ -110,7 +110,9 @@ def campaign(base: Path, restarts: int, total: int, rate: float, seed: int = 7) 
 
 @pytest.mark.spark
 def test_streaming_restarts_short(tmp_path: Path) -> None:
-    figures = campaign(tmp_path, restarts=2, total=20_000, rate=2_000)
+    # one kill after a committed batch, then the final run resumes from that checkpoint (a second kill of
+    # the same kind only repeated it; the campaign below kills 12 times, at timed points too)
+    figures = campaign(tmp_path, restarts=1, total=20_000, rate=2_000)
     assert figures["problems"] == []
 
 
