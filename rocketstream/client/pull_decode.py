@@ -83,24 +83,25 @@ def _decode(body: bytes, broker_name: str, addr: str | None) -> list[MessageExt]
     last_traw = None
     born = stored = HostAddress("", 0)
     topic = ""
+    v1, v2, head, special = MAGIC_V1, MAGIC_V2, _HEAD_SIZE, _V6_BITS | FLAG_COMPRESSED
     start, n = 0, len(body)
     while start < n:
-        if start + _HEAD_SIZE > n:
+        if start + head > n:
             raise _Fallback   # a truncated record: the per-record decoder names the position
         (size, magic, crc, qid, flag, qoff, poff, sys_flag, bts, bip, bport, sts, sip, sport, rtimes, pto,
          blen) = unpack(body, start)
         end = start + size
-        if (magic != MAGIC_V1 and magic != MAGIC_V2) or size < _MIN_V4_RECORD or end > n:
+        if (magic != v1 and magic != v2) or size < _MIN_V4_RECORD or end > n:
             raise _Fallback
-        if sys_flag & _V6_BITS:
+        if sys_flag & special and sys_flag & _V6_BITS:
             append(_decode_one(body, start, broker_name, addr))
             start = end
             continue
-        if not (0 <= bport <= 0xFFFF and 0 <= sport <= 0xFFFF):
+        if (bport | sport) >> 16:   # a port outside 0..65535 (negative ones included)
             raise _Fallback
-        bp = start + _HEAD_SIZE
+        bp = start + head
         tp = bp + blen   # the TOPIC length field
-        if magic == MAGIC_V2:
+        if magic == v2:
             if blen < 0 or tp + 4 > end:
                 raise _Fallback
             tl = (body[tp] << 8) | body[tp + 1]
@@ -111,13 +112,13 @@ def _decode(body: bytes, broker_name: str, addr: str | None) -> list[MessageExt]
             tl = body[tp]
             tp += 1
         pp = tp + tl     # the PROPERTIES length field
-        if tl >= 0x8000 or (magic == MAGIC_V1 and tl >= 0x80) or pp + 2 > end:
+        if tl >= 0x8000 or (tl >= 0x80 and magic == v1) or pp + 2 > end:
             raise _Fallback   # a negative Java length, or past the record
         pl = (body[pp] << 8) | body[pp + 1]
-        if pl >= 0x8000 or pp + 2 + pl != end:
+        if pp + 2 + pl != end or pl >= 0x8000:
             raise _Fallback
         data = body[bp:bp + blen]
-        if sys_flag & FLAG_COMPRESSED:
+        if sys_flag & special:   # compressed (IPv6 went above)
             try:
                 data = decompress_body(data, sys_flag)
             except CorruptStoreError:
