@@ -24,7 +24,7 @@ from typing import Any
 
 from rocketstream.client.allocate import MessageQueue
 from rocketstream.client.api import build_pull_sys_flag
-from rocketstream.client.common import MessageExt, PullStatus, check_group, check_topic
+from rocketstream.client.common import MessageExt, PullResult, PullStatus, check_group, check_topic
 from rocketstream.client.instance import MQClientInstance
 from rocketstream.client.offset_store import (
     LocalFileOffsetStore,
@@ -69,6 +69,9 @@ CONSUMER_TIMEOUT_WHEN_SUSPEND_S = 30.0  # consumerTimeoutMillisWhenSuspend
 PULL_TIME_DELAY_ON_EXCEPTION_S = 1.0    # PULL_TIME_DELAY_MILLS_ON_EXCEPTION
 PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S = 0.050
 PULL_TIME_DELAY_WHEN_PAUSE_S = 1.0
+
+
+_PullArgs = tuple[int, str, Subscription]   # a pull's offset, broker address and subscription
 
 
 @dataclass
@@ -435,37 +438,92 @@ class LitePullConsumer:
             self._consume_offset.setdefault(mq, off)
         return off
 
-    async def _pull_task(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        """``PullTaskImpl.run``, as a loop."""
-        while not pq.dropped and self._state == "RUNNING" and not self._stopping:
-            if mq in self._paused:
-                await asyncio.sleep(PULL_TIME_DELAY_WHEN_PAUSE_S)
-                continue
-            if (self._cached_messages > self.pull_threshold_for_all
-                    or flow_control(pq, pull_threshold_for_queue=self.pull_threshold_for_queue,
-                                    pull_threshold_size_for_queue_mib=self.pull_threshold_size_for_queue,
-                                    consume_concurrently_max_span=self.consume_max_span, orderly=False)):
-                await asyncio.sleep(PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S)
-                continue
-            try:
-                await self._pull_once(mq, pq)
-            except asyncio.CancelledError:
-                raise
-            except (RemotingError, MQClientError, asyncio.TimeoutError) as exc:
-                if self._state == "RUNNING" and not pq.dropped:
-                    log.warning("%s: pull of %s failed: %s", self.group, mq, exc)
-                await asyncio.sleep(PULL_TIME_DELAY_ON_EXCEPTION_S)
+    def _held_back(self, pq: ProcessQueue, count: int = 0, size: int = 0, last_offset: int | None = None) -> bool:
+        """The flow control checked before each pull (``PullTaskImpl.run``: pullThresholdForAll,
+        pullThresholdForQueue, pullThresholdSizeForQueue, consumeMaxSpan), counting ``count`` messages of
+        ``size`` bytes up to ``last_offset`` that are pulled but not yet in ``pq``."""
+        if self._cached_messages + count > self.pull_threshold_for_all:
+            return True
+        if not count:
+            return flow_control(pq, pull_threshold_for_queue=self.pull_threshold_for_queue,
+                                pull_threshold_size_for_queue_mib=self.pull_threshold_size_for_queue,
+                                consume_concurrently_max_span=self.consume_max_span, orderly=False) is not None
+        if pq.msg_count + count > self.pull_threshold_for_queue:
+            return True
+        if (pq.msg_size + size) // (1 << 20) > self.pull_threshold_size_for_queue:
+            return True
+        first = pq.first_offset()
+        return last_offset is not None and first is not None and last_offset - first > self.consume_max_span
 
-    async def _pull_once(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+    async def _pull_task(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """``PullTaskImpl.run``, as a loop. The next pull of the queue is sent as soon as an answer arrives,
+        before that answer's body is decoded (the broker reads the next batch meanwhile), when the queue is
+        not paused and the flow control, counting the answer's messages, lets it; at most one pull per queue
+        is in flight, as in Java."""
+        ahead: asyncio.Task[PullResult] | None = None
+        ahead_args: _PullArgs | None = None
+        try:
+            while not pq.dropped and self._state == "RUNNING" and not self._stopping:
+                if ahead is None or ahead_args is None:
+                    if mq in self._paused:
+                        await asyncio.sleep(PULL_TIME_DELAY_WHEN_PAUSE_S)
+                        continue
+                    if self._held_back(pq):
+                        await asyncio.sleep(PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S)
+                        continue
+                try:
+                    if ahead is None or ahead_args is None:
+                        started = await self._start_pull(mq)
+                        if started is None:
+                            await asyncio.sleep(PULL_TIME_DELAY_ON_EXCEPTION_S)
+                            continue
+                        ahead_args, ahead = started
+                    (offset, addr, sub), pulling = ahead_args, ahead
+                    ahead = ahead_args = None
+                    result = await pulling
+                    if pq.dropped or mq in self._seek_offset or self._pull_offset.get(mq) != offset:
+                        continue   # seeked or dropped meanwhile: the answer is stale
+                    if (result.status is PullStatus.FOUND and result.body and mq not in self._paused
+                            and not self._stopping):
+                        count = result.next_begin_offset - offset
+                        if not self._held_back(pq, count, len(result.body), result.next_begin_offset - 1):
+                            self._pull_offset[mq] = result.next_begin_offset
+                            try:
+                                started = await self._start_pull(mq)
+                            finally:   # _take moves it on; unless a seek or a drop took it meanwhile
+                                if self._pull_offset.get(mq) == result.next_begin_offset:
+                                    self._pull_offset[mq] = offset
+                            if started is not None:
+                                ahead_args, ahead = started
+                                await asyncio.sleep(0)   # the pull task writes its request ...
+                                await asyncio.sleep(0)   # ... and the channel sends it
+                    try:
+                        self._take(mq, pq, offset, addr, sub, result)
+                    except BaseException:
+                        if ahead is not None:   # the answer is pulled again
+                            ahead.cancel()
+                            ahead = ahead_args = None
+                        raise
+                except asyncio.CancelledError:
+                    raise
+                except (RemotingError, MQClientError, asyncio.TimeoutError) as exc:
+                    if self._state == "RUNNING" and not pq.dropped:
+                        log.warning("%s: pull of %s failed: %s", self.group, mq, exc)
+                    await asyncio.sleep(PULL_TIME_DELAY_ON_EXCEPTION_S)
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+
+    async def _start_pull(self, mq: MessageQueue) -> tuple[_PullArgs, asyncio.Task[PullResult]] | None:
+        """Send the next pull of ``mq`` (a task answering it), with its offset, broker address and
+        subscription; None when the queue has no pull offset or subscription yet."""
         assert self.instance is not None
         offset = await self._next_pull_offset(mq)
         if offset < 0:
-            await asyncio.sleep(PULL_TIME_DELAY_ON_EXCEPTION_S)
-            return
+            return None
         sub = self._subscriptions.get(mq.topic)
         if sub is None:
-            await asyncio.sleep(PULL_TIME_DELAY_ON_EXCEPTION_S)
-            return
+            return None
         found = self.instance.find_broker_for_subscribe(mq.broker_name)
         if found is None:
             await self.instance.update_route(mq.topic)
@@ -473,14 +531,18 @@ class LitePullConsumer:
         if found is None:
             raise MQClientError(f"the broker[{mq.broker_name}] of {mq} has no address")
         addr = found[0]
-        result = await self.instance.api.pull(
+        task = asyncio.get_running_loop().create_task(self.instance.api.pull(
             addr, group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=offset,
             max_nums=self.pull_batch_size, sys_flag=build_pull_sys_flag(False, True, True, lite_pull=True),
             suspend_ms=self.broker_suspend_max_time_ms, subscription=sub.expression, sub_version=0,
             expression_type=sub.expression_type,
-            timeout=max(CONSUMER_TIMEOUT_WHEN_SUSPEND_S, self.broker_suspend_max_time_ms / 1000 + 5))
-        if pq.dropped or mq in self._seek_offset or self._pull_offset.get(mq) != offset:
-            return   # seeked or dropped meanwhile: the answer is stale
+            timeout=max(CONSUMER_TIMEOUT_WHEN_SUSPEND_S, self.broker_suspend_max_time_ms / 1000 + 5)))
+        return (offset, addr, sub), task
+
+    def _take(self, mq: MessageQueue, pq: ProcessQueue, offset: int, addr: str, sub: Subscription,
+              result: PullResult) -> None:
+        """An answer to the pull of ``mq`` at ``offset``: its messages into ``pq`` and the poll cache, the pull
+        offset moved on."""
         msgs: list[MessageExt] = []
         if result.status is PullStatus.FOUND:
             msgs = process_pull_result(result, mq.broker_name, sub.tags_filter(), addr=addr)

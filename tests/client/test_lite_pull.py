@@ -174,3 +174,27 @@ def test_unreachable_name_server_fails_start_within_its_timeout() -> None:
     with pytest.raises(MQClientError, match="127.0.0.1:1"):
         c.start()
     assert time.monotonic() - t0 < 30
+
+
+def test_pull_ahead_counts_the_answer_in_hand_against_the_thresholds() -> None:
+    """The next pull is sent before an answer is decoded only when the thresholds, counting that answer's
+    messages, still allow it (the check PullTaskImpl.run makes before each pull)."""
+    from rocketstream.client.common import MessageExt
+    from rocketstream.client.process_queue import ProcessQueue
+    from rocketstream.codec import HostAddress
+
+    c = LitePullConsumer(unique("ahead"), namesrv="127.0.0.1:1", pull_threshold_for_queue=100,
+                         pull_threshold_size_for_queue=1, consume_max_span=500, pull_threshold_for_all=1000)
+    pq = ProcessQueue()
+    host = HostAddress("127.0.0.1", 1)
+    pq.put_messages([MessageExt("T", b"x" * 1000, {}, 0, 0, off, 0, 0, 0, host, 0, host, 0, 0, 0, 0)
+                     for off in range(10, 90)])
+    assert not c._held_back(pq)                                  # 80 cached: pull
+    assert not c._held_back(pq, 20, 20 * 1100, 109)              # 100 with the answer: pull
+    assert c._held_back(pq, 21, 21 * 1100, 110)                  # 101: pullThresholdForQueue
+    assert not c._held_back(pq, 5, (1 << 20) - 1000, 94)         # 1 MiB (whole MiB, as Java compares)
+    assert c._held_back(pq, 5, 2 << 20, 94)                      # 2 MiB > 1: pullThresholdSizeForQueue
+    assert c._held_back(pq, 5, 5000, 511)                        # span 511 - 10 > 500: consumeMaxSpan
+    c._cached_messages = 996
+    assert c._held_back(pq, 5, 5000, 94)                         # 1001 cached: pullThresholdForAll
+    assert not c._held_back(pq, 4, 5000, 93)
