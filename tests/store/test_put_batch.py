@@ -19,7 +19,7 @@ from rocketstream.store import (
     message_store,
 )
 from rocketstream.store.write import put_batch
-from storeutil import count_uniq_keys_from_zero, store_bytes
+from storeutil import SMALL_INDEX, count_uniq_keys_from_zero, store_bytes
 
 NOW = 1_700_000_000_000
 
@@ -38,7 +38,7 @@ def _put_both(tmp_path, monkeypatch, deterministic, batches, **cfg):
     for name, fast in (("fast", True), ("general", False)):
         root = tmp_path / name
         config = StoreConfig(root, mapped_file_size_commit_log=1 << 16, mapped_file_size_consume_queue=20 * 64,
-                             **cfg)
+                             **SMALL_INDEX, **cfg)
         with monkeypatch.context() as m:
             if not fast:
                 m.setattr(message_store, "prepare_batch", lambda *a, **k: None)
@@ -111,7 +111,7 @@ def test_any_tags_and_keys_same_bytes_or_same_refusal(tmp_path_factory, monkeypa
             if patched:
                 m.setattr(message_store, "prepare_batch", lambda *a, **k: None)
             count_uniq_keys_from_zero(m)
-            config = StoreConfig(root / name, mapped_file_size_commit_log=1 << 16)
+            config = StoreConfig(root / name, mapped_file_size_commit_log=1 << 16, **SMALL_INDEX)
             with MessageStore.open(root / name, config=config) as store:
                 results.append((store.put_messages(msgs, 0), store_bytes(root / name)))
     assert results[0] == results[1]

@@ -47,7 +47,7 @@ from rocketstream.store import (  # noqa: E402
     StoreConfig,
     message_store,  # noqa: E402
 )
-from storeutil import count_uniq_keys_from_zero, store_bytes  # noqa: E402
+from storeutil import SMALL_INDEX, count_uniq_keys_from_zero, store_bytes  # noqa: E402
 
 NOW = 1_700_000_000_000
 
@@ -72,10 +72,10 @@ def _both(tmp_path, monkeypatch, batches, *, expect_columns=True, **cfg):
         root = tmp_path / name
         if name == "columns":
             config = StoreConfig(root, mapped_file_size_commit_log=cfg.pop("file_size", 1 << 16),
-                                 mapped_file_size_consume_queue=20 * 64, **cfg)
+                                 mapped_file_size_consume_queue=20 * 64, **SMALL_INDEX, **cfg)
         else:  # the same file size as the columns store (set in the first iteration)
             config = StoreConfig(root, mapped_file_size_commit_log=config.mapped_file_size_commit_log,
-                                 mapped_file_size_consume_queue=20 * 64, **cfg)
+                                 mapped_file_size_consume_queue=20 * 64, **SMALL_INDEX, **cfg)
         with monkeypatch.context() as m:
             _deterministic(m)
             built = []
