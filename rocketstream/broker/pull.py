@@ -179,11 +179,10 @@ def process_pull(controller: BrokerContext, channel: Channel, request: RemotingC
     fields = _header(result.next_begin_offset, result.min_offset, result.max_offset)
     response: RemotingCommand | None
     if code == ResponseCode.SUCCESS:
-        # one copy out of the commit-log mapping: the segments are views of it (adjacent records merged)
-        segments = result.buffers
-        body = bytes(segments[0]) if len(segments) == 1 else b"".join(segments)
-        segments.clear()   # release the views of the mapping now
-        response = request.response(code, status.name, fields=fields, body=body)
+        # the segments (views of the commit-log mapping, adjacent records merged) are copied once, straight
+        # into the response frame, as the channel encodes it at once (which drops the views)
+        response = request.response(code, status.name, fields=fields)
+        response.body_parts = result.buffers
         controller.stats.on_get(h.consumer_group, h.topic, result.message_count)
     elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and has_suspend:
         hold_ms = h.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills

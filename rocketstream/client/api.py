@@ -175,12 +175,14 @@ class MQClientAPI:
         if ch is not None:
             ch.close("closed by the client")
 
-    async def invoke(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
-        """``invokeSync``: connect if needed, send, wait; the connect time counts against ``timeout``."""
+    async def invoke(self, addr: str, request: RemotingCommand, timeout: float, *,
+                     body_buffer: bool = False) -> RemotingCommand:
+        """``invokeSync``: connect if needed, send, wait; the connect time counts against ``timeout``.
+        ``body_buffer``: see :meth:`Channel.invoke`."""
         t0 = time.monotonic()
         ch = await self.channel(addr, timeout)
         left = max(timeout - (time.monotonic() - t0), 0.001)
-        return await ch.invoke(request, left)
+        return await ch.invoke(request, left, body_buffer=body_buffer)
 
     def invoke_from_thread(self, addr: str, request: RemotingCommand, timeout: float,
                            call_soon: Callable[..., None]) -> RemotingCommand | None:
@@ -358,8 +360,10 @@ class MQClientAPI:
     async def pull(self, addr: str, *, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
                    sys_flag: int, commit_offset: int = 0, suspend_ms: int = 0, subscription: str | None = None,
                    sub_version: int = 0, expression_type: str = "TAG",
-                   timeout: float = 30.0) -> PullResult:
-        """PULL_MESSAGE (11). Codes 0/19/20/21 become a PullResult; any other raises BrokerResponseError."""
+                   timeout: float = 30.0, body_buffer: bool = False) -> PullResult:
+        """PULL_MESSAGE (11). Codes 0/19/20/21 become a PullResult; any other raises BrokerResponseError.
+        ``body_buffer``: a large body may come as ``PullResult.body_buffer`` (the bytearray it was received
+        into) instead of a ``bytes`` copy in ``body``."""
         # PullMessageRequestHeader as makeCustomHeaderToNet writes it (RemotingCommand.request's stringify,
         # written out: one pull per 32 messages is hot); a null subscription is left out
         fields = {
@@ -371,14 +375,15 @@ class MQClientAPI:
         fields["subVersion"] = str(sub_version)
         fields["expressionType"] = expression_type
         req = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=fields)
-        resp = await self.invoke(addr, req, timeout)
+        resp = await self.invoke(addr, req, timeout, body_buffer=body_buffer)
         status = _PULL_STATUS.get(resp.code)
         if status is None:
             raise BrokerResponseError(resp.code, resp.remark, addr=addr, request_code=req.code,
                                       what=f"pull {topic}:{queue_id}@{offset} for {group}")
+        found = status is PullStatus.FOUND
         return PullResult(status, self._long(resp, "nextBeginOffset", addr), self._long(resp, "minOffset", addr),
                           self._long(resp, "maxOffset", addr), self._long(resp, "suggestWhichBrokerId", addr),
-                          resp.body if status is PullStatus.FOUND else None)
+                          resp.body if found else None, body_buffer=resp.body_buffer if found else None)
 
     # ------------------------------------------------------------------------- offsets
     async def query_offset(self, addr: str, group: str, topic: str, queue_id: int,

@@ -202,6 +202,9 @@ class PullResult:
     suggest_which_broker_id: int = 0
     body: bytes | None = None
     messages: list[MessageExt] = field(default_factory=list)
+    # the body left in its receive buffer (MQClientAPI.pull(..., body_buffer=True) of a large answer):
+    # then ``body`` is None
+    body_buffer: bytearray | None = None
 
 
 _MESSAGE_EXT_FIELDS = ("topic", "body", "properties", "flag", "queue_id", "queue_offset", "commit_log_offset",

@@ -25,20 +25,15 @@ from collections.abc import Awaitable, Callable
 
 from rocketstream.errors import FrameError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rocketstream.remoting.codes import ResponseCode, code_name
-from rocketstream.remoting.command import (
-    MAX_FRAME_LENGTH,
-    ONEWAY_FLAG,
-    RemotingCommand,
-    decode_frame,
-    encode_frame,
-    frame_body_length,
-)
+from rocketstream.remoting.command import MAX_FRAME_LENGTH, ONEWAY_FLAG, RemotingCommand, decode_frame, encode_frame
+from rocketstream.remoting.transport import FrameProtocol
 
 __all__ = ["Channel", "RequestHandler", "ResponseWaiter", "next_opaque", "DEFAULT_TIMEOUT_S"]
 
 log = logging.getLogger("rocketstream.remoting")
 
 DEFAULT_TIMEOUT_S = 3.0   # ClientConfig.mqClientApiTimeout (3000 ms)
+_JOIN_BELOW = 1 << 20     # frames of one loop iteration are joined into one write below this total
 
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 RequestHandler = Callable[["Channel", RemotingCommand], HandlerResult]
@@ -96,17 +91,19 @@ class Channel:
     """A connected remoting peer. ``handler(channel, request)`` answers requests (may be async);
     ``None`` means "no handler": every request is answered with code 3."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+    def __init__(self, transport: asyncio.Transport, protocol: FrameProtocol, *,
                  handler: RequestHandler | None = None, max_frame: int = MAX_FRAME_LENGTH,
                  on_close: Callable[[Channel], None] | None = None, name: str = "remoting") -> None:
-        self._reader = reader
-        self._writer = writer
+        self._transport = transport
+        self._frames = protocol
         self.handler = handler
         self.max_frame = max_frame
+        protocol.max_frame = max_frame
         self._on_close = on_close
         self.name = name
-        peer = writer.get_extra_info("peername")
+        peer = transport.get_extra_info("peername")
         self.addr = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+        protocol.addr = self.addr
         # responses awaited: asyncio futures (invoke) or other threads' waiters (start_request)
         self._pending: dict[int, asyncio.Future[RemotingCommand] | ResponseWaiter] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -115,6 +112,7 @@ class Channel:
         self.last_activity = time.monotonic()
         self.close_reason: str | None = None
         self._out: list[bytes] = []     # frames waiting for this loop iteration's write (see send)
+        self._keep_buffer: set[int] = set()   # opaques whose response may keep a large body in its buffer
 
     # --- lifecycle
     def start(self) -> Channel:
@@ -137,7 +135,7 @@ class Channel:
         self._closed.set()
         with contextlib.suppress(Exception):
             self._write_out()   # frames sent before the close still go out first
-            self._writer.close()
+            self._transport.close()
         for opaque, fut in list(self._pending.items()):
             if not fut.done():
                 fut.set_exception(RemotingConnectError(f"connection closed ({reason}) while waiting for "
@@ -158,7 +156,7 @@ class Channel:
     async def aclose(self) -> None:
         self.close()
         with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
+            await self._frames.wait_closed()
         if self._reader_task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reader_task
@@ -171,7 +169,7 @@ class Channel:
             raise RemotingConnectError(f"connection is closed ({self.close_reason})", addr=self.addr)
         self.send_nowait(cmd, frame)
         try:
-            await self._writer.drain()
+            await self._frames.drain()
         except (ConnectionError, OSError) as exc:
             self.close(f"write failed: {exc}")
             raise RemotingConnectError(f"write failed: {exc}", addr=self.addr) from exc
@@ -184,6 +182,7 @@ class Channel:
             raise RemotingConnectError(f"connection is closed ({self.close_reason})", addr=self.addr)
         if frame is None:
             frame = encode_frame(cmd)
+            cmd.body_parts = None   # views of a mapping are not held after their one copy
         # Frames sent in one event-loop iteration go out in one write: the responses to the requests
         # of one read (a client's threads share its connection) cost one send() instead of one each.
         if not self._out:
@@ -193,21 +192,33 @@ class Channel:
 
     def _write_out(self) -> None:
         out, self._out = self._out, []
-        if not out or self._writer.transport.is_closing():
+        if not out or self._transport.is_closing():
             return
         try:
-            self._writer.write(out[0] if len(out) == 1 else b"".join(out))
+            if len(out) == 1:
+                # a view: what the socket does not take at once is copied into the transport's buffer once
+                # (a bytes slice would be one more copy of a megabyte pull answer)
+                self._transport.write(memoryview(out[0]))
+            elif sum(len(f) for f in out) < _JOIN_BELOW:
+                self._transport.write(b"".join(out))
+            else:
+                for frame in out:   # large frames are not joined (a copy of each)
+                    self._transport.write(memoryview(frame))
         except (ConnectionError, OSError, RuntimeError) as exc:
             self.close(f"write failed: {exc}")
 
-    async def invoke(self, request: RemotingCommand, timeout: float = DEFAULT_TIMEOUT_S) -> RemotingCommand:
+    async def invoke(self, request: RemotingCommand, timeout: float = DEFAULT_TIMEOUT_S, *,
+                     body_buffer: bool = False) -> RemotingCommand:
         """Send a request and wait for its response (``invokeSync``); RemotingTimeoutError names the
-        peer, the request code and the timeout."""
+        peer, the request code and the timeout. ``body_buffer``: a large response body may stay in the
+        bytearray it was received into (``response.body_buffer``, ``body`` None) instead of a copy."""
         request.opaque = next_opaque()
         request.flag &= ~ONEWAY_FLAG
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[request.opaque] = fut
+        if body_buffer:
+            self._keep_buffer.add(request.opaque)
 
         def expire() -> None:
             if not fut.done():
@@ -224,6 +235,7 @@ class Channel:
         finally:
             timer.cancel()
             self._pending.pop(request.opaque, None)
+            self._keep_buffer.discard(request.opaque)
 
     def start_request(self, opaque: int, frame: bytes, future: ResponseWaiter) -> None:
         """On the loop: write an encoded request (opaque already in it) whose response completes ``future``,
@@ -256,11 +268,14 @@ class Channel:
         reason = "peer closed the connection"
         try:
             while True:
-                prefix = await self._reader.readexactly(4)
-                length = frame_body_length(prefix, max_frame=self.max_frame, addr=self.addr)
-                data = await self._reader.readexactly(length)
+                data = await self._frames.next_frame()
                 self.last_activity = time.monotonic()
-                cmd = decode_frame(data, addr=self.addr)
+                if isinstance(data, tuple):   # a large frame, its body received apart
+                    cmd = decode_frame(data[0], addr=self.addr, body_apart=data[1])
+                    if not (cmd.is_response and cmd.opaque in self._keep_buffer):
+                        cmd.take_body_buffer()
+                else:
+                    cmd = decode_frame(data, addr=self.addr)
                 if cmd.is_response:
                     fut = self._pending.pop(cmd.opaque, None)
                     if fut is not None and not fut.done():
@@ -329,6 +344,8 @@ class Channel:
         except FrameError as exc:   # e.g. a body over the frame limit: the peer still gets an answer
             response = request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(exc))
             frame = encode_frame(response)
+        finally:
+            response.body_parts = None   # views of a mapping are not held after their one copy
         await self.send(response, frame)
 
 

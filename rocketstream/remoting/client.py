@@ -9,6 +9,7 @@ import asyncio
 from rocketstream.errors import RemotingConnectError
 from rocketstream.remoting.channel import Channel, RequestHandler
 from rocketstream.remoting.command import MAX_FRAME_LENGTH
+from rocketstream.remoting.transport import FrameProtocol
 
 __all__ = ["connect", "split_addr"]
 
@@ -26,12 +27,14 @@ async def connect(addr: str, *, on_request: RequestHandler | None = None,
                   timeout: float = CONNECT_TIMEOUT_S, max_frame: int = MAX_FRAME_LENGTH) -> Channel:
     """An open connection to ``addr`` ("host:port"); RemotingConnectError names the address."""
     host, port = split_addr(addr)
+    loop = asyncio.get_running_loop()
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=1 << 20), timeout)
+        transport, protocol = await asyncio.wait_for(
+            loop.create_connection(lambda: FrameProtocol(max_frame, addr), host, port), timeout)
     except asyncio.TimeoutError:
         raise RemotingConnectError(f"connect timed out after {timeout:g} s", addr=addr) from None
     except OSError as exc:
         raise RemotingConnectError(f"cannot connect: {exc}", addr=addr) from exc
-    channel = Channel(reader, writer, handler=on_request, max_frame=max_frame, name="client")
+    channel = Channel(transport, protocol, handler=on_request, max_frame=max_frame, name="client")
     channel.addr = addr
     return channel.start()

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, overload
 
 from rocketstream.codec import INT16, INT32
@@ -54,6 +54,12 @@ class RemotingCommand:
     ext_fields: dict[str, str] | None = None
     body: bytes | None = None
     serialize_type: int = SerializeType.JSON
+    # A body given as buffers to be sent back to back (views of a commit-log mapping: a pull answer) instead
+    # of ``body``: encode_frame copies them once, straight into the frame. Outgoing commands only.
+    body_parts: Sequence[bytes | memoryview] | None = field(default=None, repr=False, compare=False)
+    # A large incoming body left in the buffer it was received into, instead of ``body``: only for a
+    # caller that asked for it (Channel.invoke(..., body_buffer=True)); everyone else gets ``body``.
+    body_buffer: bytearray | None = field(default=None, repr=False, compare=False)
 
     # --- construction (RemotingCommand.createRequestCommand / createResponseCommand)
     @classmethod
@@ -120,9 +126,17 @@ class RemotingCommand:
     def encode(self) -> bytes:
         return encode_frame(self)
 
+    def take_body_buffer(self) -> None:
+        """Make a body left in its receive buffer the usual ``bytes`` body (one copy)."""
+        if self.body_buffer is not None:
+            self.body = bytes(self.body_buffer)
+            self.body_buffer = None
+
     def __repr__(self) -> str:
         kind = "response" if self.is_response else ("oneway" if self.is_oneway else "request")
-        body = "-" if self.body is None else f"{len(self.body)}B"
+        body = (f"{sum(len(p) for p in self.body_parts)}B" if self.body_parts is not None else
+                f"{len(self.body_buffer)}B" if self.body_buffer is not None else
+                "-" if self.body is None else f"{len(self.body)}B")
         return (f"RemotingCommand({kind} code={self.code} opaque={self.opaque} flag={self.flag} "
                 f"lang={self.language} v={self.version} remark={self.remark!r} ext={self.ext_fields} body={body})")
 
@@ -218,12 +232,14 @@ def encode_frame(cmd: RemotingCommand) -> bytes:
         header = _json_header(cmd)
     else:
         raise FrameError(f"unknown serialize type {cmd.serialize_type}")
-    body = cmd.body or b""
-    length = 4 + len(header) + len(body)
+    parts = cmd.body_parts
+    if parts is None:
+        parts = [cmd.body] if cmd.body else []
+    length = 4 + len(header) + sum(len(p) for p in parts)
     if length + 4 > MAX_FRAME_LENGTH or len(header) > 0xFFFFFF:
         raise FrameError(f"frame of {length + 4} bytes exceeds the {MAX_FRAME_LENGTH}-byte limit "
                          f"(code {cmd.code})")
-    return b"".join((_PREFIX.pack(length, (cmd.serialize_type << 24) | len(header)), header, body))  # one copy
+    return b"".join((_PREFIX.pack(length, (cmd.serialize_type << 24) | len(header)), header, *parts))  # one copy
 
 
 # ------------------------------------------------------------------------------------------ decode
@@ -237,17 +253,32 @@ def frame_body_length(prefix: bytes, *, max_frame: int = MAX_FRAME_LENGTH, addr:
     return length
 
 
-def decode_frame(data: bytes | bytearray | memoryview, *, addr: str | None = None) -> RemotingCommand:
-    """Decode the bytes after the length prefix (``RemotingCommand.decode``)."""
-    data = bytes(data)
+def decode_frame(data: bytes | bytearray | memoryview, *, addr: str | None = None,
+                 body_apart: bytearray | None = None) -> RemotingCommand:
+    """Decode the bytes after the length prefix (``RemotingCommand.decode``). The body is the one copy
+    made of a frame's bytes (a slice; from a bytearray or memoryview too). ``body_apart``: the frame's body
+    received apart (:class:`~rocketstream.remoting.transport.FrameProtocol`'s large frames): ``data`` is
+    then the part before it, and the body is left in ``body_buffer``, not copied."""
+    if body_apart is not None:
+        cmd = decode_frame(data, addr=addr)
+        if cmd.body is not None:
+            raise FrameError(f"header length of a split frame does not end at its body "
+                             f"({len(cmd.body)} bytes between)", addr=addr)
+        cmd.body_buffer = body_apart if body_apart else None
+        return cmd
     if len(data) < 4:
         raise FrameError(f"frame of {len(data)} bytes has no header length field", addr=addr)
     (type_and_len,) = struct.unpack_from(">I", data, 0)
     stype, hlen = type_and_len >> 24, type_and_len & 0xFFFFFF
     if hlen > len(data) - 4:
         raise FrameError(f"header length {hlen} exceeds the frame's {len(data) - 4} bytes", addr=addr)
-    header = data[4:4 + hlen]
-    body = data[4 + hlen:] or None
+    if type(data) is bytes:
+        header = data[4:4 + hlen]
+        body = data[4 + hlen:] or None
+    else:
+        view = memoryview(data)
+        header = bytes(view[4:4 + hlen])
+        body = bytes(view[4 + hlen:]) or None
     if stype == SerializeType.JSON:
         cmd = _decode_json_header(header, addr)
     elif stype == SerializeType.ROCKETMQ:

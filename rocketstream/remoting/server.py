@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from rocketstream.remoting.channel import Channel, RequestHandler, unsupported
 from rocketstream.remoting.command import MAX_FRAME_LENGTH, RemotingCommand
+from rocketstream.remoting.transport import FrameProtocol
 
 __all__ = ["RemotingServer", "RequestHook", "parse_listen"]
 
@@ -70,8 +71,9 @@ class RemotingServer:
         return f"{self.host}:{self.port}"
 
     async def start(self) -> RemotingServer:
-        self._server = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True,
-                                                  limit=1 << 20)
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: FrameProtocol(self.max_frame, on_connected=self._accept), self.host, self.port,
+            reuse_address=True)
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         if self.idle_timeout_s:
@@ -88,8 +90,8 @@ class RemotingServer:
             return unsupported(request)
         return processor(channel, request)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        channel = Channel(reader, writer, handler=self._dispatch, max_frame=self.max_frame,
+    def _accept(self, transport: asyncio.Transport, protocol: FrameProtocol) -> None:
+        channel = Channel(transport, protocol, handler=self._dispatch, max_frame=self.max_frame,
                           on_close=self._channel_closed, name=self.name)
         self.channels.add(channel)
         channel.start()

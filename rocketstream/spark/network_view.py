@@ -56,7 +56,7 @@ FULL_COMMIT_S = 5.0
 PULL_TIMEOUT_S = 30.0
 # Messages asked for per pull: the broker answers with as many as its transfer limits allow
 # (maxTransferCountOnMessageInMemory / ...BytesOn..., 32 messages / 256 KiB by default on 4.9.8).
-PULL_MAX_NUMS = 1024
+PULL_MAX_NUMS = 4096
 # Stored bytes per Arrow batch (the 1-4 MiB range where PySpark's Arrow transfer is cheapest per row).
 BATCH_BYTES = 7 << 19
 # Queue ranges of one task pulled at once (each keeps one chunk in flight ahead of the decoder).
@@ -64,6 +64,8 @@ RANGES_IN_FLIGHT = 4
 # Pulls of one queue range in flight at once once the broker's batch is known (_RangePuller).
 TILES_IN_FLIGHT = 16
 _SIZE = struct.Struct(">i")
+# a pull body: bytes, or the bytearray a large answer was received into (MQClientAPI.pull(body_buffer=True))
+Body = bytes | bytearray
 
 
 # ---- the process's client ----------------------------------------------------------------------------
@@ -327,7 +329,7 @@ class NetworkBrokerView:
         ranges are pulled concurrently, each one chunk ahead of the decoder."""
         pullers = [_RangePuller(self, t, q, s, e, tags, fail_on_data_loss) for t, q, s, e in ranges if e > s]
         decoder = _Decoder(project_schema(list(columns)), self.broker_name, tags, check_crc, self.addr)
-        pending: dict[int, asyncio.Future[list[bytes]]] = {}
+        pending: dict[int, asyncio.Future[list[Body]]] = {}
         try:
             for i, puller in enumerate(pullers):
                 for j in range(i, min(i + RANGES_IN_FLIGHT, len(pullers))):
@@ -388,18 +390,18 @@ class NetworkBrokerView:
         return f"NetworkBrokerView({self.broker_name!r}, {self.addr!r})"
 
 
-def _pack(bodies: list[bytes]) -> Iterator[bytes]:
+def _pack(bodies: list[Body]) -> Iterator[Body]:
     """Pull bodies in order as decode units of about :data:`BATCH_BYTES`: small bodies joined (a batch per
-    pull of 32 small messages would cost PySpark's Arrow transfer dearly per row), a body of half that or
-    more alone (no copy)."""
-    group: list[bytes] = []
+    pull of 32 small messages would cost PySpark's Arrow transfer dearly per row), a body of
+    :data:`_ALONE_BYTES` or more alone (no copy; already in the 1-4 MiB range)."""
+    group: list[Body] = []
     size = 0
     for body in bodies:
-        if len(body) >= BATCH_BYTES // 2 or size + len(body) > BATCH_BYTES:
+        if len(body) >= _ALONE_BYTES or size + len(body) > BATCH_BYTES:
             if group:
                 yield group[0] if len(group) == 1 else b"".join(group)
                 group, size = [], 0
-            if len(body) >= BATCH_BYTES // 2:
+            if len(body) >= _ALONE_BYTES:
                 yield body
                 continue
         group.append(body)
@@ -408,6 +410,7 @@ def _pack(bodies: list[bytes]) -> Iterator[bytes]:
         yield group[0] if len(group) == 1 else b"".join(group)
 
 
+_ALONE_BYTES = BATCH_BYTES // 2
 _PULL_FLAGS = PULL_SYS_FLAG_SUBSCRIPTION | PULL_SYS_FLAG_LITE_PULL  # no commit, no suspend (no long polling)
 _STORE_TIMESTAMP_POS = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8  # TOTALSIZE..BORNHOST(v4): STORETIMESTAMP
 
@@ -439,10 +442,11 @@ class _RangePuller:
         view = self.view
         return await view.api.pull(
             view.addr, group=view.location.group, topic=self.topic, queue_id=self.queue_id, offset=offset,
-            max_nums=max_nums, sys_flag=_PULL_FLAGS, subscription=self.subscription, timeout=PULL_TIMEOUT_S)
+            max_nums=max_nums, sys_flag=_PULL_FLAGS, subscription=self.subscription, timeout=PULL_TIMEOUT_S,
+            body_buffer=True)
 
-    async def next_chunk(self) -> list[bytes]:
-        bodies: list[bytes] = []
+    async def next_chunk(self) -> list[Body]:
+        bodies: list[Body] = []
         size = 0
         while self.offset < self.end and size < BATCH_BYTES:
             k = self.batch
@@ -475,13 +479,13 @@ class _RangePuller:
             self.done = True
         return bodies
 
-    def _advance(self, result: PullResult) -> bytes | None:
+    def _advance(self, result: PullResult) -> Body | None:
         """Move past one pull's answer: its body (FOUND), None otherwise; data loss as failOnDataLoss says."""
         view = self.view
         status = result.status
-        body = None
-        if status is PullStatus.FOUND and result.body:
-            body = result.body
+        body: Body | None = None
+        if status is PullStatus.FOUND and (result.body or result.body_buffer):
+            body = result.body_buffer if result.body_buffer is not None else result.body
         elif status is PullStatus.OFFSET_ILLEGAL:  # PULL_OFFSET_MOVED: below min or beyond max
             if self.offset < result.min_offset:
                 self._lost(result.min_offset)
@@ -523,7 +527,7 @@ class _RangePuller:
 
 # ---- pull bodies -> Arrow ----------------------------------------------------------------------------
 
-def record_starts(body: bytes, addr: str | None = None) -> np.ndarray:
+def record_starts(body: Body, addr: str | None = None) -> np.ndarray:
     """Start of every record of a pull body (stored records back to back): TOTALSIZE read at each start
     (the one loop per record left: each start depends on the previous size), then the magic codes of
     all records checked at once."""
@@ -573,7 +577,7 @@ class _Decoder:
         self.addr = addr
         self.columns = ColumnBuilder(schema, broker_name, self.tag_set)
 
-    def decode(self, body: bytes, topic: str, queue_id: int, start: int, end: int) -> pa.RecordBatch:
+    def decode(self, body: Body, topic: str, queue_id: int, start: int, end: int) -> pa.RecordBatch:
         buf = vz.as_uint8(body)
         rel = record_starts(body, self.addr)
         if not len(rel):

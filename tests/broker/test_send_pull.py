@@ -37,7 +37,7 @@ def test_send_stores_what_the_producer_sent_and_answers_like_the_java_broker(tmp
             phys = codec.decode_offset_msg_id(ext["msgId"])[1]
             rec = b.store.look_message_by_offset(phys)
             assert rec.store_host == codec.HostAddress("127.0.0.1", b.config.listen_port)
-            local = ch._writer.get_extra_info("sockname")
+            local = ch._transport.get_extra_info("sockname")
             assert rec.born_host == codec.HostAddress(local[0], local[1])   # the client's socket address
             assert (rec.body, rec.flag, rec.born_timestamp, rec.queue_id) == (b"hello", 5, born, 2)
             assert rec.properties == {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AB12", "idx": "7",

@@ -193,3 +193,40 @@ def test_many_idle_and_half_sent_connections_do_not_block_others():
             for _, w in idle:
                 w.close()
     run(_with_server(body))
+
+
+def test_large_bodies_both_ways_and_a_body_buffer_only_for_the_caller_that_asked():
+    """A 3 MiB body through the server's and the client's frame receive (the large-frame path: the body lands
+    in its own buffer); the server's processor and an invoke without body_buffer see bytes, an invoke with it
+    sees the very bytearray; a pull-answer-like response built from body_parts (views) arrives intact."""
+    big = bytes(range(256)) * (3 * 4096)
+    seen = []
+
+    def echo_parts(ch, req):
+        seen.append(type(req.body))
+        resp = req.response(0, "parts")
+        view = memoryview(req.body)
+        resp.body_parts = [view[:1000], view[1000:]]
+        return resp
+
+    async def body(fx, addr):
+        fx.server.register(1010, echo_parts)
+        ch = await connect(addr)
+        try:
+            plain = await ch.invoke(RemotingCommand.request(1000, body=big), timeout=10)
+            assert type(plain.body) is bytes and plain.body == big and plain.body_buffer is None
+            kept = await ch.invoke(RemotingCommand.request(1000, body=big), timeout=10, body_buffer=True)
+            assert kept.body is None and type(kept.body_buffer) is bytearray and kept.body_buffer == big
+            small = await ch.invoke(RemotingCommand.request(1000, body=b"tiny"), timeout=10, body_buffer=True)
+            assert small.body == b"tiny" and small.body_buffer is None   # small frames: bytes as always
+            parts = await ch.invoke(RemotingCommand.request(1010, body=big), timeout=10)
+            assert parts.remark == "parts" and parts.body == big
+            # several large answers in flight at once come back whole and matched
+            many = await asyncio.gather(*(ch.invoke(RemotingCommand.request(1000, body=big[k:]), timeout=20)
+                                          for k in range(4)))
+            assert [m.body for m in many] == [big[k:] for k in range(4)]
+        finally:
+            await ch.aclose()
+        assert seen == [bytes]
+
+    run(_with_server(body))

@@ -11,6 +11,8 @@ import struct
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocketstream.client.common import PullResult, PullStatus
 from rocketstream.errors import DataLossError
@@ -116,8 +118,66 @@ def test_record_starts_of_a_pull_body_and_bad_bodies():
             nv.record_starts(bad)
 
 
+def _walk_starts(body: bytes) -> list[int]:
+    """The plain walk record_starts must agree with: each start from the previous TOTALSIZE."""
+    out, pos = [], 0
+    while pos + 4 <= len(body):
+        (size,) = struct.unpack_from(">i", body, pos)
+        if size <= 8:
+            break
+        out.append(pos)
+        pos += size
+    return out if pos == len(body) else None
+
+
+def _records(sizes: list[int]) -> bytes:
+    from rocketstream import codec
+    out = bytearray()
+    for size in sizes:
+        rec = bytearray(size)
+        struct.pack_into(">ii", rec, 0, size, codec.MAGIC_V1)
+        out += rec
+    return bytes(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs=st.lists(st.tuples(st.integers(9, 80), st.integers(1, 40)), min_size=0, max_size=12),
+       damage=st.one_of(st.none(), st.tuples(st.integers(0, 10_000), st.integers(-3, 200))))
+def test_record_starts_agrees_with_the_plain_walk_or_refuses_the_body(runs, damage):
+    """Runs of records of one size mixed with sizes that change every record; a size field damaged anywhere
+    makes both the plain walk and record_starts refuse the body (or agree on it)."""
+    from rocketstream.errors import BodyError
+
+    sizes = [size for size, count in runs for _ in range(count)]
+    sizes += [9 + (i * 7) % 50 for i in range(len(sizes) // 3)]   # a varying tail
+    body = bytearray(_records(sizes))
+    if damage is not None and len(body) >= 4:
+        struct.pack_into(">i", body, min(damage[0] % len(body), len(body) - 4), damage[1])
+    body = bytes(body)
+    expected = _walk_starts(body)
+    if expected is not None:
+        magic_ok = all(struct.unpack_from(">i", body, p + 4)[0] in (codec_magics()) for p in expected
+                       if p + 8 <= len(body)) and all(p + 8 <= len(body) for p in expected)
+    if expected is None or not magic_ok:
+        with pytest.raises(BodyError):
+            nv.record_starts(body)
+    else:
+        assert nv.record_starts(body).tolist() == expected
+
+
+def codec_magics() -> tuple[int, int]:
+    from rocketstream import codec
+    return codec.MAGIC_V1, codec.MAGIC_V2
+
+
+def test_record_starts_of_many_records():
+    body = _records([300] * 5000 + [301] + [300] * 7)
+    assert nv.record_starts(body).tolist() == [300 * i for i in range(5001)] + [300 * 5001 + 1 + 300 * i
+                                                                                for i in range(7)]
+
+
 def test_pull_bodies_are_packed_into_decode_units_in_order():
-    half = nv.BATCH_BYTES // 2
+    half = nv._ALONE_BYTES
     small, big = b"s" * 1000, b"B" * half
     bodies = [small, small, big, small, b"x" * (nv.BATCH_BYTES - 500), small]
     units = list(nv._pack(bodies))

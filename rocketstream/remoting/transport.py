@@ -1,0 +1,253 @@
+"""The bytes side of a remoting connection: frames cut from the socket with as few copies as possible
+(``NettyDecoder``'s LengthFieldBasedFrameDecoder: a 4-byte big-endian length, then that many bytes).
+
+:class:`FrameProtocol` is an :class:`asyncio.BufferedProtocol`, so the event loop receives into buffers we
+hand it instead of allocating a ``bytes`` per read and appending it to a StreamReader's buffer:
+
+* small frames (requests, most responses) arrive in one reusable receive buffer and are copied out once
+  each, several per read (the buffer is 16 KiB on a new connection and grows to 256 KiB on a busy one);
+* a frame larger than half that buffer (a pull answer carries up to megabytes) is split once its header has
+  arrived: the header is copied out, the body gets a bytearray of its own, of exactly its size, and the kernel
+  writes the rest of the body there directly. The frame is delivered as ``(header part, body)`` and the body
+  is never copied before :func:`~rocketstream.remoting.command.decode_frame` (which makes it ``bytes`` unless
+  the caller takes the buffer). A StreamReader copied such a frame three times (appending, ``readexactly``'s
+  slice, and the removal from the front of its buffer) and paused and resumed the socket every 2 MiB.
+
+Frames wait in a queue for :meth:`FrameProtocol.next_frame` (the channel's reader task); while more than
+:data:`_PAUSE_FRAMES` wait, the socket is not read (backpressure on a peer that sends faster than the
+channel handles). A frame whose length is below 4 or above ``max_frame`` is a :class:`FrameError`, raised after
+the frames before it; nothing after it is read.
+
+The write side keeps asyncio's flow control: ``drain()`` waits while the transport's buffer is above its high
+water mark (``pause_writing`` / ``resume_writing``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Callable
+
+from rocketstream.errors import FrameError
+
+__all__ = ["Frame", "FrameProtocol"]
+
+# What FrameProtocol.next_frame gives: a frame after its length prefix, or a large one as (its part before
+# the body, the body)
+Frame = bytes | bytearray | tuple[bytes, bytearray]
+
+# The receive buffer starts small (a broker holds thousands of mostly idle connections) and grows fourfold
+# whenever a read fills all of its free space, up to _RECV_BUFFER_MAX; a frame over half of it gets its own.
+_RECV_BUFFER = 16 << 10
+_RECV_BUFFER_MAX = 256 << 10
+_PAUSE_FRAMES = 64          # frames waiting for the reader task before the socket is paused
+_RESUME_FRAMES = 8
+
+
+class FrameProtocol(asyncio.BufferedProtocol):
+    """Length-prefixed frames of one connection (see the module text). ``on_connected(transport, protocol)``
+    is called from ``connection_made`` (a server's accept)."""
+
+    def __init__(self, max_frame: int, addr: str | None = None,
+                 on_connected: Callable[[asyncio.Transport, FrameProtocol], None] | None = None) -> None:
+        self.max_frame = max_frame
+        self.addr = addr
+        self._on_connected = on_connected
+        self.transport: asyncio.Transport | None = None
+        self._buf = bytearray(_RECV_BUFFER)
+        self._view = memoryview(self._buf)
+        self._start = 0          # first byte of _buf not yet cut into a frame
+        self._end = 0            # end of the received bytes in _buf
+        self._offered = 0        # size of the region of _buf last handed to the transport
+        self._big: bytearray | None = None   # a large frame's body (or whole frame) being received in place
+        self._big_view: memoryview | None = None
+        self._big_got = 0
+        self._big_head: bytes | None = None  # the large frame's part before its body (None: whole frame)
+        self._frames: collections.deque[Frame] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None   # FrameError or the connection's error, after the frames
+        self._eof = False
+        self._reading_paused = False
+        self._write_paused = False
+        self._drain_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._lost = False
+        self._closed: asyncio.Future[None] | None = None
+
+    # --- asyncio protocol callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self._closed = asyncio.get_running_loop().create_future()
+        if self._on_connected is not None:
+            self._on_connected(transport, self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._big_view is not None:
+            return self._big_view[self._big_got:]
+        if self._error is not None:   # after a bad frame nothing more is cut; what arrives is dropped
+            self._start = self._end = 0
+            return self._view
+        if self._end == len(self._buf) or (self._start and len(self._buf) - self._end < 4096):
+            # move the unfinished frame to the front (it is at most half the buffer: see _cut)
+            pending = self._end - self._start
+            self._view[:pending] = self._view[self._start:self._end]
+            self._start, self._end = 0, pending
+        self._offered = len(self._buf) - self._end
+        return self._view[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        big = self._big
+        if big is not None:
+            self._big_got += nbytes
+            if self._big_got == len(big):
+                head, self._big, self._big_view, self._big_head = self._big_head, None, None, None
+                self._deliver(big if head is None else (head, big))
+            return
+        if self._error is not None:
+            return
+        self._end += nbytes
+        filled = nbytes == self._offered
+        self._cut()
+        if filled and len(self._buf) < _RECV_BUFFER_MAX and self._big is None:
+            self._grow(min(len(self._buf) * 4, _RECV_BUFFER_MAX))
+
+    def _grow(self, size: int) -> None:
+        pending = self._end - self._start
+        buf = bytearray(size)
+        buf[:pending] = self._view[self._start:self._end]
+        self._buf, self._view = buf, memoryview(buf)
+        self._start, self._end = 0, pending
+
+    def _cut(self) -> None:
+        """Cut the complete frames out of the receive buffer; start a large frame's own buffer."""
+        view, start, end = self._view, self._start, self._end
+        while end - start >= 4:
+            length = int.from_bytes(view[start:start + 4], "big", signed=True)
+            if length < 4 or length + 4 > self.max_frame:
+                what = (f"frame length {length} is less than the 4-byte header length field" if length < 4 else
+                        f"frame of {length + 4} bytes exceeds the {self.max_frame}-byte limit")
+                self._fail(FrameError(what, addr=self.addr))
+                self._start = self._end = 0
+                return
+            if end - start - 4 >= length:
+                self._deliver(bytes(view[start + 4:start + 4 + length]))
+                start += 4 + length
+                continue
+            if 4 + length > len(self._buf) // 2:   # a large frame: the rest goes straight to its own buffer
+                have = end - start - 4
+                head_len = None
+                if have >= 4:   # serialize type and header length known
+                    head_len = 4 + (int.from_bytes(view[start + 4:start + 8], "big") & 0xFFFFFF)
+                    if head_len >= length or 4 + head_len > len(self._buf) // 2:
+                        head_len = None   # no body, or a header too large to wait for: the frame whole
+                    elif have < head_len:
+                        break   # the header is still coming (small: it fits the receive buffer)
+                elif 4 + 8 <= len(self._buf) // 2:
+                    break       # wait for the header length
+                if head_len is None:
+                    big = bytearray(length)
+                    big[:have] = view[start + 4:end]
+                    self._big_head, self._big_got = None, have
+                else:
+                    big = bytearray(length - head_len)
+                    self._big_head = bytes(view[start + 4:start + 4 + head_len])
+                    self._big_got = have - head_len
+                    big[:self._big_got] = view[start + 4 + head_len:end]
+                self._big, self._big_view = big, memoryview(big)
+                start = end = 0
+            break
+        if start == end:
+            start = end = 0
+        self._start, self._end = start, end
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return False   # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        if exc is not None and self._error is None:
+            self._error = exc
+        self._eof = True
+        self._wake()
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_exception(ConnectionResetError("connection lost") if exc is None else exc)
+        if self._closed is not None and not self._closed.done():
+            self._closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # --- the frame queue
+    def _deliver(self, frame: Frame) -> None:
+        self._frames.append(frame)
+        if len(self._frames) > _PAUSE_FRAMES and not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def _fail(self, error: BaseException) -> None:
+        self._error = error
+        if self.transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def partial(self) -> int:
+        """Bytes received of a frame that has not arrived whole."""
+        if self._big is None:
+            return self._end - self._start
+        return 4 + self._big_got + (len(self._big_head) if self._big_head is not None else 0)
+
+    async def next_frame(self) -> Frame:
+        """The next frame: the bytes after its length prefix, or for a large frame ``(the bytes after the
+        length prefix up to the body, the body)``. After the last whole frame: the bad frame's
+        FrameError, the connection's error, or IncompleteReadError at end of stream (``partial`` holding
+        the bytes of an unfinished frame)."""
+        while not self._frames:
+            if self._error is not None:
+                raise self._error
+            if self._eof:
+                raise asyncio.IncompleteReadError(b"\0" * self.partial(), None)
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        frame = self._frames.popleft()
+        if self._reading_paused and self._error is None and len(self._frames) <= _RESUME_FRAMES \
+                and self.transport is not None and not self._lost:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return frame
+
+    # --- the write side
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is above its high water mark."""
+        if self._lost:
+            raise ConnectionResetError("connection lost")
+        if not self._write_paused:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            self._drain_waiters.remove(waiter)
+
+    async def wait_closed(self) -> None:
+        if self._closed is not None:
+            await asyncio.shield(self._closed)
