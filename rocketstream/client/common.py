@@ -16,6 +16,7 @@ import enum
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rocketstream.client.allocate import MessageQueue
 from rocketstream.codec import (
@@ -30,6 +31,10 @@ from rocketstream.codec import (
     offset_msg_id,
 )
 from rocketstream.errors import OptionError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "MessageQueue", "Message", "MessageExt", "SendStatus", "SendResult", "PullStatus", "PullResult",
@@ -204,7 +209,7 @@ class PullResult:
     messages: list[MessageExt] = field(default_factory=list)
     # the body left in its receive buffer (MQClientAPI.pull(..., body_buffer=True) of a large answer):
     # then ``body`` is None
-    body_buffer: bytearray | None = None
+    body_buffer: npt.NDArray[np.uint8] | None = None
 
 
 _MESSAGE_EXT_FIELDS = ("topic", "body", "properties", "flag", "queue_id", "queue_offset", "commit_log_offset",

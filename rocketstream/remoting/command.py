@@ -15,6 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, overload
 
+import numpy as np
+import numpy.typing as npt
+
 from rocketstream.codec import INT16, INT32
 from rocketstream.errors import FrameError, HeaderFieldError
 from rocketstream.remoting.codes import LanguageCode, Version
@@ -59,7 +62,7 @@ class RemotingCommand:
     body_parts: Sequence[bytes | memoryview] | None = field(default=None, repr=False, compare=False)
     # A large incoming body left in the buffer it was received into, instead of ``body``: only for a
     # caller that asked for it (Channel.invoke(..., body_buffer=True)); everyone else gets ``body``.
-    body_buffer: bytearray | None = field(default=None, repr=False, compare=False)
+    body_buffer: npt.NDArray[np.uint8] | None = field(default=None, repr=False, compare=False)
 
     # --- construction (RemotingCommand.createRequestCommand / createResponseCommand)
     @classmethod
@@ -129,7 +132,7 @@ class RemotingCommand:
     def take_body_buffer(self) -> None:
         """Make a body left in its receive buffer the usual ``bytes`` body (one copy)."""
         if self.body_buffer is not None:
-            self.body = bytes(self.body_buffer)
+            self.body = self.body_buffer.tobytes()
             self.body_buffer = None
 
     def __repr__(self) -> str:
@@ -254,7 +257,7 @@ def frame_body_length(prefix: bytes, *, max_frame: int = MAX_FRAME_LENGTH, addr:
 
 
 def decode_frame(data: bytes | bytearray | memoryview, *, addr: str | None = None,
-                 body_apart: bytearray | None = None) -> RemotingCommand:
+                 body_apart: npt.NDArray[np.uint8] | None = None) -> RemotingCommand:
     """Decode the bytes after the length prefix (``RemotingCommand.decode``). The body is the one copy
     made of a frame's bytes (a slice; from a bytearray or memoryview too). ``body_apart``: the frame's body
     received apart (:class:`~rocketstream.remoting.transport.FrameProtocol`'s large frames): ``data`` is
@@ -264,7 +267,7 @@ def decode_frame(data: bytes | bytearray | memoryview, *, addr: str | None = Non
         if cmd.body is not None:
             raise FrameError(f"header length of a split frame does not end at its body "
                              f"({len(cmd.body)} bytes between)", addr=addr)
-        cmd.body_buffer = body_apart if body_apart else None
+        cmd.body_buffer = body_apart if len(body_apart) else None
         return cmd
     if len(data) < 4:
         raise FrameError(f"frame of {len(data)} bytes has no header length field", addr=addr)

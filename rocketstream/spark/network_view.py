@@ -64,8 +64,8 @@ RANGES_IN_FLIGHT = 4
 # Pulls of one queue range in flight at once once the broker's batch is known (_RangePuller).
 TILES_IN_FLIGHT = 16
 _SIZE = struct.Struct(">i")
-# a pull body: bytes, or the bytearray a large answer was received into (MQClientAPI.pull(body_buffer=True))
-Body = bytes | bytearray
+# a pull body: bytes, or the buffer a large answer was received into (MQClientAPI.pull(body_buffer=True))
+Body = bytes | memoryview
 
 
 # ---- the process's client ----------------------------------------------------------------------------
@@ -484,8 +484,10 @@ class _RangePuller:
         view = self.view
         status = result.status
         body: Body | None = None
-        if status is PullStatus.FOUND and (result.body or result.body_buffer):
-            body = result.body_buffer if result.body_buffer is not None else result.body
+        if status is PullStatus.FOUND and result.body_buffer is not None:
+            body = result.body_buffer.data
+        elif status is PullStatus.FOUND and result.body:
+            body = result.body
         elif status is PullStatus.OFFSET_ILLEGAL:  # PULL_OFFSET_MOVED: below min or beyond max
             if self.offset < result.min_offset:
                 self._lost(result.min_offset)

@@ -31,7 +31,9 @@ class FakeBroker:
         self.calls: list[tuple[int, int]] = []
         self.in_flight = self.max_in_flight = 0
 
-    async def pull(self, addr, *, group, topic, queue_id, offset, max_nums, sys_flag, subscription, timeout):
+    async def pull(self, addr, *, group, topic, queue_id, offset, max_nums, sys_flag, subscription, timeout,
+                   body_buffer=False):
+        assert body_buffer   # the read asks for large bodies to stay in their receive buffers
         self.calls.append((offset, max_nums))
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
