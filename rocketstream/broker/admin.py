@@ -26,6 +26,7 @@ code        name                                answer
 223         INVOKE_BROKER_TO_GET_CONSUMER_STATUS  each client's offsets of a topic (221 to every client,
                                                 ``Broker2Client.getConsumeStatus``): ``GetConsumerStatusBody``
 317         GET_BROKER_CONSUME_STATS            ``ConsumeStatsList``
+321         QUERY_CONSUME_QUEUE                 ``QueryConsumeQueueResponseBody`` (rocketstream/broker/query_cq.py)
 ==========  ==================================  =============================================================
 
 Codes the Java broker answers with 3 (``getUnknownCmdResponse``) are not registered here: 22, 23, 212
@@ -59,6 +60,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rocketstream.broker.query_cq import query_consume_queue
 from rocketstream.broker.stats import BrokerStats
 from rocketstream.codec.fastjson import FrozenObject
 from rocketstream.codec.ids import decode_offset_msg_id
@@ -314,6 +316,7 @@ class AdminProcessor:
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.invoke_broker_to_reset_offset,
             RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: self.invoke_broker_to_get_consumer_status,
             RequestCode.GET_BROKER_CONSUME_STATS: self.get_broker_consume_stats,
+            RequestCode.QUERY_CONSUME_QUEUE: self.query_consume_queue,
         }
 
     # ------------------------------------------------------------------------------- helpers
@@ -796,6 +799,13 @@ class AdminProcessor:
         offsets = schedule.offset_table() if schedule is not None else {}   # no schedule service: nothing delayed
         table = {int(level): int(off) for level, off in offsets.items()}
         return req.response(ResponseCode.SUCCESS, body=_json.dumps({"offsetTable": table}))
+
+    def query_consume_queue(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        def subscription(group: str, topic: str) -> dict[str, object] | None:
+            sd = self._find_subscription(group, topic)[0]
+            return None if sd is None else subscription_data_json(sd)
+
+        return query_consume_queue(self.c, subscription, req)
 
     # ------------------------------------------------------------------------------- subscription groups
     def update_and_create_subscription_group(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:

@@ -499,6 +499,25 @@ class MQClientAPI:
             raise BodyError(f"view message at {commit_log_offset}: the body holds no record", addr=addr)
         return msgs[0]
 
+    async def query_consume_queue(self, addr: str, topic: str, queue_id: int, index: int, count: int,
+                                  group: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> Any:
+        """QUERY_CONSUME_QUEUE (321; ``queryConsumeQueue``): the consume-queue units of ``topic``:``queue_id``
+        from ``index`` as a :class:`~rocketstream.client.consume_queue_query.ConsumeQueueAnswer` (``sizes``,
+        ``physic_offsets``, ``tags_codes`` int64 arrays). The broker answers at most ``count`` units (at most
+        :data:`~rocketstream.client.consume_queue_query.MAX_QUERY_COUNT`) and none past the end of the
+        consume-queue file holding ``index``; an index it does not hold is an answer with ``found`` False.
+        A missing queue (SYSTEM_ERROR) or any other code raises BrokerResponseError, a malformed body
+        BodyError — both naming the broker address, topic and queue."""
+        from rocketstream.client.consume_queue_query import not_found, parse_query_consume_queue
+
+        req = RemotingCommand.request(RequestCode.QUERY_CONSUME_QUEUE, {
+            "topic": topic, "queueId": queue_id, "index": index, "count": count, "consumerGroup": group})
+        resp = await self.invoke(addr, req, timeout)
+        self._check(resp, addr, req.code, f"query consume queue {topic}:{queue_id} from index {index}")
+        if not resp.body:
+            return not_found(topic, queue_id, index, resp.remark)
+        return parse_query_consume_queue(resp.body, topic, queue_id, index, addr=addr)
+
 
 # ----------------------------------------------------------------------------- pull results
 def decode_messages(body: bytes, *, broker_name: str = "", addr: str | None = None) -> list[MessageExt]:

@@ -178,8 +178,9 @@ def rate_limit(
     latest: Mapping[QueueKey, int],
     max_messages: int | None = None,
     max_bytes: int | None = None,
-    bytes_fn: Callable[[QueueKey, int, int], np.ndarray] | None = None,
+    bytes_fn: Callable[..., np.ndarray] | None = None,
     min_messages: int | None = None,
+    byte_cap: int | None = None,
 ) -> dict[QueueKey, int]:
     """End offsets for the next micro-batch, for every queue of ``latest``.
 
@@ -189,6 +190,12 @@ def rate_limit(
       Spark's Kafka source does, but with largest-remainder rounding so the total never exceeds the limit.
     * ``max_bytes`` (maxBytesPerTrigger): ``bytes_fn(queue, start, end)`` returns the stored sizes of the
       messages ``[start, end)`` (the consume-queue size field); see :func:`_limit_bytes`.
+    * ``byte_cap`` (>= ``max_bytes``; network mode passes ``max_bytes``): sizes are asked as
+      ``bytes_fn(queue, start, end, byte_cap)``, which may stop after the first message at which their
+      running total exceeds ``byte_cap``, and each queue's backlog weighs at most ``byte_cap`` bytes when
+      the budget is shared. No queue can take more than ``max_bytes``, so nothing past that prefix is
+      needed — a backlog of millions of messages costs only its first ``byte_cap`` bytes of sizes.
+      None: the whole backlog is sized and weighed (local mode, where sizes are a read of the consume queue).
 
     Queues with no backlog (latest <= start) get ``latest``, like Spark. Never beyond ``latest``.
     """
@@ -201,6 +208,9 @@ def rate_limit(
             raise OptionError(name, "must be a positive integer", value)
     if max_bytes is not None and bytes_fn is None:
         raise RocketStreamError("rate_limit: max_bytes needs bytes_fn")
+    if byte_cap is not None and (max_bytes is None or isinstance(byte_cap, bool) or not isinstance(byte_cap, int)
+                                 or byte_cap < max_bytes):
+        raise RocketStreamError(f"rate_limit: byte_cap {byte_cap!r} must be an integer >= max_bytes ({max_bytes})")
     backlog = {q: latest[q] - start[q] for q in sorted(latest) if latest[q] > start[q]}
     total = sum(backlog.values())
     if min_messages is not None and total < min_messages:
@@ -210,7 +220,7 @@ def rate_limit(
         shares = _proportional(max_messages, backlog)
         ends.update({q: start[q] + shares[q] for q in backlog})
     if max_bytes is not None and bytes_fn is not None:   # bytes_fn is set with max_bytes (checked above)
-        ends.update(_limit_bytes(start, ends, backlog, max_bytes, bytes_fn))
+        ends.update(_limit_bytes(start, ends, backlog, max_bytes, bytes_fn, byte_cap))
     return ends
 
 
@@ -233,27 +243,35 @@ def _limit_bytes(
     ends: Mapping[QueueKey, int],
     backlog: Mapping[QueueKey, int],
     max_bytes: int,
-    bytes_fn: Callable[[QueueKey, int, int], np.ndarray],
+    bytes_fn: Callable[..., np.ndarray],
+    byte_cap: int | None = None,
 ) -> dict[QueueKey, int]:
     """Largest ends whose messages total at most ``max_bytes``, and at least one message overall.
 
     1. A queue whose next message alone exceeds ``max_bytes`` gets a batch of its own (that one message),
        so it is read as soon as it reaches the head instead of waiting forever.
     2. Every queue's head message, in queue order, while they fit (no queue starves behind a big one).
-    3. The rest of the budget in proportion to each queue's remaining bytes; what message boundaries
-       leave over goes first to the queues furthest below their share of ``max_bytes``.
+    3. The rest of the budget in proportion to each queue's remaining bytes (counted up to ``byte_cap``
+       when given); what message boundaries leave over goes first to the queues furthest below their
+       share of ``max_bytes``.
     """
     cum: dict[QueueKey, np.ndarray] = {}
+    weight: dict[QueueKey, int] = {}   # the queue's backlog bytes as the sharing counts them
     for q in backlog:
-        if ends[q] > start[q]:
-            sizes = np.asarray(bytes_fn(q, start[q], ends[q]), dtype=np.int64)
-            if sizes.shape != (ends[q] - start[q],) or sizes.min() <= 0:
+        n = ends[q] - start[q]
+        if n > 0:
+            raw = bytes_fn(q, start[q], ends[q]) if byte_cap is None else bytes_fn(q, start[q], ends[q], byte_cap)
+            sizes = np.asarray(raw, dtype=np.int64)
+            if sizes.ndim != 1 or not 0 < len(sizes) <= n or sizes.min() <= 0 or (
+                    len(sizes) < n and (byte_cap is None or int(sizes.sum()) <= byte_cap)):
+                cap = f"; a prefix only past {byte_cap} bytes" if byte_cap is not None else ""
                 raise RocketStreamError(
-                    f"bytes_fn must give {ends[q] - start[q]} positive sizes for {q} [{start[q]}, {ends[q]}), "
+                    f"bytes_fn must give {n} positive sizes for {q} [{start[q]}, {ends[q]}){cap}, "
                     f"gave shape {sizes.shape}"
                 )
             cum[q] = np.cumsum(sizes)
-    if sum(int(c[-1]) for c in cum.values()) <= max_bytes:
+            weight[q] = int(cum[q][-1]) if byte_cap is None else min(int(cum[q][-1]), byte_cap)
+    if sum(int(c[-1]) for c in cum.values()) <= max_bytes:   # a prefix exceeds byte_cap >= max_bytes
         return dict(ends)
     for q, c in cum.items():
         if c[0] > max_bytes:
@@ -263,15 +281,16 @@ def _limit_bytes(
     for q, c in cum.items():
         if c[0] <= budget:
             taken[q], budget = 1, budget - int(c[0])
+    # Below, every search stays within max_bytes of the queue's start, inside any prefix bytes_fn gave.
     used = {q: int(c[taken[q] - 1]) if taken[q] else 0 for q, c in cum.items()}
-    remaining = {q: int(c[-1]) - used[q] for q, c in cum.items() if taken[q] and int(c[-1]) > used[q]}
+    remaining = {q: weight[q] - used[q] for q in cum if taken[q] and weight[q] > used[q]}
     for q, share in _proportional(budget, remaining).items():
         n = int(np.searchsorted(cum[q], used[q] + share, side="right"))
         budget -= int(cum[q][n - 1]) - used[q]
         taken[q], used[q] = n, int(cum[q][n - 1])
     # Leftover (lost to message boundaries): queues furthest below their proportional share first.
-    total = sum(int(c[-1]) for c in cum.values())
-    behind = sorted((q for q in cum if taken[q]), key=lambda q: used[q] * total - max_bytes * int(cum[q][-1]))
+    total = sum(weight.values())
+    behind = sorted((q for q in cum if taken[q]), key=lambda q: used[q] * total - max_bytes * weight[q])
     for q in behind:
         n = int(np.searchsorted(cum[q], used[q] + budget, side="right"))
         budget -= int(cum[q][n - 1]) - used[q]

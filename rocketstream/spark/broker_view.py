@@ -60,8 +60,10 @@ class BrokerView(Protocol):
 
     def max_offset(self, topic: str, queue_id: int) -> int: ...
 
-    def message_sizes(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray:
-        """Stored size of each message ``[start, end)`` (the consume-queue unit's size field), as int64."""
+    def message_sizes(self, topic: str, queue_id: int, start: int, end: int,
+                      byte_cap: int | None = None) -> np.ndarray:
+        """Stored size of each message ``[start, end)`` (the consume-queue unit's size field), as int64; with
+        ``byte_cap`` the view may stop after the first message at which their running total exceeds it."""
         ...
 
     def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
@@ -162,7 +164,8 @@ class LocalBrokerView:
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.store.max_offset(topic, queue_id)
 
-    def message_sizes(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray:
+    def message_sizes(self, topic: str, queue_id: int, start: int, end: int,
+                      byte_cap: int | None = None) -> np.ndarray:
         return np.asarray(self.store.read_cq_units(topic, queue_id, start, end)["size"], dtype=np.int64)
 
     def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:

@@ -293,9 +293,11 @@ class NetworkBrokerView:
             high[rows] = [asked[q].max for q in missing]
         return wanted, low.astype(np.int64), high.astype(np.int64)
 
-    def message_sizes(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray:
-        raise OptionError("maxBytesPerTrigger", "is not supported in network mode (message sizes are not served "
-                                                "to clients before a pull)")
+    def message_sizes(self, topic: str, queue_id: int, start: int, end: int,
+                      byte_cap: int | None = None) -> np.ndarray:
+        """Stored sizes of messages ``[start, end)`` by QUERY_CONSUME_QUEUE (321), paged; with ``byte_cap``
+        only until their running total exceeds it (see :func:`query_sizes`)."""
+        return self._run(query_sizes(self.api, self.addr, self.broker_name, topic, queue_id, start, end, byte_cap))
 
     def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """First offset stored at or after ``timestamp_ms`` (max when none). A 4.x broker answers the last
@@ -388,6 +390,67 @@ class NetworkBrokerView:
 
     def __repr__(self) -> str:
         return f"NetworkBrokerView({self.broker_name!r}, {self.addr!r})"
+
+
+# ---- message sizes (maxBytesPerTrigger) ----------------------------------------------------------------
+
+# Units asked for by the first QUERY_CONSUME_QUEUE of a queue; later pages are sized from the sizes seen.
+SIZES_FIRST_PAGE = 2048
+# Units per page when every size of a range is wanted (no byte cap): about 70 bytes of JSON each.
+SIZES_FULL_PAGE = 65536
+
+
+async def query_sizes(api: MQClientAPI, addr: str, broker_name: str, topic: str, queue_id: int, start: int,
+                      end: int, byte_cap: int | None = None) -> np.ndarray:
+    """Sizes of the units ``[start, end)`` of a queue (int64), by as many QUERY_CONSUME_QUEUE requests as it
+    takes: a 4.9.8 broker answers at most the asked count and never past the end of the consume-queue file
+    holding the index, so each page starts where the last answer ended. With ``byte_cap`` the pages stop
+    once the running total exceeds it (the result is then a prefix) and each page after the first asks for
+    about as many units as the sizes seen so far say the cap still needs.
+
+    Every answer is checked against the asked index: a broker that no longer holds ``index`` (below its min:
+    retention ran between planning and now) is a :class:`DataLossError`; past its max, an answer with no
+    unit, more units than asked, a unit past ``maxQueueIndex``, a size <= 0 or commit-log offsets that do
+    not increase are a :class:`RocketStreamError` naming the broker, topic, queue and index — never sizes
+    that might belong to other messages."""
+    from rocketstream.client.consume_queue_query import MAX_QUERY_COUNT, ConsumeQueueAnswer
+
+    where = f"{topic}:{queue_id} on {broker_name} ({addr})"
+    parts: list[np.ndarray] = []
+    at, total, last_offset = start, 0, -1
+    page = SIZES_FIRST_PAGE if byte_cap is not None else SIZES_FULL_PAGE
+    while at < end:
+        want = min(end - at, page, MAX_QUERY_COUNT)
+        answer: ConsumeQueueAnswer = await api.query_consume_queue(addr, topic, queue_id, at, want, None,
+                                                                   REQUEST_TIMEOUT_S)
+        if not answer.found or answer.min_index > at:
+            low = answer.min_index if answer.found else await api.min_offset(addr, topic, queue_id, REQUEST_TIMEOUT_S)
+            if at < low:
+                raise DataLossError(
+                    f"maxBytesPerTrigger: messages [{at}, {low}) of {where} were removed (retention) between "
+                    f"planning and sizing the batch [{start}, {end})", topic=topic, broker_name=broker_name,
+                    queue_id=queue_id, lost_from=at, lost_to=low)
+            raise RocketStreamError(f"maxBytesPerTrigger: QUERY_CONSUME_QUEUE of {where} holds no unit at index "
+                                    f"{at} (broker: {answer.remark!r}); the batch [{start}, {end}) was planned "
+                                    f"past the queue's end")
+        sizes, offsets = answer.sizes, answer.physic_offsets
+        got = len(sizes)
+        if not 0 < got <= want or at + got > answer.max_index:
+            raise RocketStreamError(f"maxBytesPerTrigger: QUERY_CONSUME_QUEUE of {where} from index {at} asked "
+                                    f"{want} units and got {got} (broker max {answer.max_index})")
+        if int(sizes.min()) <= 0 or int(offsets[0]) <= last_offset or (got > 1 and bool((np.diff(offsets) <= 0).any())):
+            raise RocketStreamError(f"maxBytesPerTrigger: QUERY_CONSUME_QUEUE of {where} from index {at}: a size "
+                                    f"<= 0 or commit-log offsets that do not increase (not units of one queue)")
+        last_offset = int(offsets[-1])
+        parts.append(sizes)
+        at += got
+        total += int(sizes.sum())
+        if byte_cap is not None:
+            if total > byte_cap:
+                break
+            seen = at - start
+            page = max(16, -(-(byte_cap - total) * seen // total) * 5 // 4 + 16)
+    return np.concatenate(parts) if len(parts) != 1 else parts[0]
 
 
 def _pack(bodies: list[Body]) -> Iterator[Body]:

@@ -163,12 +163,6 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
     topics = _topics(given)
     name_server = _name_server(given)
     brokers = () if name_server is not None else _brokers(given)
-    if name_server is not None and MAX_BYTES_PER_TRIGGER in given:
-        # Message sizes come from consume-queue units, which RocketMQ's protocol does not serve to clients
-        # (QUERY_CONSUME_QUEUE is an admin request our broker lacks): refuse rather than approximate.
-        raise OptionError(MAX_BYTES_PER_TRIGGER, f"is not supported in network mode ('{given.label(NAME_SERVER)}'): "
-                          f"the broker does not tell clients message sizes before a pull; use "
-                          f"{MAX_MESSAGES_PER_TRIGGER} instead", given[MAX_BYTES_PER_TRIGGER])
     subscription = SubscriptionData.parse_option(given.get(SUB_EXPRESSION, "*"), SUB_EXPRESSION)
     starting, ending = _positions(given, streaming=streaming)
     return RocketMQOptions(

@@ -205,11 +205,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else o.max_messages_per_trigger
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else o.max_bytes_per_trigger
 
-        def sizes(q: QueueKey, a: int, b: int) -> np.ndarray:
-            return views[q.broker_name].message_sizes(q.topic, q.queue_id, a, b)
+        def sizes(q: QueueKey, a: int, b: int, cap: int | None = None) -> np.ndarray:
+            return views[q.broker_name].message_sizes(q.topic, q.queue_id, a, b, cap)
 
+        # Network mode: sizes come over QUERY_CONSUME_QUEUE, so a queue's are fetched only up to max_bytes
+        # (rate_limit's byte_cap); local mode reads them from the consume queue and weighs whole backlogs.
+        cap = max_bytes if o.network and max_bytes is not None else None
         return rate_limit(begin, latest, max_messages=max_rows, max_bytes=max_bytes,
-                          bytes_fn=sizes if max_bytes is not None else None, min_messages=min_rows)
+                          bytes_fn=sizes if max_bytes is not None else None, min_messages=min_rows, byte_cap=cap)
 
     def reportLatestOffset(self) -> OffsetJson | None:
         # Spark asks right after latestOffset, for its progress report: the max offsets latestOffset saw

@@ -677,6 +677,21 @@ class MessageStore:
         cq = self._queue(topic, queue_id)
         return cq.clamped_units(start, end)[1] if cq else np.empty(0, dtype=CQ_DTYPE)
 
+    def index_buffer(self, topic: str, queue_id: int, index: int,
+                     max_units: int) -> tuple[int, int, np.ndarray | None] | None:
+        """``ConsumeQueue.getIndexBuffer(index)`` as QUERY_CONSUME_QUEUE reads it: None when the queue does
+        not exist (``getConsumeQueue`` is null), else ``(min, max, units)`` where ``units`` are at most
+        ``max_units`` units from ``index`` to the end of the consume-queue file holding it (or the queue's
+        max), unchecked against the commit log, and None when ``index`` is below the min or not written."""
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return None
+        lo, hi = cq.min_offset(), cq.max_offset()
+        if index < lo or index >= hi or cq.queue.find(index * codec.CQ_UNIT_SIZE) is None:
+            return lo, hi, None
+        end = min(cq.file_end_index(index), hi, index + max(max_units, 0))
+        return lo, hi, cq.raw_units(index, end) if end > index else np.empty(0, dtype=CQ_DTYPE)
+
     def read_range(self, topic: str, queue_id: int, start: int, end: int, *, broker_name: str | None = None,
                    columns: Sequence[str] | None = None, tags: Collection[str] | None = None,
                    batch_bytes: int = bulk_read.DEFAULT_BATCH_BYTES,
