@@ -406,7 +406,8 @@ async def query_sizes(api: MQClientAPI, addr: str, broker_name: str, topic: str,
     takes: a 4.9.8 broker answers at most the asked count and never past the end of the consume-queue file
     holding the index, so each page starts where the last answer ended. With ``byte_cap`` the pages stop
     once the running total exceeds it (the result is then a prefix) and each page after the first asks for
-    about as many units as the sizes seen so far say the cap still needs.
+    about as many units as the sizes seen so far say the cap still needs; the prefix ends at the first
+    message at which the running total exceeds the cap.
 
     Every answer is checked against the asked index: a broker that no longer holds ``index`` (below its min:
     retention ran between planning and now) is a :class:`DataLossError`; past its max, an answer with no
@@ -447,7 +448,9 @@ async def query_sizes(api: MQClientAPI, addr: str, broker_name: str, topic: str,
         total += int(sizes.sum())
         if byte_cap is not None:
             if total > byte_cap:
-                break
+                sizes = np.concatenate(parts) if len(parts) != 1 else parts[0]
+                # up to the first message at which the running total exceeds the cap
+                return sizes[:int(np.searchsorted(np.cumsum(sizes), byte_cap, side="right")) + 1]
             seen = at - start
             page = max(16, -(-(byte_cap - total) * seen // total) * 5 // 4 + 16)
     return np.concatenate(parts) if len(parts) != 1 else parts[0]

@@ -127,8 +127,9 @@ def test_options_of_the_other_mode_are_errors():
         parse_options({"topic": "T", "namesrvAddr": "127.0.0.1:9876", "brokers": "a=/x"}, streaming=False)
     with pytest.raises(OptionError, match="brokerName"):
         parse_options({"topic": "T", "nameServer": "127.0.0.1:9876", "brokerName": "a"}, streaming=False)
-    with pytest.raises(OptionError, match="maxBytesPerTrigger.*network mode"):
-        parse_options({"topic": "T", "nameServer": "h:1", "maxBytesPerTrigger": "100"}, streaming=True)
+    # maxBytesPerTrigger works in both modes (tests/spark/test_network_max_bytes.py)
+    assert parse_options({"topic": "T", "nameServer": "h:1", "maxBytesPerTrigger": "100"},
+                         streaming=True).max_bytes_per_trigger == 100
     with pytest.raises(OptionError, match="namesrvAddr.*host:port"):
         parse_options({"topic": "T", "namesrvAddr": "nohost"}, streaming=False)
     with pytest.raises(OptionError, match="given twice"):
