@@ -14,6 +14,7 @@ The Java client decodes the missing body into a NullPointerException; here it is
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -54,11 +55,37 @@ def not_found(topic: str, queue_id: int, index: int, remark: str | None) -> Cons
     return ConsumeQueueAnswer(topic, queue_id, index, False, -1, -1, _EMPTY, _EMPTY, _EMPTY, remark=remark)
 
 
+# One ConsumeQueueData as fastjson writes it for a unit without extension data (RemotingSerializable.encode:
+# properties sorted by name, nulls left out) — what 4.9.8 and our broker write for every unit of a consume
+# queue without ConsumeQueueExt.
+_UNIT = re.compile(rb'\{"eval":false,"physicOffset":(\d+),"physicSize":(\d+),"tagsCode":(-?\d+)\}')
+_HEAD = re.compile(rb'\{(?:"filterData":"(?:[^"\\]|\\.)*",)?"maxQueueIndex":(-?\d+),"minQueueIndex":(-?\d+),'
+                   rb'"queueData":\[')
+
+
+def _parse_compact(body: bytes, topic: str, queue_id: int, index: int) -> ConsumeQueueAnswer | None:
+    """The compact body without subscription data, unit by unit with one regular expression, when every unit
+    of the body matched (a body of 8,192 units: a few ms, where json.loads and a loop take ~100 ms)."""
+    head = _HEAD.match(body)
+    if head is None or not body.endswith(b"]}"):   # subscriptionData (a group) comes last: the slow path
+        return None
+    units = _UNIT.findall(body, head.end())
+    n = len(units)
+    if body.count(b'"physicSize"') != n or (n and body.count(b"},{") != n - 1):
+        return None
+    cols = np.array(units, dtype=np.bytes_).astype(np.int64).reshape(n, 3) if n else np.zeros((0, 3), np.int64)
+    return ConsumeQueueAnswer(topic, queue_id, index, True, int(head.group(2)), int(head.group(1)),
+                              cols[:, 1].copy(), cols[:, 0].copy(), cols[:, 2].copy())
+
+
 def parse_query_consume_queue(body: bytes, topic: str, queue_id: int, index: int, *,
                               addr: str | None = None) -> ConsumeQueueAnswer:
     """A ``QueryConsumeQueueResponseBody``; anything but its shape is a :class:`BodyError` naming the broker,
     topic and queue."""
     where = f"QUERY_CONSUME_QUEUE {topic}:{queue_id} from index {index}"
+    fast = _parse_compact(body, topic, queue_id, index)
+    if fast is not None:
+        return fast
     try:
         doc = json.loads(body)   # fastjson writes this bean as standard JSON (no map keys): the C parser
     except (ValueError, UnicodeDecodeError):

@@ -181,6 +181,7 @@ def rate_limit(
     bytes_fn: Callable[..., np.ndarray] | None = None,
     min_messages: int | None = None,
     byte_cap: int | None = None,
+    bytes_many: Callable[[list[tuple[QueueKey, int, int]], int | None], list[np.ndarray]] | None = None,
 ) -> dict[QueueKey, int]:
     """End offsets for the next micro-batch, for every queue of ``latest``.
 
@@ -196,6 +197,9 @@ def rate_limit(
       the budget is shared. No queue can take more than ``max_bytes``, so nothing past that prefix is
       needed — a backlog of millions of messages costs only its first ``byte_cap`` bytes of sizes.
       None: the whole backlog is sized and weighed (local mode, where sizes are a read of the consume queue).
+    * ``bytes_many(ranges, byte_cap)``, when given, is asked instead of ``bytes_fn`` for the sizes of every
+      ``(queue, start, end)`` at once (network mode: the queues' requests in flight together), with the
+      same contract for each range.
 
     Queues with no backlog (latest <= start) get ``latest``, like Spark. Never beyond ``latest``.
     """
@@ -206,7 +210,7 @@ def rate_limit(
                         ("minOffsetsPerTrigger", min_messages)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise OptionError(name, "must be a positive integer", value)
-    if max_bytes is not None and bytes_fn is None:
+    if max_bytes is not None and bytes_fn is None and bytes_many is None:
         raise RocketStreamError("rate_limit: max_bytes needs bytes_fn")
     if byte_cap is not None and (max_bytes is None or isinstance(byte_cap, bool) or not isinstance(byte_cap, int)
                                  or byte_cap < max_bytes):
@@ -219,8 +223,17 @@ def rate_limit(
     if max_messages is not None and total > max_messages:
         shares = _proportional(max_messages, backlog)
         ends.update({q: start[q] + shares[q] for q in backlog})
-    if max_bytes is not None and bytes_fn is not None:   # bytes_fn is set with max_bytes (checked above)
-        ends.update(_limit_bytes(start, ends, backlog, max_bytes, bytes_fn, byte_cap))
+    if max_bytes is not None:   # bytes_fn or bytes_many is set with max_bytes (checked above)
+        asks = [(q, start[q], ends[q]) for q in backlog if ends[q] > start[q]]
+        if bytes_many is not None:
+            found = bytes_many(asks, byte_cap)
+        else:
+            assert bytes_fn is not None
+            found = [bytes_fn(q, a, b) if byte_cap is None else bytes_fn(q, a, b, byte_cap) for q, a, b in asks]
+        if len(found) != len(asks):
+            raise RocketStreamError(f"rate_limit: {len(found)} size arrays for {len(asks)} queue ranges")
+        sizes = {q: s for (q, _, _), s in zip(asks, found, strict=True)}
+        ends.update(_limit_bytes(start, ends, backlog, max_bytes, sizes, byte_cap))
     return ends
 
 
@@ -243,10 +256,11 @@ def _limit_bytes(
     ends: Mapping[QueueKey, int],
     backlog: Mapping[QueueKey, int],
     max_bytes: int,
-    bytes_fn: Callable[..., np.ndarray],
+    found: Mapping[QueueKey, np.ndarray],
     byte_cap: int | None = None,
 ) -> dict[QueueKey, int]:
-    """Largest ends whose messages total at most ``max_bytes``, and at least one message overall.
+    """Largest ends whose messages total at most ``max_bytes``, and at least one message overall, from the
+    ``found`` sizes of each queue with messages to read (:func:`rate_limit`).
 
     1. A queue whose next message alone exceeds ``max_bytes`` gets a batch of its own (that one message),
        so it is read as soon as it reaches the head instead of waiting forever.
@@ -260,8 +274,7 @@ def _limit_bytes(
     for q in backlog:
         n = ends[q] - start[q]
         if n > 0:
-            raw = bytes_fn(q, start[q], ends[q]) if byte_cap is None else bytes_fn(q, start[q], ends[q], byte_cap)
-            sizes = np.asarray(raw, dtype=np.int64)
+            sizes = np.asarray(found[q], dtype=np.int64)
             if sizes.ndim != 1 or not 0 < len(sizes) <= n or sizes.min() <= 0 or (
                     len(sizes) < n and (byte_cap is None or int(sizes.sum()) <= byte_cap)):
                 cap = f"; a prefix only past {byte_cap} bytes" if byte_cap is not None else ""

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rocketstream.client.api import PULL_SYS_FLAG_LITE_PULL, PULL_SYS_FLAG_SUBSCRIPTION, MQClientAPI
-from rocketstream.client.common import PullResult, PullStatus
+from rocketstream.client.common import MessageQueue, PullResult, PullStatus
 from rocketstream.client.route import PERM_READ, TopicRouteData
 from rocketstream.codec import MAGIC_V1, MAGIC_V2
 from rocketstream.codec import vectorized as vz
@@ -454,6 +454,37 @@ async def query_sizes(api: MQClientAPI, addr: str, broker_name: str, topic: str,
             seen = at - start
             page = max(16, -(-(byte_cap - total) * seen // total) * 5 // 4 + 16)
     return np.concatenate(parts) if len(parts) != 1 else parts[0]
+
+
+# QUERY_CONSUME_QUEUE requests of one broker in flight at once (network_sizes).
+SIZES_IN_FLIGHT = 16
+
+
+def network_sizes(views: Mapping[str, object], asks: Sequence[tuple[MessageQueue, int, int]],
+                  byte_cap: int | None) -> list[np.ndarray]:
+    """``rate_limit``'s ``bytes_many`` in network mode: :func:`query_sizes` of every ``(queue, start, end)``
+    with up to :data:`SIZES_IN_FLIGHT` requests per broker in flight; results in ``asks`` order."""
+    by_broker: dict[str, list[int]] = {}
+    for i, (q, _, _) in enumerate(asks):
+        by_broker.setdefault(q.broker_name, []).append(i)
+    out: list[np.ndarray] = [np.zeros(0, np.int64)] * len(asks)
+    for name, rows in by_broker.items():
+        view = views[name]
+        if not isinstance(view, NetworkBrokerView):
+            raise RocketStreamError(f"network_sizes: broker {name} has a {type(view).__name__}, not a network view")
+        gate = asyncio.Semaphore(SIZES_IN_FLIGHT)
+
+        async def one(i: int, v: NetworkBrokerView = view, gate: asyncio.Semaphore = gate) -> np.ndarray:
+            q, a, b = asks[i]
+            async with gate:
+                return await query_sizes(v.api, v.addr, v.broker_name, q.topic, q.queue_id, a, b, byte_cap)
+
+        async def all_of(rows: list[int] = rows) -> list[np.ndarray]:
+            return list(await asyncio.gather(*(one(i) for i in rows)))
+
+        for i, sizes in zip(rows, view._run(all_of()), strict=True):
+            out[i] = sizes
+    return out
 
 
 def _pack(bodies: list[Body]) -> Iterator[Body]:

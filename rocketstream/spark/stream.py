@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -208,11 +209,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def sizes(q: QueueKey, a: int, b: int, cap: int | None = None) -> np.ndarray:
             return views[q.broker_name].message_sizes(q.topic, q.queue_id, a, b, cap)
 
-        # Network mode: sizes come over QUERY_CONSUME_QUEUE, so a queue's are fetched only up to max_bytes
-        # (rate_limit's byte_cap); local mode reads them from the consume queue and weighs whole backlogs.
-        cap = max_bytes if o.network and max_bytes is not None else None
+        # Network mode: sizes come over QUERY_CONSUME_QUEUE, all queues at once and only up to max_bytes
+        # each (rate_limit's byte_cap); local mode reads them from the consume queue, whole backlogs.
+        network = o.network and max_bytes is not None
+        if network:
+            from rocketstream.spark.network_view import network_sizes
         return rate_limit(begin, latest, max_messages=max_rows, max_bytes=max_bytes,
-                          bytes_fn=sizes if max_bytes is not None else None, min_messages=min_rows, byte_cap=cap)
+                          bytes_fn=sizes if max_bytes is not None else None, min_messages=min_rows,
+                          byte_cap=max_bytes if network else None,
+                          bytes_many=partial(network_sizes, views) if network else None)
 
     def reportLatestOffset(self) -> OffsetJson | None:
         # Spark asks right after latestOffset, for its progress report: the max offsets latestOffset saw

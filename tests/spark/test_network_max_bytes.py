@@ -80,6 +80,18 @@ def test_rate_limit_byte_cap_cost_and_bad_values():
     prefix, _, calls = _fns(table)
     got = rate_limit({q(0): 0, q(1): 0}, {q(0): 10**6, q(1): 10**6}, max_bytes=1000, bytes_fn=prefix, byte_cap=1000)
     assert got == {q(0): 5, q(1): 5} and [n for *_, n in calls] == [11, 11]   # not two million sizes
+    asked = []
+
+    def many(asks, cap):   # network mode's form: every range at once
+        asked.append((asks, cap))
+        return [prefix(k, a, b, cap) for k, a, b in asks]
+
+    assert rate_limit({q(0): 0, q(1): 0}, {q(0): 10**6, q(1): 10**6}, max_bytes=1000, bytes_many=many,
+                      byte_cap=1000) == got
+    assert asked == [([(q(0), 0, 10**6), (q(1), 0, 10**6)], 1000)]
+    with pytest.raises(RocketStreamError, match="1 size arrays for 2 queue ranges"):
+        rate_limit({q(0): 0, q(1): 0}, {q(0): 9, q(1): 9}, max_bytes=10, bytes_many=lambda a, c: [np.ones(9)],
+                   byte_cap=10)
     with pytest.raises(RocketStreamError, match="byte_cap"):
         rate_limit({q(0): 0}, {q(0): 3}, max_bytes=10, bytes_fn=prefix, byte_cap=9)
     with pytest.raises(RocketStreamError, match="a prefix only past 50 bytes"):   # a short prefix is refused
