@@ -394,7 +394,8 @@ class NetworkBrokerView:
 
 # ---- message sizes (maxBytesPerTrigger) ----------------------------------------------------------------
 
-# Units asked for by the first QUERY_CONSUME_QUEUE of a queue; later pages are sized from the sizes seen.
+# Units asked for by the first QUERY_CONSUME_QUEUE of a queue: one per 256 bytes of the cap (plus 16), at
+# most this many; later pages are sized from the sizes seen.
 SIZES_FIRST_PAGE = 2048
 # Units per page when every size of a range is wanted (no byte cap): about 70 bytes of JSON each.
 SIZES_FULL_PAGE = 65536
@@ -419,7 +420,7 @@ async def query_sizes(api: MQClientAPI, addr: str, broker_name: str, topic: str,
     where = f"{topic}:{queue_id} on {broker_name} ({addr})"
     parts: list[np.ndarray] = []
     at, total, last_offset = start, 0, -1
-    page = SIZES_FIRST_PAGE if byte_cap is not None else SIZES_FULL_PAGE
+    page = min(SIZES_FIRST_PAGE, byte_cap // 256 + 16) if byte_cap is not None else SIZES_FULL_PAGE
     while at < end:
         want = min(end - at, page, MAX_QUERY_COUNT)
         answer: ConsumeQueueAnswer = await api.query_consume_queue(addr, topic, queue_id, at, want, None,
