@@ -5,7 +5,8 @@ by name server — ours or Apache's.
 * The driver asks the name server for each topic's route (GET_ROUTEINFO_BY_TOPIC): every broker with a
   queue data that has the READ permission bit becomes a :class:`NetworkBroker` location carrying its address
   and its readable queue ids (``0 .. readQueueNums-1``, as ``topicRouteData2TopicSubscribeInfo``).
-* Planning: GET_MIN_OFFSET / GET_MAX_OFFSET (all queues of a broker at once, concurrently),
+* Planning: GET_MIN_OFFSET / GET_MAX_OFFSET (all queues of a broker at once, concurrently), QUERY_CONSUME_QUEUE
+  for message sizes (``maxBytesPerTrigger``; :func:`query_sizes`),
   SEARCH_OFFSET_BY_TIMESTAMP, QUERY_CONSUMER_OFFSET and UPDATE_CONSUMER_OFFSET (answered, not oneway: a
   commit that the broker did not take fails the query), so ``mqadmin consumerProgress`` shows the query's group.
 * Executors: PULL_MESSAGE of each queue range with the broker-side tag filter (subscription flag, no
@@ -40,7 +41,14 @@ from rocketstream.client.common import MessageQueue, PullResult, PullStatus
 from rocketstream.client.route import PERM_READ, TopicRouteData
 from rocketstream.codec import MAGIC_V1, MAGIC_V2
 from rocketstream.codec import vectorized as vz
-from rocketstream.errors import BodyError, CorruptStoreError, DataLossError, OptionError, RocketStreamError
+from rocketstream.errors import (
+    BodyError,
+    BrokerResponseError,
+    CorruptStoreError,
+    DataLossError,
+    OptionError,
+    RocketStreamError,
+)
 from rocketstream.remoting import RemotingCommand, RequestCode, ResponseCode, json_body
 from rocketstream.spark.broker_view import QueueBounds
 from rocketstream.store import project_schema
@@ -414,7 +422,8 @@ async def query_sizes(api: MQClientAPI, addr: str, broker_name: str, topic: str,
     retention ran between planning and now) is a :class:`DataLossError`; past its max, an answer with no
     unit, more units than asked, a unit past ``maxQueueIndex``, a size <= 0 or commit-log offsets that do
     not increase are a :class:`RocketStreamError` naming the broker, topic, queue and index — never sizes
-    that might belong to other messages."""
+    that might belong to other messages. A broker that does not serve the request (REQUEST_CODE_NOT_SUPPORTED)
+    is an :class:`OptionError` naming maxBytesPerTrigger."""
     from rocketstream.client.consume_queue_query import MAX_QUERY_COUNT, ConsumeQueueAnswer
 
     where = f"{topic}:{queue_id} on {broker_name} ({addr})"
@@ -423,8 +432,15 @@ async def query_sizes(api: MQClientAPI, addr: str, broker_name: str, topic: str,
     page = min(SIZES_FIRST_PAGE, byte_cap // 256 + 16) if byte_cap is not None else SIZES_FULL_PAGE
     while at < end:
         want = min(end - at, page, MAX_QUERY_COUNT)
-        answer: ConsumeQueueAnswer = await api.query_consume_queue(addr, topic, queue_id, at, want, None,
-                                                                   REQUEST_TIMEOUT_S)
+        try:
+            answer: ConsumeQueueAnswer = await api.query_consume_queue(addr, topic, queue_id, at, want, None,
+                                                                       REQUEST_TIMEOUT_S)
+        except BrokerResponseError as exc:
+            if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                raise
+            raise OptionError("maxBytesPerTrigger", f"needs the broker's message sizes, and broker {broker_name} "
+                              f"({addr}) does not answer QUERY_CONSUME_QUEUE (321): {exc.remark}; use "
+                              f"maxMessagesPerTrigger with it") from exc
         if not answer.found or answer.min_index > at:
             low = answer.min_index if answer.found else await api.min_offset(addr, topic, queue_id, REQUEST_TIMEOUT_S)
             if at < low:

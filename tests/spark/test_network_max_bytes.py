@@ -23,7 +23,7 @@ from pyspark.sql.streaming.datasource import ReadMaxBytes
 
 from rocketstream.client.consume_queue_query import ConsumeQueueAnswer, not_found
 from rocketstream.client.offset_ranges import QueueKey, rate_limit
-from rocketstream.errors import DataLossError, OptionError, RocketStreamError
+from rocketstream.errors import BrokerResponseError, DataLossError, OptionError, RocketStreamError
 from rocketstream.spark.network_view import NetworkBroker, NetworkBrokerView, query_sizes
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
@@ -160,6 +160,15 @@ def test_query_sizes_refuses_answers_not_for_the_asked_units(hook, end, error, m
     with pytest.raises(error, match=match) as err:
         sizes_of(FakeApi(500, hook=hook), 120, end)
     assert "T:3 on b (127.0.0.1:1)" in str(err.value)
+
+
+def test_a_broker_without_query_consume_queue_is_an_option_error():
+    class Old(FakeApi):
+        async def query_consume_queue(self, *a, **k):
+            raise BrokerResponseError(3, "request type 321 not supported", addr="127.0.0.1:1")
+
+    with pytest.raises(OptionError, match="maxBytesPerTrigger.*broker b \\(127.0.0.1:1\\) does not answer"):
+        sizes_of(Old(10), 0, 5, 100)
 
 
 def test_query_sizes_below_min_is_data_loss_and_past_max_an_error():
