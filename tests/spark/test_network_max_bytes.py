@@ -53,7 +53,7 @@ def _fns(table: dict[int, list[int]]):
     return prefix, full, calls
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.dictionaries(st.integers(0, 5), st.lists(st.integers(1, 300), max_size=40), min_size=1),
        st.integers(1, 2500), st.data())
 def test_rate_limit_byte_cap_needs_only_prefixes(table, max_bytes, data):
