@@ -214,10 +214,18 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         network = o.network and max_bytes is not None
         if network:
             from rocketstream.spark.network_view import network_sizes
-        return rate_limit(begin, latest, max_messages=max_rows, max_bytes=max_bytes,
-                          bytes_fn=sizes if max_bytes is not None else None, min_messages=min_rows,
-                          byte_cap=max_bytes if network else None,
-                          bytes_many=partial(network_sizes, views) if network else None)
+        try:
+            return rate_limit(begin, latest, max_messages=max_rows, max_bytes=max_bytes,
+                              bytes_fn=sizes if max_bytes is not None else None, min_messages=min_rows,
+                              byte_cap=max_bytes if network else None,
+                              bytes_many=partial(network_sizes, views) if network else None)
+        except DataLossError as exc:
+            # Retention removed messages between planning and sizing (network mode): failOnDataLoss=false
+            # skips this trigger, and the next one starts those queues at their new min (logged there).
+            if o.fail_on_data_loss:
+                raise
+            log.warning("no batch this trigger: %s", exc)
+            return dict(begin)
 
     def reportLatestOffset(self) -> OffsetJson | None:
         # Spark asks right after latestOffset, for its progress report: the max offsets latestOffset saw

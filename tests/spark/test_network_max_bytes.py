@@ -202,6 +202,31 @@ def test_sizes_over_the_network_are_the_stored_records(mq_broker):
         view.message_sizes(topic, 0, 120, 135)
 
 
+def test_sizing_race_with_retention_follows_fail_on_data_loss(mq_broker, monkeypatch):
+    """Messages removed between planning and sizing (retention; a broker answers below its min): a
+    DataLossError, or with failOnDataLoss=false no batch this trigger (the next one re-plans)."""
+    from rocketstream.spark import network_view
+
+    topic = unique("QcqL")
+    produce(mq_broker.namesrv_addr, topic, [b"l" * 50 for _ in range(8)])
+
+    async def gone(api, addr, broker_name, topic, queue_id, start, end, byte_cap=None):
+        raise DataLossError(f"[{start}, {start + 2}) of {topic}:{queue_id} removed", topic=topic,
+                            broker_name=broker_name, queue_id=queue_id, lost_from=start, lost_to=start + 2)
+
+    monkeypatch.setattr(network_view, "query_sizes", gone)
+    for strict in (True, False):
+        opts = parse_options({"nameServer": mq_broker.namesrv_addr, "topic": topic, "startingOffsets": "earliest",
+                              "maxBytesPerTrigger": "100", "failOnDataLoss": str(strict).lower()}, streaming=True)
+        reader = RocketMQStreamReader(opts, projection_for(None))
+        start = reader.initialOffset()
+        if strict:
+            with pytest.raises(DataLossError, match="removed"):
+                reader.latestOffset(start, ReadMaxBytes(100))
+        else:
+            assert reader.latestOffset(start, ReadMaxBytes(100)) == start
+
+
 def _local_boundaries(target, topic: str, max_bytes: int) -> list[dict[int, int]]:
     """Every micro-batch end local mode's planner gives over the broker's own store files."""
     opts = parse_options({"path": str(target.home / "store"), "brokerName": target.broker_name, "topic": topic,
