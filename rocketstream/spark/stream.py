@@ -209,15 +209,16 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def sizes(q: QueueKey, a: int, b: int, cap: int | None = None) -> np.ndarray:
             return views[q.broker_name].message_sizes(q.topic, q.queue_id, a, b, cap)
 
-        # Network mode: sizes come over QUERY_CONSUME_QUEUE, all queues at once and only up to max_bytes
-        # each (rate_limit's byte_cap); local mode reads them from the consume queue, whole backlogs.
+        # Sizes are read only up to max_bytes per queue (rate_limit's byte_cap: a queue's backlog counts as at
+        # most the limit, so both modes cut the same batches); network mode asks for them over
+        # QUERY_CONSUME_QUEUE, all queues at once, local mode reads them from the consume queue.
         network = o.network and max_bytes is not None
         if network:
             from rocketstream.spark.network_view import network_sizes
         try:
             return rate_limit(begin, latest, max_messages=max_rows, max_bytes=max_bytes,
                               bytes_fn=sizes if max_bytes is not None else None, min_messages=min_rows,
-                              byte_cap=max_bytes if network else None,
+                              byte_cap=max_bytes,
                               bytes_many=partial(network_sizes, views) if network else None)
         except DataLossError as exc:
             # Retention removed messages between planning and sizing (network mode): failOnDataLoss=false
