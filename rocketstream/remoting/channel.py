@@ -25,7 +25,14 @@ from collections.abc import Awaitable, Callable
 
 from rocketstream.errors import FrameError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rocketstream.remoting.codes import ResponseCode, code_name
-from rocketstream.remoting.command import MAX_FRAME_LENGTH, ONEWAY_FLAG, RemotingCommand, decode_frame, encode_frame
+from rocketstream.remoting.command import (
+    MAX_FRAME_LENGTH,
+    ONEWAY_FLAG,
+    RemotingCommand,
+    decode_frame,
+    encode_frame,
+    encode_frame_parts,
+)
 from rocketstream.remoting.transport import FrameProtocol
 
 __all__ = ["Channel", "RequestHandler", "ResponseWaiter", "next_opaque", "DEFAULT_TIMEOUT_S"]
@@ -34,6 +41,7 @@ log = logging.getLogger("rocketstream.remoting")
 
 DEFAULT_TIMEOUT_S = 3.0   # ClientConfig.mqClientApiTimeout (3000 ms)
 _JOIN_BELOW = 1 << 20     # frames of one loop iteration are joined into one write below this total
+_PARTS_FROM = 256 << 10   # a response body given as parts is written part by part from this size
 
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 RequestHandler = Callable[["Channel", RemotingCommand], HandlerResult]
@@ -168,11 +176,7 @@ class Channel:
         if self.closed:
             raise RemotingConnectError(f"connection is closed ({self.close_reason})", addr=self.addr)
         self.send_nowait(cmd, frame)
-        try:
-            await self._frames.drain()
-        except (ConnectionError, OSError) as exc:
-            self.close(f"write failed: {exc}")
-            raise RemotingConnectError(f"write failed: {exc}", addr=self.addr) from exc
+        await self.send_drain()
         self.last_activity = time.monotonic()
 
     def send_nowait(self, cmd: RemotingCommand, frame: bytes | None = None) -> None:
@@ -339,14 +343,48 @@ class Channel:
             return
         response.opaque = request.opaque
         response.flag |= 1
+        if response.body_parts is not None and sum(len(p) for p in response.body_parts) >= _PARTS_FROM:
+            # a large pull answer: views of the commit-log mapping, written without a join
+            try:
+                parts = encode_frame_parts(response)
+            except FrameError as exc:   # e.g. a body over the frame limit: the peer still gets an answer
+                parts = [encode_frame(request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(exc)))]
+            finally:
+                response.body_parts = None
+            self._write_parts(parts)
+            del parts   # the transport copied what the socket did not take at once: no view is held
+            await self.send_drain()
+            return
         try:
-            frame = encode_frame(response)   # encoded once: a pull body is megabytes
+            frame = encode_frame(response)   # encoded once
         except FrameError as exc:   # e.g. a body over the frame limit: the peer still gets an answer
             response = request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(exc))
             frame = encode_frame(response)
-        finally:
-            response.body_parts = None   # views of a mapping are not held after their one copy
         await self.send(response, frame)
+
+    def _write_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Write one frame's buffers now, after the frames already queued, without joining them: what the
+        socket takes at once goes straight from each buffer (a commit-log mapping) to the kernel, the
+        transport copies only the rest (``sendfile``-like, as the Java broker's FileRegion transfer)."""
+        if self.closed:
+            raise RemotingConnectError(f"connection is closed ({self.close_reason})", addr=self.addr)
+        self._write_out()
+        if self._transport.is_closing():
+            return
+        try:
+            for part in parts:
+                self._transport.write(part)
+        except (ConnectionError, OSError, RuntimeError) as exc:
+            self.close(f"write failed: {exc}")
+        self.last_activity = time.monotonic()
+
+    async def send_drain(self) -> None:
+        """Wait while the socket's buffer is full (the wait of :meth:`send`)."""
+        try:
+            await self._frames.drain()
+        except (ConnectionError, OSError) as exc:
+            self.close(f"write failed: {exc}")
+            raise RemotingConnectError(f"write failed: {exc}", addr=self.addr) from exc
 
 
 def unsupported(request: RemotingCommand) -> RemotingCommand:

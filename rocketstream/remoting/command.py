@@ -229,6 +229,12 @@ _LANG_BYTE = {name: code for code, name in LanguageCode.names().items()}
 
 def encode_frame(cmd: RemotingCommand) -> bytes:
     """The whole frame, length prefix included (``RemotingCommand.encode``)."""
+    return b"".join(encode_frame_parts(cmd))   # one copy of the body (or of each of its parts)
+
+
+def encode_frame_parts(cmd: RemotingCommand) -> list[bytes | memoryview]:
+    """The frame as buffers to be written back to back: length prefix and header, then the body (or each
+    of ``body_parts``, not copied)."""
     if cmd.serialize_type == SerializeType.ROCKETMQ:
         header = _binary_header(cmd)
     elif cmd.serialize_type == SerializeType.JSON:
@@ -242,7 +248,7 @@ def encode_frame(cmd: RemotingCommand) -> bytes:
     if length + 4 > MAX_FRAME_LENGTH or len(header) > 0xFFFFFF:
         raise FrameError(f"frame of {length + 4} bytes exceeds the {MAX_FRAME_LENGTH}-byte limit "
                          f"(code {cmd.code})")
-    return b"".join((_PREFIX.pack(length, (cmd.serialize_type << 24) | len(header)), header, *parts))  # one copy
+    return [_PREFIX.pack(length, (cmd.serialize_type << 24) | len(header)) + header, *parts]
 
 
 # ------------------------------------------------------------------------------------------ decode
