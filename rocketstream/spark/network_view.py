@@ -571,7 +571,8 @@ class _RangePuller:
                 for o, result in zip(starts, results, strict=True):
                     if o != self.offset:
                         break   # the previous tile ended short: the next round starts at its nextBeginOffset
-                    if o != starts[0] and (result.status is not PullStatus.FOUND or not result.body):
+                    if o != starts[0] and (result.status is not PullStatus.FOUND
+                                           or (result.body_buffer is None and not result.body)):
                         break   # anything but messages is judged by a pull of its own in the next round
                     body = self._advance(result)
                     if body:
