@@ -57,6 +57,35 @@ def spark():
     session.stop()
 
 
+# --- scratch space on tmpfs ------------------------------------------------------------------------------
+# A store's open and close fsync its lock, checkpoint and metadata files; tests that open hundreds of small
+# stores (cut-at-every-byte campaigns, property tests) spend most of their time there on a busy disk.
+# ``scratch_path`` is a fresh directory on /dev/shm when the machine has a writable one (else tmp_path):
+# the same files and bytes, without the disk.
+SCRATCH_ROOT = "/dev/shm"
+
+
+def scratch_dir() -> str | None:
+    """The tmpfs parent for scratch directories, or None (use the default temporary directory)."""
+    return SCRATCH_ROOT if os.path.isdir(SCRATCH_ROOT) and os.access(SCRATCH_ROOT, os.W_OK) else None
+
+
+@pytest.fixture
+def scratch_path(tmp_path):
+    import shutil
+    import tempfile
+
+    parent = scratch_dir()
+    if parent is None:
+        yield tmp_path
+        return
+    path = Path(tempfile.mkdtemp(prefix="rocketstream-test-", dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 # --- stores written by the real Apache RocketMQ 4.9.8 broker (tests/realstore, tests/broker) -----------
 # ``real_stores`` runs ``tests.realbroker.make_store.generate`` (name server + broker + our Java peer
 # program, see that module) once per session into a temp dir: variants clean, abort, retention, aged,
@@ -133,6 +162,7 @@ def pytest_collection_finish(session) -> None:
     items = session.items
     if not items or session.config.option.collectonly:
         return
+    _register_early_starts(items)
     if importlib.util.find_spec("pyspark") is not None and any("spark" in i.fixturenames for i in items):
         _BACKGROUND["spark"] = Background("spark", _start_spark)
     if not _java_available():
@@ -156,7 +186,38 @@ def pytest_collection_finish(session) -> None:
         _BACKGROUND["java_broker"] = Background("java_broker", start_java, hold=True)
 
 
+# --- subprocess work started ahead of its test -------------------------------------------------------------
+# A test module whose test mostly waits on processes of its own (the notebooks: kernels and Spark JVMs) may
+# define ``START_EARLY_BEFORE`` (a node id prefix, e.g. "tests/store/") and ``start_early(config)``: when the
+# first selected test under that prefix is about to run (and comes before the module's own tests), conftest
+# calls ``start_early``, so the processes run alongside the tests in between (single-threaded unit tests that
+# leave a core idle) instead of the session waiting for them at the end. ``start_early`` must be idempotent
+# (the module's fixture calls it too, for runs where no trigger test was selected) and register its own
+# cleanup (``config.add_cleanup``).
+_EARLY_TRIGGERS: dict[str, list] = {}
+
+
+def _register_early_starts(items) -> None:
+    _EARLY_TRIGGERS.clear()
+    first_index: dict = {}
+    for index, item in enumerate(items):
+        module = getattr(item, "module", None)
+        if module is not None and hasattr(module, "start_early") and module not in first_index:
+            first_index[module] = index
+    for module, own in first_index.items():
+        prefix = getattr(module, "START_EARLY_BEFORE", None)
+        trigger = next((i for i in items[:own] if prefix and i.nodeid.startswith(prefix)), None)
+        if trigger is not None:
+            _EARLY_TRIGGERS.setdefault(trigger.nodeid, []).append(module.start_early)
+
+
+def pytest_runtest_setup(item) -> None:
+    for start in _EARLY_TRIGGERS.pop(item.nodeid, []):
+        start(item.config)
+
+
 def pytest_unconfigure(config) -> None:
+    _EARLY_TRIGGERS.clear()
     for bg in _BACKGROUND.values():
         bg.release()
     _BACKGROUND.clear()

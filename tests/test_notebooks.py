@@ -3,10 +3,11 @@
 Each notebook is executed with nbclient in a kernel of this interpreter, with ROCKETSTREAM_STORE
 pointing at a fresh temporary store, so the notebook writes its own sample data. The notebooks run at
 the same time, each driven by a process of its own (``render.execute``, the executed notebook written to
-a file): much of a notebook's time is waiting (its producer's pace, JVM and kernel starts). A cell error fails
-the test. The committed notebooks keep their outputs; the cells tagged ``deterministic`` print only
-things fixed by the code and the seeded sample data, so their re-executed outputs must equal the
-committed ones — when they differ, re-render with ``python notebooks/render.py`` and commit.
+a file), started while the store unit tests run (see ``start_early``): much of a notebook's time is
+waiting (its producer's pace, JVM and kernel starts). A cell error fails the test. The committed
+notebooks keep their outputs; the cells tagged ``deterministic`` print only things fixed by the code and
+the seeded sample data, so their re-executed outputs must equal the committed ones — when they differ,
+re-render with ``python notebooks/render.py`` and commit.
 """
 
 from __future__ import annotations
@@ -75,21 +76,43 @@ print(f"SECONDS {seconds}")
 """
 
 
-@pytest.fixture(scope="module")
-def executions(tmp_path_factory):
-    """Every notebook started at once: {name: (process, executed notebook path)}."""
-    runs = {}
-    try:
-        for name in render.NOTEBOOKS:
-            work = tmp_path_factory.mktemp(Path(name).stem)
-            out = work / name
+# The notebooks are started while the store unit tests run (tests/conftest.py "subprocess work started ahead
+# of its test"): those are single-threaded and leave a core to the kernels and their Spark JVMs, and the
+# session does not wait a whole notebook run at its end. A run of this file alone starts them in the fixture.
+START_EARLY_BEFORE = "tests/store/"
+_RUNS: dict[str, tuple[subprocess.Popen, Path]] = {}
+
+
+def start_early(config) -> None:
+    """Every notebook started at once (once per session): {name: (process, executed notebook path)}."""
+    if _RUNS:
+        return
+
+    def kill() -> None:
+        for proc, _ in _RUNS.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    config.add_cleanup(kill)
+    factory = config._tmp_path_factory
+    for name in render.NOTEBOOKS:
+        work = factory.mktemp(Path(name).stem)
+        out = work / name
+        # output to files: nobody reads a pipe while the tests in between run, and a full pipe would block
+        with open(work / "stdout.txt", "wb") as stdout, open(work / "stderr.txt", "wb") as stderr:
             proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(NOTEBOOKS_DIR), str(NOTEBOOKS_DIR / name),
-                                     str(work / "storage"), str(out)], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
-            runs[name] = (proc, out)
-        yield runs
+                                     str(work / "storage"), str(out)], stdout=stdout, stderr=stderr)
+        _RUNS[name] = (proc, out)
+
+
+@pytest.fixture(scope="module")
+def executions(request):
+    """{name: (process, executed notebook path)}; unfinished ones are killed when the module is done."""
+    start_early(request.config)
+    try:
+        yield _RUNS
     finally:
-        for proc, _ in runs.values():
+        for proc, _ in _RUNS.values():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
@@ -99,7 +122,8 @@ def executions(tmp_path_factory):
 @pytest.mark.parametrize("name", render.NOTEBOOKS)
 def test_notebook_runs_and_reproduces_its_deterministic_outputs(name: str, executions) -> None:
     proc, out = executions[name]
-    stdout, stderr = proc.communicate(timeout=2 * BUDGET_SECONDS)
+    proc.wait(timeout=2 * BUDGET_SECONDS)
+    stdout, stderr = ((out.parent / f).read_text(errors="replace") for f in ("stdout.txt", "stderr.txt"))
     # a failing cell: render.execute raised nbclient's CellExecutionError (its text names the cell)
     assert proc.returncode == 0, f"{name}: execution failed:\n{stderr[-5000:]}"
     elapsed = float(next(x for x in stdout.splitlines() if x.startswith("SECONDS ")).split()[1])

@@ -40,6 +40,18 @@ def main() -> int:
     from rocketstream.spark import register
 
     register(spark)
+    query = start_query(spark, root, checkpoint, output, mode, group, per_trigger)
+    print("STARTED", flush=True)
+    query.awaitTermination()
+    if query.exception() is not None:
+        print(f"QUERY FAILED: {query.exception()}", file=sys.stderr, flush=True)
+        return 1
+    print("FINISHED", flush=True)
+    return 0
+
+
+def start_query(spark, root: str, checkpoint: str, output: str, mode: str, group: str, per_trigger: str):
+    """The query of this job in ``spark`` (a session with format("rocketmq") registered), started."""
     reader = (spark.readStream.format("rocketmq").schema(SCHEMA).option("topic", TOPIC)
               .option("consumerGroup", group).option("startingOffsets", "earliest")
               .option("maxMessagesPerTrigger", per_trigger))
@@ -49,14 +61,7 @@ def main() -> int:
         frame = reader.load(root)
     writer = frame.writeStream.format("parquet").option("path", output).option("checkpointLocation", checkpoint)
     writer = writer.trigger(availableNow=True) if mode == "final" else writer.trigger(processingTime="0 seconds")
-    query = writer.start()
-    print("STARTED", flush=True)
-    query.awaitTermination()
-    if query.exception() is not None:
-        print(f"QUERY FAILED: {query.exception()}", file=sys.stderr, flush=True)
-        return 1
-    print("FINISHED", flush=True)
-    return 0
+    return writer.start()
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 A query (``spark_stream_job.py``: format rocketmq -> parquet file sink, checkpointed) runs in its own
 process group; the campaign kills the whole group (Python driver, Spark JVM, workers) at random
 moments — during JVM start, between batches, mid-batch — and restarts it, while ``spark_producer.py``
-appends. After the producer is done, one clean Trigger.AvailableNow run finishes the job. Then:
+appends. After the producer is done, one clean Trigger.AvailableNow run (in the test session's Spark, from
+the same checkpoint) finishes the job. Then:
 
 * the sink's committed files hold every message exactly once: no duplicate (queueId, queueOffset),
   no gap, every body byte-identical to what the producer wrote;
@@ -29,6 +30,7 @@ from spark_reliutil import (
     store_max_offsets,
     verify_rows,
 )
+from spark_stream_job import start_query
 
 GROUP = "restart-group"
 BROKER = "broker-a"
@@ -47,8 +49,10 @@ def _kill_group(proc) -> None:
     proc.wait(30)
 
 
-def campaign(base: Path, restarts: int, total: int, rate: float, seed: int = 7) -> dict:
-    """Run the campaign; returns its figures (``problems`` empty when everything held)."""
+def campaign(spark, base: Path, restarts: int, total: int, rate: float, seed: int = 7,
+             final_per_trigger: int = 5000) -> dict:
+    """Run the campaign; returns its figures (``problems`` empty when everything held).
+    ``final_per_trigger``: maxMessagesPerTrigger of the final AvailableNow run."""
     rnd = random.Random(seed)
     root, ckpt, out = base / BROKER, base / "ckpt", base / "out"
     logs = base / "logs"
@@ -56,6 +60,8 @@ def campaign(base: Path, restarts: int, total: int, rate: float, seed: int = 7) 
     producer = spawn_logged("spark_producer.py", root, total, 4, rate, log=logs / "producer.log")
     problems: list[str] = []
     kill_points: list[str] = []
+    t0 = time.monotonic()
+    phases: dict[str, float] = {}
     try:
         deadline = time.monotonic() + 60
         while not (root / "config" / "topics.json").exists() and time.monotonic() < deadline:
@@ -77,16 +83,24 @@ def campaign(base: Path, restarts: int, total: int, rate: float, seed: int = 7) 
                 problems.append(f"trial {trial}: query exited by itself (rc {job.returncode}); "
                                 f"see {logs / f'job{trial}.log'}")
             _kill_group(job)
+        phases["kills"] = round(time.monotonic() - t0, 1)
         if producer.wait(600) != 0:
             problems.append(f"producer failed: {(logs / 'producer.log').read_text()[-2000:]}")
-        final = spawn_logged("spark_stream_job.py", root, ckpt, out, "final", GROUP, 5000, log=logs / "final.log")
+        phases["producer done"] = round(time.monotonic() - t0, 1)
+        # the final run resumes the checkpoint in another driver, the session's (a JVM start less than a
+        # process of its own; the restart from a killed driver's checkpoint is the same)
+        final = start_query(spark, str(root), str(ckpt), str(out), "final", GROUP, str(final_per_trigger))
         try:
-            rc = final.wait(600)
-        except Exception:
-            _kill_group(final)
-            raise
-        if rc != 0:
-            problems.append(f"final AvailableNow run failed (rc {rc}): {(logs / 'final.log').read_text()[-3000:]}")
+            finished = final.awaitTermination(600)   # raises the query's exception when it failed
+        except Exception as exc:
+            problems.append(f"final AvailableNow run failed: {exc}")
+            finished = True
+        finally:
+            if final.isActive:
+                final.stop()
+        if not finished:
+            problems.append("final AvailableNow run did not finish within 600 s")
+        phases["final run done"] = round(time.monotonic() - t0, 1)
     finally:
         if producer.poll() is None:
             _kill_group(producer)
@@ -103,21 +117,24 @@ def campaign(base: Path, restarts: int, total: int, rate: float, seed: int = 7) 
     if ckpt_ends != {str(q): o for q, o in expected.items()}:
         problems.append(f"checkpoint's last committed offsets {ckpt_ends} != queue max offsets {expected}")
     figures = {"item": "6-streaming-restarts", "restarts": restarts, "messages": sum(expected.values()),
-               "batches_committed": _commits(ckpt), "kill_points": kill_points, "problems": problems}
+               "batches_committed": _commits(ckpt), "kill_points": kill_points, "seconds": phases,
+               "problems": problems}
     print("RELIABILITY", figures, flush=True)
     return figures
 
 
 @pytest.mark.spark
-def test_streaming_restarts_short(tmp_path: Path) -> None:
+def test_streaming_restarts_short(spark, tmp_path: Path) -> None:
     # one kill after a committed batch, then the final run resumes from that checkpoint (a second kill of
-    # the same kind only repeated it; the campaign below kills 12 times, at timed points too)
-    figures = campaign(tmp_path, restarts=1, total=20_000, rate=2_000)
+    # the same kind only repeated it; the campaign below kills 12 times, at timed points too). The final run
+    # takes the rest in one batch (AvailableNow split by maxMessagesPerTrigger: tests/spark/test_stream.py and
+    # the campaign below)
+    figures = campaign(spark, tmp_path, restarts=1, total=20_000, rate=2_000, final_per_trigger=20_000)
     assert figures["problems"] == []
 
 
 @pytest.mark.slow
 @pytest.mark.spark
-def test_streaming_restarts_campaign(tmp_path: Path) -> None:
-    figures = campaign(tmp_path, restarts=12, total=300_000, rate=3_000, seed=11)
+def test_streaming_restarts_campaign(spark, tmp_path: Path) -> None:
+    figures = campaign(spark, tmp_path, restarts=12, total=300_000, rate=3_000, seed=11)
     assert figures["problems"] == []

@@ -1,5 +1,8 @@
 """A store the broker wrote is a normal store for the Spark source (issue 11, "Done when"): the rows
-Spark reads from it are the messages the producer sent, with the broker's fields (born host, CLUSTER)."""
+Spark reads from it are the messages the producer sent, with the broker's fields (born host, CLUSTER).
+
+(Here rather than in tests/broker, which runs first: there it was the session's first Spark test and waited
+for the Spark session's start; here the session is up.)"""
 
 from __future__ import annotations
 
