@@ -1,4 +1,6 @@
-"""`rocketstream` — mqadmin-style commands over a store root.
+"""`rocketstream` — mqadmin-style commands over a store root or, with ``--namesrv``, through a cluster's
+brokers; ``consume`` as a member of a consumer group; ``demo``; and the servers: ``namesrv``, ``broker``
+and ``serve`` (both in one process; rocketstream/serve.py runs them).
 
 Every command takes ``--store PATH`` (default: ``storePathRootDir`` of conf/broker.conf) and ``--json``
 for machine-readable output. Inspection commands open the store read-only, so they are safe to run
@@ -567,7 +569,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rocketstream",
-        description="Inspect and write a RocketMQ-compatible broker store.",
+        description="Inspect and write a RocketMQ-compatible broker store, produce to and consume from a "
+                    "RocketMQ cluster, or run a name server and a broker.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  " + EXAMPLES["topic-status"],
     )

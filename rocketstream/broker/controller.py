@@ -4,10 +4,11 @@ asyncio loop (RocketMQ's ``BrokerController``: ``initialize`` / ``start`` / ``sh
 Start: bind the server (``brokerIP1:listenPort``), open the store for writing (its store host is that
 address: it is in every record and offsetMsgId), load topics, offsets and subscription groups, register
 the processors, start the services, register with every name server (REGISTER_BROKER with the
-``TopicConfigSerializeWrapper`` body), and only then log the ready line. Services: store flush in a thread
-of its own (flush.py: every ``flushIntervalCommitLog``, and SYNC_FLUSH group commits), consumer-offset persist every 5 s
-(``flushConsumerOffsetInterval``), registration every 30 s (``registerNameServerPeriod``) and at once
-when a topic is created, client housekeeping (client_manager.py). Stop: UNREGISTER_BROKER, answer
+``TopicConfigSerializeWrapper`` body); ``start`` returns only then (rocketstream/serve.py logs the ready
+line). Services: store flush in a thread of its own (flush.py: every ``flushIntervalCommitLog``, and
+SYNC_FLUSH group commits), consumer-offset persist every 5 s (``flushConsumerOffsetInterval``),
+registration every 30 s (``registerNameServerPeriod``) and at once when a topic is created, client
+housekeeping (client_manager.py). Stop: UNREGISTER_BROKER, answer
 nothing more, persist offsets and groups, close the store (no ``abort`` left).
 
 All store calls run on the loop's thread, except the flush thread's fdatasync (flush.py). How
