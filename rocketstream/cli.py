@@ -1,4 +1,6 @@
-"""`rocketstream` — mqadmin-style commands over a store root.
+"""`rocketstream` — mqadmin-style commands over a store root or, with ``--namesrv``, through a cluster's
+brokers; ``consume`` as a member of a consumer group; ``demo``; and the servers: ``namesrv``, ``broker``
+and ``serve`` (both in one process; rocketstream/serve.py runs them).
 
 Every command takes ``--store PATH`` (default: ``storePathRootDir`` of conf/broker.conf) and ``--json``
 for machine-readable output. Inspection commands open the store read-only, so they are safe to run
@@ -400,14 +402,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_namesrv(args: argparse.Namespace) -> int:
     import asyncio
-    import logging
 
-    from rocketstream.namesrv import NamesrvConfig, serve_forever
+    from rocketstream.namesrv import NamesrvConfig
     from rocketstream.remoting.server import parse_listen
+    from rocketstream.serve import run_until_signal
 
     host, port = parse_listen(args.listen, 9876)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve_forever(NamesrvConfig(host=host, port=port, kv_config_path=args.kv_config)))
+    _logging()
+    asyncio.run(run_until_signal(namesrv=NamesrvConfig(host=host, port=port, kv_config_path=args.kv_config)))
     return 0
 
 
@@ -433,29 +435,27 @@ def _logging() -> None:
 def cmd_broker(args: argparse.Namespace) -> int:
     import asyncio
 
-    from rocketstream.broker import run_broker
+    from rocketstream.serve import run_until_signal
 
     config = _broker_config(args)
     _logging()
-    asyncio.run(run_broker(config))
+    asyncio.run(run_until_signal(broker=config))
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """A name server and a broker in one process (rocketstream/serve.py composes them); the broker
+    registers with that name server unless broker.conf's namesrvAddr names others."""
     import asyncio
 
-    from rocketstream.broker import run_broker
     from rocketstream.namesrv import NamesrvConfig
     from rocketstream.remoting.server import parse_listen
+    from rocketstream.serve import run_until_signal
 
     config = _broker_config(args)
     host, port = parse_listen(args.namesrv_listen, 9876)
-    if not config.namesrv_addr:   # the broker registers with the name server of this process
-        from dataclasses import replace
-
-        config = replace(config, namesrv_addr=f"{host}:{port}")
     _logging()
-    asyncio.run(run_broker(config, namesrv_config=NamesrvConfig(host=host, port=port)))
+    asyncio.run(run_until_signal(namesrv=NamesrvConfig(host=host, port=port), broker=config))
     return 0
 
 
@@ -569,7 +569,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rocketstream",
-        description="Inspect and write a RocketMQ-compatible broker store.",
+        description="Inspect and write a RocketMQ-compatible broker store, produce to and consume from a "
+                    "RocketMQ cluster, or run a name server and a broker.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  " + EXAMPLES["topic-status"],
     )

@@ -4,15 +4,24 @@ Layers (dependencies point down only)::
 
     cli / demo  ->  spark  ->  client  ->  remoting  ->  codec
                            ->  store   ------------->  codec
-                    broker ->  store, remoting, codec (client's pure maths at most), never spark
+    cli / serve ->  broker ->  store, remoting, codec (client's pure maths at most), never spark or namesrv
+                ->  namesrv -> remoting, codec
 
 * ``codec`` imports nothing of ours but ``rocketstream.errors``, and that only while ``errors`` itself
   imports nothing of ours.
 * ``store`` imports only ``codec`` (+ errors, fsutil); ``client`` only ``codec`` and ``remoting`` (+ errors, fsutil: a
   BROADCASTING consumer's offsets.json);
   ``remoting`` only ``codec`` (+ errors); ``namesrv`` only ``remoting`` and ``codec`` (+ errors, fsutil);
-  ``broker`` never ``spark``. ``fsutil`` (crash-safe file replace, shared by the store and the name
-  server) sits at the bottom with ``errors``: neither imports anything of ours.
+  ``broker`` never ``spark`` and never ``namesrv`` (the ``serve`` command composes the two: rocketstream/serve.py).
+  ``fsutil`` (crash-safe file replace, shared by the store and the name server) sits at the bottom with
+  ``errors``: neither imports anything of ours.
+* Spark's network mode imports no store: neither a network-mode module nor anything it imports (transitively,
+  any module of ours; every kind of import counts, as for cycles below) imports a ``store`` module. Network
+  mode is every module under ``spark/`` with "network" in its name or in its package's
+  (``spark/network_view.py``, ``spark/network/...``). The local-mode view (a spark module with "local" in its
+  name or its package's) is not followed: it is the one place spark opens a store.
+* Spark sends no raw remoting commands: no spark module imports or uses ``RemotingCommand`` (it asks the
+  client's ``MQClientAPI``); request and response code names are fine.
 * No module imports a ``_private`` name (or a ``_private`` module) of a different package (a reach-in
   through an attribute, ``store._queues``, is no import: this test cannot see it).
 * No import cycle between modules. Every import counts: module level, inside a function (a deferred
@@ -48,7 +57,10 @@ ALLOWED: dict[str, set[str] | None] = {
     "namesrv": {"codec", "remoting", "errors", "fsutil"},
 }
 BOTTOM = ("errors", "fsutil")   # modules below every layer: they import nothing of ours
-NEVER: dict[str, set[str]] = {"broker": {"spark"}}
+NEVER: dict[str, set[str]] = {"broker": {"spark", "namesrv"}}
+SPARK = f"{OURS}.spark"
+NETWORK_MODE = "network"   # in a spark module's name (or a package's above it): network mode
+LOCAL_MODE_VIEW = "local"  # in a spark module's name (or a package's above it): the local-mode view
 
 
 @dataclass(frozen=True)
@@ -121,7 +133,7 @@ def _layer(module: str) -> str:
 
 
 def test_the_target_layers_exist() -> None:
-    """The rules below are vacuous for a layer with no modules: codec must be there (issue 8)."""
+    """The rules below are vacuous for a layer with no modules."""
     layers = {_layer(m) for m in MODULES}
     assert {"codec", "store", "client", "spark"} <= layers, f"layers found: {sorted(layers)}"
 
@@ -144,9 +156,129 @@ def test_layer_imports_only_the_layers_below(layer: str) -> None:
     assert not bad, "\n".join(bad)
 
 
+def _forbidden(edges: list[Edge], never: dict[str, set[str]]) -> list[str]:
+    return [f"{e}  ({_layer(e.source)} never imports {_layer(e.target)})"
+            for e in edges if _layer(e.target) in never.get(_layer(e.source), set())]
+
+
+def test_forbidden_finder_finds_a_forbidden_import() -> None:
+    edges = [Edge("rocketstream.broker.controller", "rocketstream.namesrv", ("NamesrvController",), 1),
+             Edge("rocketstream.broker.pull", "rocketstream.store.message_store", (), 2),
+             Edge("rocketstream.serve", "rocketstream.namesrv", (), 3),
+             Edge("rocketstream.broker.send", "rocketstream.spark.source", (), 4)]
+    assert [b.split(":")[1] for b in _forbidden(edges, NEVER)] == ["1", "4"]
+
+
 @pytest.mark.parametrize("layer", sorted(NEVER))
 def test_layer_never_imports(layer: str) -> None:
-    bad = [str(e) for e in EDGES if _layer(e.source) == layer and _layer(e.target) in NEVER[layer]]
+    bad = _forbidden([e for e in EDGES if _layer(e.source) == layer], NEVER)
+    assert not bad, "\n".join(bad)
+
+
+def _spark_mode(module: str, mode: str) -> bool:
+    """Whether ``mode`` is in the name of a spark module or of a package it is in."""
+    parts = module.split(".")
+    return parts[:2] == SPARK.split(".") and any(mode in p for p in parts[2:])
+
+
+def _network_store_imports(modules: list[str], edges: list[Edge]) -> list[str]:
+    """Imports of a ``store`` module by network-mode modules or by anything they import (transitively,
+    every layer of ours; the local-mode view is not followed), each with the chain that reaches it."""
+    graph: dict[str, list[Edge]] = {}
+    for e in edges:
+        graph.setdefault(e.source, []).append(e)
+    start = sorted(m for m in modules if _spark_mode(m, NETWORK_MODE))
+    via: dict[str, str | None] = dict.fromkeys(start)
+    queue = list(start)
+    bad = []
+    while queue:
+        module = queue.pop(0)
+        for e in sorted(graph.get(module, []), key=lambda e: (e.line, e.target)):
+            if _layer(e.target) == "store":
+                chain, m = [], module
+                while m is not None:
+                    chain.append(m)
+                    m = via[m]
+                bad.append(f"{e}  (network mode: {' <- '.join(chain)})")
+            elif e.target not in via and not _spark_mode(e.target, LOCAL_MODE_VIEW):
+                via[e.target] = module
+                queue.append(e.target)
+    return bad
+
+
+def test_network_store_finder_finds_a_store_import() -> None:
+    """Flagged: a network module's own store import (1) and one two modules down (4); not followed: the
+    local view (5) and a module no network module imports (6)."""
+    modules = ["rocketstream.spark.network.pull", "rocketstream.spark.network_view", "rocketstream.spark.plan",
+               "rocketstream.spark.local_view", "rocketstream.spark.sink", "rocketstream.client.api"]
+    edges = [Edge("rocketstream.spark.network_view", "rocketstream.store.read.bulk_read", ("ColumnBuilder",), 1),
+             Edge("rocketstream.spark.network.pull", "rocketstream.spark.plan", (), 2),
+             Edge("rocketstream.spark.plan", "rocketstream.client.api", (), 3),
+             Edge("rocketstream.spark.plan", "rocketstream.store", ("MessageStore",), 4),
+             Edge("rocketstream.spark.network_view", "rocketstream.spark.local_view", (), 5),
+             Edge("rocketstream.spark.local_view", "rocketstream.store", ("MessageStore",), 5),
+             Edge("rocketstream.spark.sink", "rocketstream.store", ("MessageStore",), 6)]
+    bad = _network_store_imports(modules, edges)
+    assert [b.split(":")[1] for b in bad] == ["1", "4"]
+    assert bad[1].endswith("(network mode: rocketstream.spark.plan <- rocketstream.spark.network.pull)")
+
+
+def test_spark_network_mode_imports_no_store() -> None:
+    """Network mode runs where there is no store (an executor reading a remote cluster): like the client,
+    it must not need one."""
+    network = [m for m in MODULES if _spark_mode(m, NETWORK_MODE)]
+    assert network, f"no spark module with {NETWORK_MODE!r} in its name: the rule would pass vacuously"
+    bad = _network_store_imports(sorted(MODULES), EDGES)
+    assert not bad, "\n".join(bad)
+
+
+RAW_COMMAND = "RemotingCommand"
+
+
+def _raw_commands(module: str, source: str) -> list[str]:
+    """Where ``source`` imports ``RemotingCommand`` (by name, or ``*`` from ``rocketstream.remoting``), uses it,
+    or calls ``RemotingCommand.request(...)``."""
+    found: set[tuple[int, str]] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            target = _resolve(node.level, node.module, module)
+            for alias in node.names:
+                if alias.name == RAW_COMMAND or (alias.name == "*" and target.startswith(f"{OURS}.remoting")):
+                    found.add((node.lineno, f"imports {alias.name} from {target}"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "request":
+            owner = node.func.value
+            if (isinstance(owner, ast.Name) and owner.id == RAW_COMMAND) or (
+                    isinstance(owner, ast.Attribute) and owner.attr == RAW_COMMAND):
+                found.add((node.lineno, f"builds {RAW_COMMAND}.request(...)"))
+        elif (isinstance(node, ast.Name) and node.id == RAW_COMMAND) or (
+                isinstance(node, ast.Attribute) and node.attr == RAW_COMMAND):
+            found.add((node.lineno, f"uses {RAW_COMMAND}"))
+    return [f"{module}:{line}: {what}" for line, what in sorted(found)]
+
+
+def test_raw_command_finder_finds_raw_commands() -> None:
+    source = "\n".join([
+        "from rocketstream.remoting import RemotingCommand as RC, RequestCode",            # 1: the import
+        "from rocketstream.remoting import command",                                       # 2
+        "req = command.RemotingCommand.request(RequestCode.GET_TOPIC_STATS_INFO, {})",      # 3: built
+        "from rocketstream.remoting.command import *",                                     # 4: star import
+        "code = RequestCode.PULL_MESSAGE",                                                 # 5: a name is fine
+        "def f(api):",
+        "    return api.request(code), isinstance(api, RemotingCommand)",                  # 7: a use
+        "from ..remoting import *",                                                        # 8: relative star import
+        "from ..client import api",                                                        # 9
+    ])
+    found = _raw_commands("rocketstream.spark.network_view", source)
+    assert [(f.split(":")[1], f.split(": ")[1].split()[0]) for f in found] == [
+        ("1", "imports"), ("3", "builds"), ("3", "uses"), ("4", "imports"), ("7", "uses"), ("8", "imports")]
+    assert found[-1].endswith("imports * from rocketstream.remoting")
+
+
+def test_spark_sends_no_raw_remoting_commands() -> None:
+    """Every request spark makes goes through the client (``MQClientAPI`` methods): spark builds no frames."""
+    spark = [m for m in MODULES if _layer(m) == "spark"]
+    assert spark
+    bad = [f for m in spark for f in _raw_commands(m, MODULES[m].read_text())]
     assert not bad, "\n".join(bad)
 
 

@@ -4,10 +4,11 @@ asyncio loop (RocketMQ's ``BrokerController``: ``initialize`` / ``start`` / ``sh
 Start: bind the server (``brokerIP1:listenPort``), open the store for writing (its store host is that
 address: it is in every record and offsetMsgId), load topics, offsets and subscription groups, register
 the processors, start the services, register with every name server (REGISTER_BROKER with the
-``TopicConfigSerializeWrapper`` body), and only then log the ready line. Services: store flush in a thread
-of its own (flush.py: every ``flushIntervalCommitLog``, and SYNC_FLUSH group commits), consumer-offset persist every 5 s
-(``flushConsumerOffsetInterval``), registration every 30 s (``registerNameServerPeriod``) and at once
-when a topic is created, client housekeeping (client_manager.py). Stop: UNREGISTER_BROKER, answer
+``TopicConfigSerializeWrapper`` body); ``start`` returns only then (rocketstream/serve.py logs the ready
+line). Services: store flush in a thread of its own (flush.py: every ``flushIntervalCommitLog``, and
+SYNC_FLUSH group commits), consumer-offset persist every 5 s (``flushConsumerOffsetInterval``),
+registration every 30 s (``registerNameServerPeriod``) and at once when a topic is created, client
+housekeeping (client_manager.py). Stop: UNREGISTER_BROKER, answer
 nothing more, persist offsets and groups, close the store (no ``abort`` left).
 
 All store calls run on the loop's thread, except the flush thread's fdatasync (flush.py). How
@@ -22,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Coroutine
@@ -50,7 +50,7 @@ from rocketstream.remoting.server import RemotingServer, RequestHook
 from rocketstream.store.message_store import MessageStore
 from rocketstream.store.write.messages import Message, PutMessageResult
 
-__all__ = ["BrokerController", "run_broker"]
+__all__ = ["BrokerController"]
 
 log = logging.getLogger("rocketstream.broker")
 
@@ -274,39 +274,3 @@ class BrokerController:
                 await ch.invoke(RemotingCommand.request(RequestCode.UNREGISTER_BROKER, fields), 3.0)
             except RemotingError as exc:
                 log.warning("unregisterBroker from name server %s failed: %s", addr, exc)
-
-
-
-async def run_broker(config: BrokerConfig, *, namesrv_config: Any = None, ready_line: bool = True) -> None:
-    """Run until SIGTERM/SIGINT: optionally a name server in the same process (``serve``), then the
-    broker; ready lines as the Java ones ("... boot success. ..."); a clean stop on the signal."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    namesrv = None
-    broker = None
-    try:
-        if namesrv_config is not None:
-            from rocketstream.namesrv import NamesrvController
-
-            namesrv = await NamesrvController(namesrv_config).start()
-            if ready_line:
-                log.info("The Name Server boot success. serializeType=JSON, listening on %s", namesrv.address)
-            if not config.namesrv_addr:
-                config = replace(config, namesrv_addr=namesrv.address)
-        broker = await BrokerController(config).start()
-        if ready_line:
-            log.info("The broker[%s, %s] boot success. serializeType=JSON and name server is %s (store %s)",
-                     broker.config.broker_name, broker.broker_addr, broker.config.namesrv_addr,
-                     broker.store.root)
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
-        if broker is not None:
-            await broker.stop()
-            log.info("The broker[%s, %s] shutdown OK", broker.config.broker_name, broker.broker_addr)
-        if namesrv is not None:
-            await namesrv.stop()
-            log.info("The Name Server on %s stopped", namesrv.address)

@@ -7,8 +7,8 @@ file format and the file discipline are :mod:`rocketstream.store.meta.offsets`, 
 use to commit to the same file: a Spark query in local mode (``rocketstream.spark.offset_store``) and
 the CLI, each a read-modify-write under the exclusive lock file ``consumerOffset.json.lock``.
 
-Offsets committed by other processes (issue 11)
------------------------------------------------
+Offsets committed by other processes
+------------------------------------
 A Java broker rewrites the file from memory every 5 s and so silently drops what other processes
 committed meanwhile. We chose the **merge** (not routing local-mode commits through the broker: the
 local-mode writers keep working with or without a broker running). Per ``(topic@group, queueId)``

@@ -45,7 +45,6 @@ log = logging.getLogger("rocketstream.broker")
 
 # PullSysFlag
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION, FLAG_CLASS_FILTER, FLAG_LITE_PULL = 0x1, 0x2, 0x4, 0x8, 0x10
-LITE_PULL_MESSAGE = 361
 MASTER_ID = 0
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
@@ -220,4 +219,4 @@ def register(controller: BrokerContext) -> None:
         return process_pull(controller, channel, request, allow_suspend=True)
 
     controller.server.register(RequestCode.PULL_MESSAGE, pull)
-    controller.server.register(LITE_PULL_MESSAGE, pull)
+    controller.server.register(RequestCode.LITE_PULL_MESSAGE, pull)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from rocketstream.namesrv.processor import DefaultRequestProcessor
 from rocketstream.namesrv.route_info import BROKER_CHANNEL_EXPIRED_S, RouteInfoManager
 from rocketstream.remoting.server import SERVER_CHANNEL_MAX_IDLE_S, RemotingServer
 
-__all__ = ["NamesrvConfig", "NamesrvController", "serve_forever"]
+__all__ = ["NamesrvConfig", "NamesrvController"]
 
 log = logging.getLogger("rocketstream.namesrv")
 
@@ -70,21 +69,3 @@ class NamesrvController:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
         await self.server.stop()
-
-
-async def serve_forever(config: NamesrvConfig, *, ready_line: bool = True) -> None:
-    """Run until SIGTERM/SIGINT; prints the ready line (``The Name Server boot success``) to stderr."""
-    controller = await NamesrvController(config).start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if ready_line:
-        log.info("The Name Server boot success. serializeType=JSON, listening on %s", controller.address)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
-        await controller.stop()
-        log.info("The Name Server on %s stopped", controller.address)

@@ -144,8 +144,9 @@ def decode_register_broker_body(body: bytes, compressed: bool, *, with_filter_se
 
 # ------------------------------------------------------------------------------------ processor
 class DefaultRequestProcessor:
-    """Dispatches by request code; codes the Java name server does not serve get 3 (where the Java
-    name server would not answer at all: its ``processRequest`` switch returns null; docs/remoting-protocol.md)."""
+    """Dispatches by request code; codes the Java name server does not serve get REQUEST_CODE_NOT_SUPPORTED
+    (where the Java name server would not answer at all: its ``processRequest`` switch returns null;
+    docs/remoting-protocol.md)."""
 
     def __init__(self, routes: RouteInfoManager, kv: KVConfigManager, *, order_message_enable: bool = False) -> None:
         self.routes = routes

@@ -1,6 +1,7 @@
 """RocketMQ's TCP remoting protocol on asyncio: frames, codes, connections and a server.
 
-Imports only ``codec`` (today: the fastjson module through :mod:`rocketstream.remoting.json_body`).
+Imports only ``codec`` (the fastjson module, through :mod:`rocketstream.remoting.json_body`) and
+``rocketstream.errors``.
 """
 
 from rocketstream.remoting.channel import DEFAULT_TIMEOUT_S, Channel, next_opaque

@@ -1,7 +1,8 @@
 """Request, response and language codes with the names RocketMQ 4.9.8 gives them.
 
-``RequestCode`` mirrors ``org.apache.rocketmq.common.protocol.RequestCode``, ``ResponseCode`` mirrors
-``RemotingSysResponseCode`` (0-4) plus ``org.apache.rocketmq.common.protocol.ResponseCode``, and
+``RequestCode`` mirrors ``org.apache.rocketmq.common.protocol.RequestCode`` (plus the one 5.x code our broker
+answers, marked), ``ResponseCode`` mirrors ``RemotingSysResponseCode`` (0-4) plus
+``org.apache.rocketmq.common.protocol.ResponseCode``, and
 ``LanguageCode`` mirrors ``org.apache.rocketmq.remoting.protocol.LanguageCode`` (docs/remoting-protocol.md).
 Codes stay plain ``int``s on the wire: a peer may send a code we have no name for.
 """
@@ -67,7 +68,6 @@ class RequestCode(_Codes):
     DELETE_ACL_CONFIG = 51
     GET_BROKER_CLUSTER_ACL_INFO = 52
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG = 53
-    GET_BROKER_CLUSTER_ACL_CONFIG = 54
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101
     DELETE_KV_CONFIG = 102
@@ -126,6 +126,10 @@ class RequestCode(_Codes):
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
+    GET_ALL_PRODUCER_INFO = 328
+    DELETE_EXPIRED_COMMITLOG = 329
+    # Not in 4.9.8: a 5.x code our broker answers too (5.3.3's org.apache.rocketmq.remoting.protocol.RequestCode)
+    LITE_PULL_MESSAGE = 361
 
 
 class ResponseCode(_Codes):
@@ -165,6 +169,7 @@ class ResponseCode(_Codes):
     UPDATE_AND_CREATE_ACL_CONFIG_FAILED = 209
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
+    FLOW_CONTROL = 215
 
 
 class LanguageCode(_Codes):

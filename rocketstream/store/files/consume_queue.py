@@ -110,11 +110,10 @@ class ConsumeQueue:
         in commit-log order); a unit at or after ``scanned_from`` that is not exactly one of the
         ``records`` (starts, sizes) recovery's scan accepted; one of the last ``_TAIL_CHECK`` units
         whose record header (magic, TOTALSIZE, PHYSICALOFFSET) differs, for a queue whose units all
-        point before ``scanned_from``. Not every unit is read
-        against its record (``ConsumeQueue.recover`` checks none). Units below ``commit_log_min``
-        are expired by retention, not damaged: they stay (docs/store-format.md). Normal recovery
-        used to trust every unit that passed the offset >= 0 / size > 0 test, so a damaged tail
-        after a clean shutdown stayed damaged (reliability campaign, item 4).
+        point before ``scanned_from``. Not every unit is read against its record (``ConsumeQueue.recover``
+        checks none: it trusts every unit with offset >= 0 and size > 0). Units below ``commit_log_min``
+        are expired by retention, not damaged: they stay (docs/store-format.md). Recovery calls this after
+        a clean shutdown too, so a damaged tail is repaired whichever way the store was closed.
         """
         mf = self.queue.last
         if mf is None or not mf.wrote_position:

@@ -206,7 +206,7 @@ def replace_offset_file(path: Path, text: str, previous: bytes | None) -> None:
         os.utime(tmp, ns=(stamp, stamp))
         if previous is not None:
             # the backup too goes through a temporary file: written in place, a kill mid-copy
-            # left an empty or torn .bak (found by the offset-persist crash campaign)
+            # would leave an empty or torn .bak
             write_atomic(path.with_name(path.name + ".bak"), previous)
         os.replace(tmp, path)
         fsync_dir(path.parent)
