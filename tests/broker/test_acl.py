@@ -170,8 +170,12 @@ def test_allowed_and_denied_per_code(hook: acl.AclHook) -> None:
     assert hook(chan(), heartbeat([("groupC", ["topicB", "topicC"])])) is None
     assert hook(chan(), heartbeat([("groupC", ["topicB", "topicA"])])) is not None
     assert hook(chan(), heartbeat([])) is None    # a producer's heartbeat: only the signature counts
-    # codes without resources: only the signature
-    assert hook(chan(), signed(RequestCode.GET_MAX_OFFSET, {"topic": "topicA", "queueId": "0"})) is None
+    # a code 4.9.8 reads no resource for checks its topic here (test_acl_every_code.py walks them all)
+    assert hook(chan(), signed(RequestCode.GET_MAX_OFFSET, {"topic": "topicA", "queueId": "0"})).remark == \
+        denied_remark("No default permission for topic:topicA", acl.FRAME_RESOURCE_PERM)
+    assert hook(chan(), signed(RequestCode.GET_MAX_OFFSET, {"topic": "topicC", "queueId": "0"})) is None
+    # a code the broker does not serve: only the signature (it is answered REQUEST_CODE_NOT_SUPPORTED)
+    assert hook(chan(), signed(RequestCode.QUERY_BROKER_OFFSET, {"topic": "topicA"})) is None
 
 
 def test_signature_and_access_key_failures(hook: acl.AclHook) -> None:
