@@ -325,47 +325,22 @@ def test_same_rows_against_the_real_4_9_8_broker(real_acl_broker, java_classes: 
         else:
             java_answers[code] = ans["code"]
     assert java_refused == JAVA_REFUSES
-    # 4.9.8 does not know the lite pull: REQUEST_CODE_NOT_SUPPORTED, after its ACL let the request in
-    assert java_answers[LITE_PULL_MESSAGE] == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
-    # what 4.9.8 gave the account the ACL should have refused (SUCCESS: data or a change it may not make)
-    assert {c for c, a in java_answers.items() if a == ResponseCode.SUCCESS} >= {
-        RequestCode.GET_MAX_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.GET_ALL_TOPIC_CONFIG,
-        RequestCode.GET_ALL_CONSUMER_OFFSET}
-
-
-def test_send_to_a_retry_topic_checks_that_topic(ours: SimpleNamespace) -> None:
-    """4.9.8 checks only the group the header names: a V1 send (no group field) or a V2 send naming a group
-    the account may use wrote into any group's retry topic."""
-    chan = SimpleNamespace(addr="127.0.0.1:40000")
-    fields, body = send_v1("%RETRY%groupA", "")
-    assert ours.hook(chan, sign(RequestCode.SEND_MESSAGE, fields, body)).remark == \
-        denied("No default permission for group:groupA")
-    fields, body = send_v2("%RETRY%groupA", "")
-    fields["a"] = "groupC"
-    assert ours.hook(chan, sign(RequestCode.SEND_MESSAGE_V2, fields, body)).remark == \
-        denied("No default permission for group:groupA")
-    fields["b"] = "%RETRY%groupC"
-    assert ours.hook(chan, sign(RequestCode.SEND_MESSAGE_V2, fields, body)) is None
-
-
-def test_rows_cover_the_refusals(ours: SimpleNamespace) -> None:
-    # every row was sent at least once, rows that name both a topic and a group twice
-    assert {code: len(r) for code, r in ours.refused.items()} == {
-        code: 1 + (set(TOPIC_GROUP) <= set(row.touches)) + (row.touches == ("group", "message"))
-        for code, row in ROWS.items()}
-
-
-def test_lite_pull_is_checked_as_the_pull(ours: SimpleNamespace) -> None:
-    """LITE_PULL_MESSAGE (361) was served by the pull processor without the pull's ACL check: an account
-    denied a topic read it, and committed offsets without the group permission."""
-    assert [(r.code, r.remark) for _, r in ours.refused[LITE_PULL_MESSAGE]] == [
-        (ResponseCode.SYSTEM_ERROR, denied("No default permission for group:groupA")),
-        (ResponseCode.SYSTEM_ERROR, denied("No default permission for topic:topicA"))]
-    assert all(not r.body for _, r in ours.refused[LITE_PULL_MESSAGE])   # no message of topicA
-    assert ours.commit_answer.code == ResponseCode.SYSTEM_ERROR and ours.committed == -1
-
-
-def test_query_consume_queue_is_checked(ours: SimpleNamespace) -> None:
-    assert [(r.code, r.remark, r.body) for _, r in ours.refused[RequestCode.QUERY_CONSUME_QUEUE]] == [
-        (ResponseCode.SYSTEM_ERROR, denied("No default permission for group:groupA"), None),
-        (ResponseCode.SYSTEM_ERROR, denied("No default permission for topic:topicA"), None)]
+    # what 4.9.8 answered instead (the README table): SUCCESS is data or a change the account may not have
+    # (320 stored a batch in topicA, which the account may not publish to); 1 / 206: the request was let in
+    # and failed later (no such consumer online); 361: 4.9.8 does not know the lite pull (its ACL let it in)
+    RC_ = ResponseCode
+    java_answers.pop(RequestCode.VIEW_MESSAGE_BY_ID)   # SUCCESS or not found: depends on 4.9.8's store
+    assert java_answers == {
+        RC.QUERY_CONSUMER_OFFSET: RC_.SUCCESS, RC.GET_ALL_TOPIC_CONFIG: RC_.SUCCESS, RC.GET_BROKER_CONFIG: RC_.SUCCESS,
+        RC.GET_BROKER_RUNTIME_INFO: RC_.SUCCESS, RC.SEARCH_OFFSET_BY_TIMESTAMP: RC_.SUCCESS,
+        RC.GET_MAX_OFFSET: RC_.SUCCESS, RC.GET_MIN_OFFSET: RC_.SUCCESS, RC.GET_EARLIEST_MSG_STORETIME: RC_.SUCCESS,
+        RC.LOCK_BATCH_MQ: RC_.SUCCESS, RC.UNLOCK_BATCH_MQ: RC_.SUCCESS, RC.GET_ALL_CONSUMER_OFFSET: RC_.SUCCESS,
+        RC.GET_ALL_DELAY_OFFSET: RC_.SUCCESS, RC.CHECK_CLIENT_CONFIG: RC_.SUCCESS,
+        RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: RC_.SUCCESS, RC.GET_TOPIC_STATS_INFO: RC_.SUCCESS,
+        RC.GET_CONSUMER_CONNECTION_LIST: RC_.CONSUMER_NOT_ONLINE, RC.GET_PRODUCER_CONNECTION_LIST: RC_.SYSTEM_ERROR,
+        RC.GET_CONSUME_STATS: RC_.SUCCESS, RC.INVOKE_BROKER_TO_RESET_OFFSET: RC_.SYSTEM_ERROR,
+        RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: RC_.SYSTEM_ERROR, RC.QUERY_TOPIC_CONSUME_BY_WHO: RC_.SUCCESS,
+        RC.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: RC_.SUCCESS, RC.GET_CONSUMER_RUNNING_INFO: RC_.SYSTEM_ERROR,
+        RC.CONSUME_MESSAGE_DIRECTLY: RC_.SYSTEM_ERROR, RC.GET_BROKER_CONSUME_STATS: RC_.SUCCESS,
+        RC.SEND_BATCH_MESSAGE: RC_.SUCCESS, RC.QUERY_CONSUME_QUEUE: RC_.SUCCESS,
+        LITE_PULL_MESSAGE: RC_.REQUEST_CODE_NOT_SUPPORTED}
