@@ -386,7 +386,7 @@ def address_rule(text: str | None, where: Callable[[str], AclConfigError]) -> Ad
 class AclAccount:
     """One ``accounts`` entry (``PlainAccessConfig`` -> ``PlainAccessResource``)."""
     access_key: str
-    secret_key: str
+    secret_key: str = field(repr=False)
     white: AddressRule
     admin: bool
     default_topic_perm: int
@@ -458,8 +458,9 @@ def _account(doc: object, path: Path, name: str, seen: set[str]) -> AclAccount:
         text = _key_text(raw)
         if raw is None:
             raise err(fname)("is missing")
-        if text is None:
-            raise err(fname)(f"must be a string, got {raw!r}")
+        if text is None:   # a secret's value stays out of the message, whatever its type
+            shown = type(raw).__name__ if fname == "secretKey" else repr(raw)
+            raise err(fname)(f"must be a string, got {shown}")
         if len(text) <= MIN_KEY_LENGTH:   # PlainPermissionManager.checkPlainAccessConfig
             raise err(fname)(f"must be longer than {MIN_KEY_LENGTH} characters")
         keys[fname] = text
@@ -487,6 +488,16 @@ def _account(doc: object, path: Path, name: str, seen: set[str]) -> AclAccount:
         resource_perms=perms)
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What is wrong and where (line, column), without the quoted text of the file."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = exc.problem or exc.context or type(exc).__name__
+        return f"{problem}{where}"
+    return type(exc).__name__
+
+
 def load_acl_file(path: Path | str) -> AclRules:
     """Read and check a ``plain_acl.yml``; anything wrong raises AclConfigError naming the file/field."""
     path = Path(path)
@@ -500,7 +511,9 @@ def load_acl_file(path: Path | str) -> AclRules:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise AclConfigError(f"not valid YAML: {exc}", path=path) from exc
+        # PyYAML's message quotes the line at fault, which may be a secretKey line: only the problem and
+        # where it is, and not chained (a traceback would print the original message)
+        raise AclConfigError(f"not valid YAML: {_yaml_problem(exc)}", path=path) from None
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
@@ -568,9 +581,9 @@ class AccessRequest:
     remote_ip: str | None
     access_key: str | None = None
     signature: str | None = None
-    security_token: str | None = None
+    security_token: str | None = field(default=None, repr=False)
     resources: dict[str, int] = field(default_factory=dict)   # insertion order, as put into the HashMap
-    content: bytes | None = None
+    content: bytes | None = field(default=None, repr=False)    # holds the SecurityToken's value
 
     def add(self, resource: str | None, perm: int) -> None:
         if resource is not None:

@@ -546,3 +546,22 @@ def test_acl_scenario_against_our_broker(our_acl_broker, java_classes: Path, tmp
     unsigned = _java(java_classes, tmp_path, "AclScenario", "--namesrv", our_acl_broker.namesrv_addr,
                      "--ak", "nobodyhere", "--sk", SK)
     assert unsigned.returncode == 3, unsigned.stdout[-2000:]
+
+
+def test_secrets_stay_out_of_reprs_and_errors(acl_file: Path, tmp_path: Path) -> None:
+    rules = acl.load_acl_file(acl_file)
+    assert SK not in repr(rules) and "abcdefgh" not in repr(rules) and "secret_key" not in repr(rules)
+    req = acl.parse_request(signed(RequestCode.GET_MAX_OFFSET, {"SecurityToken": "tok-very-private"}), LOCAL)
+    assert "tok-very-private" not in repr(req)
+    # a YAML error names the line and column, not the line's text (it may be a secretKey line)
+    bad = tmp_path / "bad.yml"
+    bad.write_text("accounts:\n  - accessKey: abcdefg\n    secretKey: sup3r-s3cret: x\n")
+    with pytest.raises(AclConfigError) as ei:
+        acl.load_acl_file(bad)
+    assert "sup3r-s3cret" not in str(ei.value) and "line 3, column 28" in str(ei.value)
+    assert ei.value.__cause__ is None and ei.value.__suppress_context__
+    # a secret of the wrong type: its type, not its value
+    bad.write_text("accounts:\n  - accessKey: abcdefg\n    secretKey: [sup3r-s3cret]\n")
+    with pytest.raises(AclConfigError, match="must be a string, got list") as ei:
+        acl.load_acl_file(bad)
+    assert "sup3r-s3cret" not in str(ei.value)
