@@ -220,4 +220,4 @@ def register(controller: BrokerContext) -> None:
         return process_pull(controller, channel, request, allow_suspend=True)
 
     controller.server.register(RequestCode.PULL_MESSAGE, pull)
-    controller.server.register(LITE_PULL_MESSAGE, pull)
+    controller.server.register(LITE_PULL_MESSAGE, pull)   # the ACL checks it as PULL_MESSAGE (acl.EXTRA_RESOURCES)

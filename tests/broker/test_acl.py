@@ -349,13 +349,17 @@ _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(code=st.sampled_from([10, 11, 12, 15, 17, 34, 35, 36, 38, 310, 25, 0, -1, 99999]),
+@given(code=st.sampled_from([10, 11, 12, 15, 17, 34, 35, 36, 38, 310, 25, 0, -1, 99999,
+                              14, 21, 33, 41, 42, 46, 202, 222, 320, 321, 361]),
        fields=st.none() | st.dictionaries(st.sampled_from(["AccessKey", "Signature", "SecurityToken", "topic",
-                                                           "group", "consumerGroup", "a", "b", "clientID",
+                                                           "group", "consumerGroup", "a", "b", "clientID", "offset",
                                                            "_UNIQUE_KEY_QUERY"]) | _text, _text, max_size=6),
        body=st.none() | st.binary(max_size=64) | st.sampled_from([
            b'{"consumerDataSet":[{"groupName":"g","subscriptionDataSet":[{"topic":"t"}]}]}',
-           b'{"consumerDataSet":7}', b'{"consumerDataSet":[{"groupName":{}}]}', b"null", b"[]", b'"x"']),
+           b'{"consumerDataSet":7}', b'{"consumerDataSet":[{"groupName":{}}]}', b"null", b"[]", b'"x"',
+           b'{"consumerGroup":"g","clientId":"c","mqSet":[{"topic":"t","brokerName":"b","queueId":0}]}',
+           b'{"consumerGroup":7,"mqSet":[1]}', b'{"mqSet":{}}', b'{"group":"g","subscriptionData":{"topic":[]}}',
+           b'{"group":"g","subscriptionData":"t"}']),
        addr=st.none() | st.sampled_from(["127.0.0.1:1", "::1:5", "garbage", "10.10.103.1:2", "192.168.1.1:3"]),
        sign=st.booleans())
 def test_random_requests_never_crash_the_hook(hook: acl.AclHook, code, fields, body, addr, sign) -> None:

@@ -214,6 +214,7 @@ def ours(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     async def go() -> SimpleNamespace:
         async with brokerutil.broker(tmp, acl_enable=True) as b:
             codes = set(b.server.processors)
+            default = b.server.default_processor
             ch = await connect(b.broker_addr)
             try:
                 offsets = {}
@@ -240,14 +241,16 @@ def ours(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
             finally:
                 await ch.aclose()
             hook = next(h for h in b.request_hooks if isinstance(h, acl.AclHook))
-        return SimpleNamespace(codes=codes, offsets=offsets, refused=refused, allowed=allowed, raw_b=raw_b,
-                               hook=hook, commit_answer=commit_answer, committed=committed)
+        return SimpleNamespace(codes=codes, default=default, offsets=offsets, refused=refused, allowed=allowed,
+                               raw_b=raw_b, hook=hook, commit_answer=commit_answer, committed=committed)
 
     return run(go())
 
 
 def test_every_registered_code_has_a_row(ours: SimpleNamespace) -> None:
-    # a processor registered for a code without a row here is a code nobody decided the ACL of
+    # a processor registered for a code without a row here is a code nobody decided the ACL of; a default
+    # processor would serve codes no row can list
+    assert ours.default is None
     assert ours.codes - set(ROWS) == set(), "codes served without an ACL row"
     assert set(ROWS) - ours.codes == set(), "rows for codes the broker does not serve"
     # and acl.py knows each: 4.9.8's resources, ours, a message's topic, or admin
