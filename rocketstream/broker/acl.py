@@ -23,15 +23,29 @@ and sends ``Signature`` = Base64(HmacSHA1(UTF-8 secret key, content)). The broke
 minus ``_UNIQUE_KEY_QUERY`` (``MixAll.UNIQUE_MSG_QUERY_FLAG``; the client does sign that one, so a 4.9.8
 client's query by unique key fails the check on a 4.9.8 broker, and here too).
 
-**Resources per request code** (``PlainAccessValidator.parse``): SEND_MESSAGE 10 ``topic`` PUB, or for a
-``%RETRY%`` topic the retry topic of ``group`` SUB (the V1 header has no ``group``: nothing is checked);
-SEND_MESSAGE_V2 310 the same with ``b``/``a``; CONSUMER_SEND_MSG_BACK 36 ``%RETRY%group`` SUB;
+**Resources per request code, as 4.9.8** (``PlainAccessValidator.parse``): SEND_MESSAGE 10 ``topic`` PUB, or
+for a ``%RETRY%`` topic the retry topic of ``group`` SUB (the V1 header has no ``group``: nothing is
+checked); SEND_MESSAGE_V2 310 the same with ``b``/``a``; CONSUMER_SEND_MSG_BACK 36 ``%RETRY%group`` SUB;
 PULL_MESSAGE 11 ``topic`` SUB and ``%RETRY%consumerGroup`` SUB; QUERY_MESSAGE 12 ``topic`` SUB;
 HEART_BEAT 34 every consumer's ``%RETRY%groupName`` and subscribed topic SUB (from the JSON body);
 UNREGISTER_CLIENT 35, GET_CONSUMER_LIST_BY_GROUP 38 ``%RETRY%consumerGroup`` SUB;
 UPDATE_CONSUMER_OFFSET 15 ``%RETRY%consumerGroup`` and ``topic`` SUB. Every other code needs only a valid
-signature, except the admin codes 17, 25, 215, 200, 207 (``Permission.ADMIN_CODE``), which also need an
-``admin: true`` account.
+signature in 4.9.8, except the admin codes 17, 25, 215, 200, 207 (``Permission.ADMIN_CODE``), which also
+need an ``admin: true`` account.
+
+**Beyond 4.9.8** (4.9.8 lets any signed account through these): every code the broker serves that names a
+topic or group checks it (:data:`EXTRA_RESOURCES`): the lite pull 361 as the pull 11; the batch send 320
+as 310; a send to a ``%RETRY%`` topic also checks that topic itself (as a group: 4.9.8 checks only the
+group the header names, so a V1 send, or a V2 send naming another group, wrote into any group's retry
+topic); offsets, queue bounds, search by time, locks (41/42: the body's group and every queue's topic),
+the client-config check 46, topic and consume statistics, the offset reset and status codes 222/223,
+the consumer running info 307 and QUERY_CONSUME_QUEUE 321 check their ``topic`` SUB and group SUB.
+VIEW_MESSAGE_BY_ID 33 and CONSUMER_SEND_MSG_BACK 36 name a commit-log offset, not a topic: the message's
+own topic is known only after the lookup, so their processors call :func:`refuse_unless` with it (SUB)
+before they return or copy the record. Broker-wide codes (every topic's or group's configuration or
+offsets, the broker's config and runtime figures, producer connections, a message pushed to a consumer)
+need an admin account (:data:`BROKER_ADMIN_CODES`). A refusal looks as 4.9.8's: SYSTEM_ERROR and the
+``AclException`` remark, whichever check made it.
 
 **Decision** (``PlainPermissionManager.validate``/``checkPerm``): a client address matching
 ``globalWhiteRemoteAddresses`` passes; else the request needs an ``AccessKey`` that is configured; an
@@ -76,7 +90,8 @@ from typing import Any, Protocol
 
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no type information
 
-from rocketstream.errors import AclConfigError, BodyError, RocketStreamError
+from rocketstream import codec
+from rocketstream.errors import AclConfigError, BodyError, CorruptStoreError, RocketStreamError
 from rocketstream.remoting import json_body
 from rocketstream.remoting.codes import RequestCode, ResponseCode
 from rocketstream.remoting.command import RemotingCommand
@@ -84,7 +99,8 @@ from rocketstream.remoting.command import RemotingCommand
 __all__ = [
     "ACL_FILE_NAME", "Perm", "ADMIN_CODES", "AclAccount", "AclRules", "AccessDenied", "AccessRequest",
     "PlainPermissionManager", "AclHook", "register", "load_acl_file", "resolve_acl_file", "parse_request",
-    "signing_content", "calc_signature", "sign_fields", "java_sorted",
+    "signing_content", "calc_signature", "sign_fields", "java_sorted", "BROKER_ADMIN_CODES", "JAVA_RESOURCE_CODES",
+    "EXTRA_RESOURCES", "DEFERRED_CODES", "refuse_unless", "record_topic",
 ]
 
 log = logging.getLogger("rocketstream.broker.acl")
@@ -125,6 +141,15 @@ class Perm:
 ADMIN_CODES = frozenset({RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG,
                          RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
                          RequestCode.DELETE_SUBSCRIPTIONGROUP})
+
+# ours: Permission.ADMIN_CODE plus the broker-wide codes (module docstring)
+BROKER_ADMIN_CODES = ADMIN_CODES | frozenset({
+    RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_BROKER_CONFIG, RequestCode.GET_BROKER_RUNTIME_INFO,
+    RequestCode.GET_ALL_CONSUMER_OFFSET, RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+    RequestCode.GET_PRODUCER_CONNECTION_LIST, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
+    RequestCode.CONSUME_MESSAGE_DIRECTLY, RequestCode.GET_BROKER_CONSUME_STATS})
+
+LITE_PULL_MESSAGE = RequestCode.LITE_PULL_MESSAGE   # 5.x lite-pull consumers; pull.py serves it as 11
 
 # the first stack frame of each AclException a 4.9.8 broker throws (RemotingHelper.exceptionSimpleDesc)
 _EXC = "org.apache.rocketmq.acl.common.AclException"
@@ -361,7 +386,7 @@ def address_rule(text: str | None, where: Callable[[str], AclConfigError]) -> Ad
 class AclAccount:
     """One ``accounts`` entry (``PlainAccessConfig`` -> ``PlainAccessResource``)."""
     access_key: str
-    secret_key: str
+    secret_key: str = field(repr=False)
     white: AddressRule
     admin: bool
     default_topic_perm: int
@@ -433,8 +458,9 @@ def _account(doc: object, path: Path, name: str, seen: set[str]) -> AclAccount:
         text = _key_text(raw)
         if raw is None:
             raise err(fname)("is missing")
-        if text is None:
-            raise err(fname)(f"must be a string, got {raw!r}")
+        if text is None:   # a secret's value stays out of the message, whatever its type
+            shown = type(raw).__name__ if fname == "secretKey" else repr(raw)
+            raise err(fname)(f"must be a string, got {shown}")
         if len(text) <= MIN_KEY_LENGTH:   # PlainPermissionManager.checkPlainAccessConfig
             raise err(fname)(f"must be longer than {MIN_KEY_LENGTH} characters")
         keys[fname] = text
@@ -462,6 +488,16 @@ def _account(doc: object, path: Path, name: str, seen: set[str]) -> AclAccount:
         resource_perms=perms)
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What is wrong and where (line, column), without the quoted text of the file."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = exc.problem or exc.context or type(exc).__name__
+        return f"{problem}{where}"
+    return type(exc).__name__
+
+
 def load_acl_file(path: Path | str) -> AclRules:
     """Read and check a ``plain_acl.yml``; anything wrong raises AclConfigError naming the file/field."""
     path = Path(path)
@@ -475,7 +511,9 @@ def load_acl_file(path: Path | str) -> AclRules:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise AclConfigError(f"not valid YAML: {exc}", path=path) from exc
+        # PyYAML's message quotes the line at fault, which may be a secretKey line: only the problem and
+        # where it is, and not chained (a traceback would print the original message)
+        raise AclConfigError(f"not valid YAML: {_yaml_problem(exc)}", path=path) from None
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
@@ -543,9 +581,9 @@ class AccessRequest:
     remote_ip: str | None
     access_key: str | None = None
     signature: str | None = None
-    security_token: str | None = None
+    security_token: str | None = field(default=None, repr=False)
     resources: dict[str, int] = field(default_factory=dict)   # insertion order, as put into the HashMap
-    content: bytes | None = None
+    content: bytes | None = field(default=None, repr=False)    # holds the SecurityToken's value
 
     def add(self, resource: str | None, perm: int) -> None:
         if resource is not None:
@@ -600,6 +638,116 @@ def _scalar(v: object) -> str | None:
     raise AccessDenied(f"heartbeat body: expected a string, got {type(v).__name__}", FRAME_PARSE)
 
 
+def _add_send(req: AccessRequest, topic: str | None, group: str | None) -> None:
+    """SEND_MESSAGE / V2 as ``PlainAccessValidator.parse``: a ``%RETRY%`` topic checks the named group's
+    retry topic, any other topic PUB."""
+    if _is_retry(topic):
+        req.add(_retry(group), Perm.SUB)
+    else:
+        req.add(topic, Perm.PUB)
+
+
+def _add_retry_topic_itself(req: AccessRequest, topic: str | None) -> None:
+    """Ours: a send to ``%RETRY%X`` writes into group X's retry topic whatever group the header names."""
+    if _is_retry(topic):
+        req.add(topic, Perm.SUB)
+
+
+def _json_object(body: bytes | None, what: str) -> Mapping[str, Any]:
+    """A request body the hook must read to know the resources; unreadable: refused (as heartbeats)."""
+    try:
+        doc = json_body.loads(body or b"", what=what)
+    except BodyError as exc:
+        raise AccessDenied(str(exc), FRAME_PARSE) from exc
+    if not isinstance(doc, Mapping):
+        raise AccessDenied(f"{what} is a JSON {type(doc).__name__}, not an object", FRAME_PARSE)
+    return doc
+
+
+def _body_str(value: object, what: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise AccessDenied(f"{what} is a JSON {type(value).__name__}, not a string", FRAME_PARSE)
+
+
+def _lock_resources(ext: Mapping[str, str], body: bytes | None, req: AccessRequest) -> None:
+    """LOCK_BATCH_MQ / UNLOCK_BATCH_MQ: ``LockBatchRequestBody`` {consumerGroup, clientId, mqSet}."""
+    doc = _json_object(body, "LockBatchRequestBody")
+    req.add(_retry(_body_str(doc.get("consumerGroup"), "LockBatchRequestBody.consumerGroup")), Perm.SUB)
+    mqs = doc.get("mqSet") or []
+    if not isinstance(mqs, (list, tuple)):
+        raise AccessDenied("LockBatchRequestBody.mqSet is not an array", FRAME_PARSE)
+    for mq in mqs:
+        if not isinstance(mq, Mapping):
+            raise AccessDenied("LockBatchRequestBody.mqSet holds a value that is not an object", FRAME_PARSE)
+        req.add(_body_str(mq.get("topic"), "LockBatchRequestBody.mqSet[].topic"), Perm.SUB)
+
+
+def _check_client_resources(ext: Mapping[str, str], body: bytes | None, req: AccessRequest) -> None:
+    """CHECK_CLIENT_CONFIG: ``CheckClientRequestBody`` {clientId, group, subscriptionData{topic, ...}}."""
+    doc = _json_object(body, "CheckClientRequestBody")
+    req.add(_retry(_body_str(doc.get("group"), "CheckClientRequestBody.group")), Perm.SUB)
+    sub = doc.get("subscriptionData")
+    if sub is not None:
+        if not isinstance(sub, Mapping):
+            raise AccessDenied("CheckClientRequestBody.subscriptionData is not an object", FRAME_PARSE)
+        req.add(_body_str(sub.get("topic"), "CheckClientRequestBody.subscriptionData.topic"), Perm.SUB)
+
+
+def _header(topic: str | None = None, group: str | None = None
+            ) -> Callable[[Mapping[str, str], bytes | None, AccessRequest], None]:
+    """A code whose header names the topic (SUB) and/or the consumer group (its retry topic, SUB)."""
+    def add(ext: Mapping[str, str], body: bytes | None, req: AccessRequest) -> None:
+        if topic is not None:
+            req.add(ext.get(topic), Perm.SUB)
+        if group is not None:
+            req.add(_retry(ext.get(group)), Perm.SUB)
+    return add
+
+
+def _lite_pull(ext: Mapping[str, str], body: bytes | None, req: AccessRequest) -> None:
+    req.add(ext.get("topic"), Perm.SUB)
+    req.add(_retry(ext.get("consumerGroup")), Perm.SUB)
+
+
+def _batch_send(ext: Mapping[str, str], body: bytes | None, req: AccessRequest) -> None:
+    _add_send(req, ext.get("b"), ext.get("a"))
+    _add_retry_topic_itself(req, ext.get("b"))
+
+
+# the codes 4.9.8's PlainAccessValidator.parse reads resources for
+JAVA_RESOURCE_CODES = frozenset({
+    RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.CONSUMER_SEND_MSG_BACK,
+    RequestCode.PULL_MESSAGE, RequestCode.QUERY_MESSAGE, RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP, RequestCode.UPDATE_CONSUMER_OFFSET})
+
+# ours: the resources of the codes 4.9.8 does not check (module docstring)
+EXTRA_RESOURCES: Mapping[int, Callable[[Mapping[str, str], bytes | None, AccessRequest], None]] = {
+    LITE_PULL_MESSAGE: _lite_pull,
+    RequestCode.SEND_BATCH_MESSAGE: _batch_send,
+    RequestCode.QUERY_CONSUMER_OFFSET: _header(topic="topic", group="consumerGroup"),
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: _header(topic="topic"),
+    RequestCode.GET_MAX_OFFSET: _header(topic="topic"),
+    RequestCode.GET_MIN_OFFSET: _header(topic="topic"),
+    RequestCode.GET_EARLIEST_MSG_STORETIME: _header(topic="topic"),
+    RequestCode.LOCK_BATCH_MQ: _lock_resources,
+    RequestCode.UNLOCK_BATCH_MQ: _lock_resources,
+    RequestCode.CHECK_CLIENT_CONFIG: _check_client_resources,
+    RequestCode.GET_TOPIC_STATS_INFO: _header(topic="topic"),
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: _header(group="consumerGroup"),
+    RequestCode.GET_CONSUME_STATS: _header(topic="topic", group="consumerGroup"),
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: _header(topic="topic", group="group"),
+    RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: _header(topic="topic", group="group"),
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: _header(topic="topic"),
+    RequestCode.GET_CONSUMER_RUNNING_INFO: _header(group="consumerGroup"),
+    RequestCode.QUERY_CONSUME_QUEUE: _header(topic="topic", group="consumerGroup"),
+}
+
+# codes whose resource is the topic of the message they look up: checked by their processor
+# (refuse_unless) once the message is found; the hook checks what their header names
+DEFERRED_CODES = frozenset({RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.CONSUMER_SEND_MSG_BACK})
+
+
 def parse_request(request: RemotingCommand, remote_addr: str | None) -> AccessRequest:
     """``PlainAccessValidator.parse``: the client IP, the credentials, the resources the request touches
     and the signed content. A body that cannot be read raises AccessDenied (as Java's AclException)."""
@@ -613,17 +761,11 @@ def parse_request(request: RemotingCommand, remote_addr: str | None) -> AccessRe
     req.security_token = ext.get(SECURITY_TOKEN)
     code = request.code
     if code == RequestCode.SEND_MESSAGE:
-        topic = ext.get("topic")
-        if _is_retry(topic):
-            req.add(_retry(ext.get("group")), Perm.SUB)
-        else:
-            req.add(topic, Perm.PUB)
+        _add_send(req, ext.get("topic"), ext.get("group"))
+        _add_retry_topic_itself(req, ext.get("topic"))      # ours
     elif code == RequestCode.SEND_MESSAGE_V2:
-        topic = ext.get("b")
-        if _is_retry(topic):
-            req.add(_retry(ext.get("a")), Perm.SUB)
-        else:
-            req.add(topic, Perm.PUB)
+        _add_send(req, ext.get("b"), ext.get("a"))
+        _add_retry_topic_itself(req, ext.get("b"))          # ours
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
         req.add(_retry(ext.get("group")), Perm.SUB)
     elif code == RequestCode.PULL_MESSAGE:
@@ -639,6 +781,8 @@ def parse_request(request: RemotingCommand, remote_addr: str | None) -> AccessRe
     elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
         req.add(_retry(ext.get("consumerGroup")), Perm.SUB)
         req.add(ext.get("topic"), Perm.SUB)
+    elif (extra := EXTRA_RESOURCES.get(code)) is not None:
+        extra(ext, request.body, req)
     req.content = signing_content(ext, request.body, exclude=(SIGNATURE, UNIQUE_MSG_QUERY_FLAG))
     return req
 
@@ -650,7 +794,7 @@ def _printable(resource: str, is_group: bool) -> str:
 
 def check_perm(req: AccessRequest, account: AclAccount) -> None:
     """``PlainPermissionManager.checkPerm``."""
-    if req.code in ADMIN_CODES and not account.admin:
+    if req.code in BROKER_ADMIN_CODES and not account.admin:
         raise AccessDenied(f"Need admin permission for request code={req.code}, but accessKey="
                            f"{account.access_key} is not", FRAME_ADMIN)
     if not req.resources:
@@ -743,10 +887,15 @@ class PlainPermissionManager:
                  len(rules.accounts), len(rules.global_white))
         return True
 
-    def check(self, request: RemotingCommand, remote_addr: str | None) -> None:
-        """Raise AccessDenied unless the rules allow ``request`` from ``remote_addr`` ("ip:port")."""
+    def check(self, request: RemotingCommand, remote_addr: str | None,
+              found: Mapping[str, int] | None = None) -> None:
+        """Raise AccessDenied unless the rules allow ``request`` from ``remote_addr`` ("ip:port");
+        ``found``: resources known only after a lookup (a message's topic), checked with the others."""
         self.maybe_reload()
-        validate(self.rules, parse_request(request, remote_addr))
+        req = parse_request(request, remote_addr)
+        for resource, perm in (found or {}).items():
+            req.add(resource, perm)
+        validate(self.rules, req)
 
 
 class _Controller(Protocol):
@@ -765,13 +914,52 @@ class AclHook:
         log.info("ACL enabled: %s (%d accounts)", self.path, len(self.manager.rules.accounts))
 
     def __call__(self, channel: Any, request: RemotingCommand) -> RemotingCommand | None:
+        return self.refusal(channel, request)
+
+    def refusal(self, channel: Any, request: RemotingCommand,
+                found: Mapping[str, int] | None = None) -> RemotingCommand | None:
+        """None when the ACL allows ``request`` (with the resources ``found`` by its processor), else
+        the SYSTEM_ERROR response with the ``AclException`` remark."""
         addr = getattr(channel, "addr", None)
         try:
-            self.manager.check(request, addr)
+            self.manager.check(request, addr, found)
         except AccessDenied as denied:
             log.warning("ACL refused request code %d from %s: %s", request.code, addr, denied.remark)
             return request.response(ResponseCode.SYSTEM_ERROR, denied.remark)
         return None
+
+
+def refuse_unless(controller: Any, channel: Any, request: RemotingCommand,
+                  found: Callable[[], Mapping[str, int]]) -> RemotingCommand | None:
+    """For a processor that learns a resource of ``request`` only by looking it up (the topic of the
+    message VIEW_MESSAGE_BY_ID returns, or CONSUMER_SEND_MSG_BACK copies): None when the broker has no
+    ACL or the ACL allows the request with the resources ``found()`` gives (called only with an ACL),
+    else the refusal to answer instead. The request is checked again as a whole (signature included).
+    ``controller.request_hooks`` holds the :class:`AclHook` when there is one (a processor's test double
+    without ``request_hooks`` has no ACL)."""
+    for hook in getattr(controller, "request_hooks", ()):
+        if isinstance(hook, AclHook):
+            try:
+                resources = found()
+            except AccessDenied as denied:
+                log.warning("ACL refused request code %d from %s: %s", request.code,
+                            getattr(channel, "addr", None), denied.remark)
+                return request.response(ResponseCode.SYSTEM_ERROR, denied.remark)
+            return hook.refusal(channel, request, resources)
+    return None
+
+
+def record_topic(raw: bytes | memoryview, commit_log_offset: int) -> str:
+    """The topic of a stored record (for :func:`refuse_unless`); a record whose topic cannot be read
+    raises AccessDenied (no topic, no permission)."""
+    try:
+        rec = codec.decode_record(raw, check_crc=False)
+    except CorruptStoreError as exc:
+        raise AccessDenied(f"the topic of the message at commit-log offset {commit_log_offset} cannot be read: "
+                           f"{exc}", FRAME_PARSE) from exc
+    if rec is None:
+        raise AccessDenied(f"no message at commit-log offset {commit_log_offset}", FRAME_PARSE)
+    return rec.topic
 
 
 def register(controller: _Controller) -> None:

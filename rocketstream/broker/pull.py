@@ -219,4 +219,5 @@ def register(controller: BrokerContext) -> None:
         return process_pull(controller, channel, request, allow_suspend=True)
 
     controller.server.register(RequestCode.PULL_MESSAGE, pull)
+    # 5.x lite-pull consumers: served as PULL_MESSAGE and checked as it (acl.EXTRA_RESOURCES)
     controller.server.register(RequestCode.LITE_PULL_MESSAGE, pull)

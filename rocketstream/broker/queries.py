@@ -13,6 +13,7 @@ import functools
 import logging
 from collections.abc import Callable
 
+from rocketstream.broker import acl
 from rocketstream.broker.context import BrokerContext
 from rocketstream.errors import StoreError
 from rocketstream.remoting.channel import Channel
@@ -79,11 +80,15 @@ def get_earliest_msg_storetime(controller: BrokerContext, channel: Channel,
 
 
 def view_message_by_id(controller: BrokerContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-    """The one record at the commit-log ``offset`` (decoded from an offsetMsgId), bytes as stored."""
+    """The one record at the commit-log ``offset`` (decoded from an offsetMsgId), bytes as stored. With
+    an ACL the record's topic needs SUB before its bytes are returned (4.9.8 checks nothing for 33)."""
     offset = req.int_field("offset")
     raw = controller.store.raw_record(offset)
     if raw is None:
         return req.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+    refused = acl.refuse_unless(controller, channel, req, lambda: {acl.record_topic(raw, offset): acl.Perm.SUB})
+    if refused is not None:
+        return refused
     return req.response(ResponseCode.SUCCESS, body=raw)
 
 

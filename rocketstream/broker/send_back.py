@@ -37,6 +37,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from rocketstream import codec
+from rocketstream.broker import acl
 from rocketstream.errors import HeaderFieldError, StoreError
 from rocketstream.remoting.codes import RequestCode, ResponseCode
 from rocketstream.remoting.command import RemotingCommand
@@ -124,6 +125,10 @@ def send_back(controller: _Controller, channel: object, request: RemotingCommand
         log.info("CONSUMER_SEND_MSG_BACK from %s, group %s: no record at commit-log offset %d: %s",
                  getattr(channel, "addr", "?"), group, offset, exc)
         return request.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+    # with an ACL, the record copied must be of a topic the account may read (acl.py, beyond 4.9.8)
+    refused = acl.refuse_unless(controller, channel, request, lambda: {rec.topic: acl.Perm.SUB})
+    if refused is not None:
+        return refused
 
     props = dict(rec.properties)
     if props.get(PROPERTY_RETRY_TOPIC) is None:

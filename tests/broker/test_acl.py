@@ -170,8 +170,12 @@ def test_allowed_and_denied_per_code(hook: acl.AclHook) -> None:
     assert hook(chan(), heartbeat([("groupC", ["topicB", "topicC"])])) is None
     assert hook(chan(), heartbeat([("groupC", ["topicB", "topicA"])])) is not None
     assert hook(chan(), heartbeat([])) is None    # a producer's heartbeat: only the signature counts
-    # codes without resources: only the signature
-    assert hook(chan(), signed(RequestCode.GET_MAX_OFFSET, {"topic": "topicA", "queueId": "0"})) is None
+    # a code 4.9.8 reads no resource for checks its topic here (test_acl_every_code.py walks them all)
+    assert hook(chan(), signed(RequestCode.GET_MAX_OFFSET, {"topic": "topicA", "queueId": "0"})).remark == \
+        denied_remark("No default permission for topic:topicA", acl.FRAME_RESOURCE_PERM)
+    assert hook(chan(), signed(RequestCode.GET_MAX_OFFSET, {"topic": "topicC", "queueId": "0"})) is None
+    # a code the broker does not serve: only the signature (it is answered REQUEST_CODE_NOT_SUPPORTED)
+    assert hook(chan(), signed(RequestCode.QUERY_BROKER_OFFSET, {"topic": "topicA"})) is None
 
 
 def test_signature_and_access_key_failures(hook: acl.AclHook) -> None:
@@ -345,13 +349,17 @@ _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(code=st.sampled_from([10, 11, 12, 15, 17, 34, 35, 36, 38, 310, 25, 0, -1, 99999]),
+@given(code=st.sampled_from([10, 11, 12, 15, 17, 34, 35, 36, 38, 310, 25, 0, -1, 99999,
+                              14, 21, 33, 41, 42, 46, 202, 222, 320, 321, 361]),
        fields=st.none() | st.dictionaries(st.sampled_from(["AccessKey", "Signature", "SecurityToken", "topic",
-                                                           "group", "consumerGroup", "a", "b", "clientID",
+                                                           "group", "consumerGroup", "a", "b", "clientID", "offset",
                                                            "_UNIQUE_KEY_QUERY"]) | _text, _text, max_size=6),
        body=st.none() | st.binary(max_size=64) | st.sampled_from([
            b'{"consumerDataSet":[{"groupName":"g","subscriptionDataSet":[{"topic":"t"}]}]}',
-           b'{"consumerDataSet":7}', b'{"consumerDataSet":[{"groupName":{}}]}', b"null", b"[]", b'"x"']),
+           b'{"consumerDataSet":7}', b'{"consumerDataSet":[{"groupName":{}}]}', b"null", b"[]", b'"x"',
+           b'{"consumerGroup":"g","clientId":"c","mqSet":[{"topic":"t","brokerName":"b","queueId":0}]}',
+           b'{"consumerGroup":7,"mqSet":[1]}', b'{"mqSet":{}}', b'{"group":"g","subscriptionData":{"topic":[]}}',
+           b'{"group":"g","subscriptionData":"t"}']),
        addr=st.none() | st.sampled_from(["127.0.0.1:1", "::1:5", "garbage", "10.10.103.1:2", "192.168.1.1:3"]),
        sign=st.booleans())
 def test_random_requests_never_crash_the_hook(hook: acl.AclHook, code, fields, body, addr, sign) -> None:
@@ -542,3 +550,22 @@ def test_acl_scenario_against_our_broker(our_acl_broker, java_classes: Path, tmp
     unsigned = _java(java_classes, tmp_path, "AclScenario", "--namesrv", our_acl_broker.namesrv_addr,
                      "--ak", "nobodyhere", "--sk", SK)
     assert unsigned.returncode == 3, unsigned.stdout[-2000:]
+
+
+def test_secrets_stay_out_of_reprs_and_errors(acl_file: Path, tmp_path: Path) -> None:
+    rules = acl.load_acl_file(acl_file)
+    assert SK not in repr(rules) and "abcdefgh" not in repr(rules) and "secret_key" not in repr(rules)
+    req = acl.parse_request(signed(RequestCode.GET_MAX_OFFSET, {"SecurityToken": "tok-very-private"}), LOCAL)
+    assert "tok-very-private" not in repr(req)
+    # a YAML error names the line and column, not the line's text (it may be a secretKey line)
+    bad = tmp_path / "bad.yml"
+    bad.write_text("accounts:\n  - accessKey: abcdefg\n    secretKey: sup3r-s3cret: x\n")
+    with pytest.raises(AclConfigError) as ei:
+        acl.load_acl_file(bad)
+    assert "sup3r-s3cret" not in str(ei.value) and "line 3, column 28" in str(ei.value)
+    assert ei.value.__cause__ is None and ei.value.__suppress_context__
+    # a secret of the wrong type: its type, not its value
+    bad.write_text("accounts:\n  - accessKey: abcdefg\n    secretKey: [sup3r-s3cret]\n")
+    with pytest.raises(AclConfigError, match="must be a string, got list") as ei:
+        acl.load_acl_file(bad)
+    assert "sup3r-s3cret" not in str(ei.value)
