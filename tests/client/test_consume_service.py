@@ -17,6 +17,7 @@ import pytest
 from rocketstream.client import consume_service, push_consumer
 from rocketstream.client.allocate import MessageQueue
 from rocketstream.client.common import PullResult, PullStatus
+from rocketstream.client.config import PushConsumerConfig
 from rocketstream.client.consume_service import (
     ConsumeConcurrentlyStatus,
     ConsumeMessageConcurrentlyService,
@@ -73,9 +74,8 @@ class FakeConsumer:
     def __init__(self, loop: asyncio.AbstractEventLoop, *, model: str = "CLUSTERING", batch: int = 1,
                  send_back_ok: bool = True, max_reconsume: int = 16) -> None:
         self.group = "g"
-        self.message_model = model
-        self.consume_message_batch_max_size = batch
-        self.suspend_current_queue_time_millis = 10
+        self.config = PushConsumerConfig(namesrv="127.0.0.1:1", message_model=model,
+                                         consume_message_batch_max_size=batch, suspend_current_queue_time_millis=10)
         self.loop = loop
         self.rebalance = FakeRebalance()
         self.offsets: list[tuple[MessageQueue, int]] = []
