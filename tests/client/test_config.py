@@ -184,3 +184,11 @@ def test_broker_offset_client_sends_to_the_master_of_the_queues_broker() -> None
                               ("update", "10.0.0.1:10911", "g", "T", 3, 9, False),
                               ("query", "10.0.0.1:10911", "g", "T", 3)]
     assert store.offset_table[mq] == 42
+
+
+def test_the_configs_are_exported_by_the_client_package() -> None:
+    import rocketstream.client as client
+
+    assert client.PushConsumerConfig is PushConsumerConfig and client.LitePullConsumerConfig is LitePullConsumerConfig
+    assert client.ClientConfig is ClientConfig
+    assert {"PushConsumerConfig", "LitePullConsumerConfig", "ClientConfig"} <= set(client.__all__)
