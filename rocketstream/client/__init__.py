@@ -1,5 +1,6 @@
 """A RocketMQ 4.x client in Python over RocketMQ's remoting protocol: :class:`Producer`,
-:class:`PushConsumer` and :class:`LitePullConsumer` (README "Python client").
+:class:`PushConsumer` and :class:`LitePullConsumer` (README "Python client"), the consumers configured by
+keywords or by :class:`PushConsumerConfig` / :class:`LitePullConsumerConfig`.
 
 The names below load on first use, so that ``rocketstream.client.allocate`` (planning maths that the
 Spark source imports) does not pull in the network client."""
@@ -13,6 +14,9 @@ _EXPORTS = {
     "Producer": "rocketstream.client.producer",
     "PushConsumer": "rocketstream.client.push_consumer",
     "LitePullConsumer": "rocketstream.client.lite_pull",
+    "ClientConfig": "rocketstream.client.config",
+    "PushConsumerConfig": "rocketstream.client.config",
+    "LitePullConsumerConfig": "rocketstream.client.config",
     "Message": "rocketstream.client.common",
     "MessageExt": "rocketstream.client.common",
     "SendResult": "rocketstream.client.common",

@@ -96,13 +96,14 @@ def _properties(instance: MQClientInstance, consumer: Any) -> dict[str, str]:
     """``MixAll.object2Properties(defaultMQPushConsumer)`` for the settings we have, plus the PROP_ entries."""
     data = consumer.consumer_data()
     push = _is_push(consumer)
+    cfg = consumer.config   # PushConsumerConfig / LitePullConsumerConfig (client/config.py)
     props: dict[str, object] = {
-        "consumerGroup": consumer.group, "messageModel": consumer.message_model,
-        "consumeFromWhere": consumer.consume_from_where, "namesrvAddr": instance.namesrv,
-        "clientIP": instance.client_id.split("@", 1)[0], "instanceName": getattr(consumer, "instance_name", "DEFAULT"),
-        "pullBatchSize": getattr(consumer, "pull_batch_size", None),
-        "pullThresholdForQueue": getattr(consumer, "pull_threshold_for_queue", None),
-        "pullThresholdSizeForQueue": getattr(consumer, "pull_threshold_size_for_queue", None),
+        "consumerGroup": consumer.group, "messageModel": cfg.message_model,
+        "consumeFromWhere": cfg.consume_from_where, "namesrvAddr": instance.namesrv,
+        "clientIP": instance.client_id.split("@", 1)[0], "instanceName": cfg.instance_name,
+        "pullBatchSize": cfg.pull_batch_size,
+        "pullThresholdForQueue": cfg.pull_threshold_for_queue,
+        "pullThresholdSizeForQueue": cfg.pull_threshold_size_for_queue,
         "language": "PYTHON", "unitMode": False,
         "pollNameServerInterval": int(instance.route_refresh_interval * 1000),
         "heartbeatBrokerInterval": int(instance.heartbeat_interval * 1000),
@@ -110,22 +111,22 @@ def _properties(instance: MQClientInstance, consumer: Any) -> dict[str, str]:
     }
     if push:
         props.update({
-            "consumeThreadMin": consumer.consume_thread_max, "consumeThreadMax": consumer.consume_thread_max,
-            "consumeConcurrentlyMaxSpan": consumer.consume_concurrently_max_span,
-            "pullThresholdForTopic": consumer.pull_threshold_for_topic,
-            "pullThresholdSizeForTopic": consumer.pull_threshold_size_for_topic,
-            "pullInterval": consumer.pull_interval_ms,
-            "consumeMessageBatchMaxSize": consumer.consume_message_batch_max_size,
-            "maxReconsumeTimes": consumer.max_reconsume_times,
-            "suspendCurrentQueueTimeMillis": consumer.suspend_current_queue_time_millis,
-            "consumeTimeout": getattr(consumer, "consume_timeout_minutes", 15),
+            "consumeThreadMin": cfg.consume_thread_min, "consumeThreadMax": cfg.consume_thread_max,
+            "consumeConcurrentlyMaxSpan": cfg.consume_concurrently_max_span,
+            "pullThresholdForTopic": cfg.pull_threshold_for_topic,
+            "pullThresholdSizeForTopic": cfg.pull_threshold_size_for_topic,
+            "pullInterval": cfg.pull_interval_ms,
+            "consumeMessageBatchMaxSize": cfg.consume_message_batch_max_size,
+            "maxReconsumeTimes": cfg.max_reconsume_times,
+            "suspendCurrentQueueTimeMillis": cfg.suspend_current_queue_time_millis,
+            "consumeTimeout": cfg.consume_timeout_minutes,
             "postSubscriptionWhenPull": False,
-            "allocateMessageQueueStrategy": consumer.allocate_strategy,
+            "allocateMessageQueueStrategy": cfg.allocate_strategy,
         })
         props[PROP_CONSUME_ORDERLY] = bool(consumer.orderly)
-        props[PROP_THREADPOOL_CORE_SIZE] = consumer.consume_thread_max
+        props[PROP_THREADPOOL_CORE_SIZE] = cfg.consume_thread_max
     else:
-        props["autoCommit"] = getattr(consumer, "auto_commit", True)
+        props["autoCommit"] = cfg.auto_commit
     props[PROP_CONSUMER_START_TIMESTAMP] = instance.consumer_start_ms.get(consumer.group, 0)
     props[PROP_NAMESERVER_ADDR] = "".join(f"{a};" for a in instance.namesrv.split(";") if a)
     props[PROP_CONSUME_TYPE] = data["consumeType"]

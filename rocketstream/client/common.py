@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -225,7 +225,7 @@ class MessageExt:
     (``MessageDecoder.string2messageProperties``, :func:`rocketstream.codec.decode_properties`) on the
     first access of :attr:`properties`; :meth:`put_property` before that only records the value. A consumer
     that never looks at the properties never pays for them. Compares equal field by field (properties
-    decoded), like the dataclass it replaces."""
+    decoded)."""
 
     __slots__ = ("topic", "body", "_props", "_raw_props", "_pending", "flag", "queue_id", "queue_offset",
                  "commit_log_offset", "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
@@ -336,7 +336,7 @@ class MessageExt:
         assert isinstance(other, MessageExt)
         return self._astuple() == other._astuple()
 
-    __hash__ = None   # type: ignore[assignment]   # mutable, compared by value (as the dataclass was)
+    __hash__ = None   # type: ignore[assignment]   # mutable, compared by value
 
     def __repr__(self) -> str:
         return "MessageExt(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in _MESSAGE_EXT_FIELDS) + ")"
@@ -347,9 +347,3 @@ class MessageExt:
                    rec.sys_flag, rec.born_timestamp, rec.born_host, rec.store_timestamp, rec.store_host,
                    rec.reconsume_times, rec.prepared_transaction_offset, rec.body_crc, rec.total_size, broker_name)
 
-
-def merge_properties(*maps: Mapping[str, str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for m in maps:
-        out.update(m)
-    return out

@@ -2,7 +2,8 @@
 
 Both run the user's listener (a plain function) in a ThreadPoolExecutor of ``consume_thread_max`` threads.
 
-Concurrent: each pulled batch is cut into ``consume_message_batch_max_size`` pieces, one ``ConsumeRequest`` each.
+Concurrent: each pulled batch is cut into ``consume_message_batch_max_size`` pieces, one :class:`ConsumeRequest`
+each, whose ``run`` calls the listener and hands its answer to ``process_consume_result``.
 ``CONSUME_SUCCESS`` up to ``context.ack_index`` consumes; the rest (all of it for ``RECONSUME_LATER``, for an
 exception, or for a listener returning None) is sent back to the broker (CONSUMER_SEND_MSG_BACK, falling back
 to sending a copy to ``%RETRY%<group>``) in CLUSTERING, dropped with a warning in BROADCASTING. A message whose
@@ -25,14 +26,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rocketstream.client.allocate import MessageQueue
 from rocketstream.client.common import MessageExt
 from rocketstream.client.process_queue import ProcessQueue
+from rocketstream.client.rebalance import BROADCASTING, CLUSTERING
 
 if TYPE_CHECKING:
+    from rocketstream.client.config import PushConsumerConfig
     from rocketstream.client.rebalance import RebalanceImpl
 
 __all__ = [
@@ -42,6 +45,7 @@ __all__ = [
     "ConsumeOrderlyContext",
     "ConsumeMessageConcurrentlyService",
     "ConsumeMessageOrderlyService",
+    "ConsumeRequest",
     "CONSUME_REQUEST_LATER_DELAY_S",
     "MAX_TIME_CONSUME_CONTINUOUSLY_S",
 ]
@@ -49,7 +53,6 @@ __all__ = [
 log = logging.getLogger("rocketstream.client")
 
 CONSUME_REQUEST_LATER_DELAY_S = 5.0       # submitConsumeRequestLater (concurrent): 5 s
-CONSUME_TIMEOUT_MINUTES = 15.0            # DefaultMQPushConsumer.consumeTimeout (cleanExpireMsg's period too)
 EXPIRED_MSG_DELAY_LEVEL = 3               # cleanExpiredMsg: sendMessageBack(msg, 3)
 MAX_TIME_CONSUME_CONTINUOUSLY_S = 60.0    # ConsumeMessageOrderlyService.MAX_TIME_CONSUME_CONTINUOUSLY
 TRY_LOCK_LATER_NOT_LOCKED_S = 0.010       # tryLockLaterAndReconsume(..., 10) in the consume loop
@@ -62,6 +65,10 @@ PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
 class ConsumeConcurrentlyStatus(enum.Enum):
     CONSUME_SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
+
+
+_CONSUME_SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS   # looked up once per listener call
+_RECONSUME_LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER
 
 
 class ConsumeOrderlyStatus(enum.Enum):
@@ -94,9 +101,7 @@ class ConsumerHooks(Protocol):
     """What the consume services need of the push consumer."""
 
     group: str
-    message_model: str
-    consume_message_batch_max_size: int
-    suspend_current_queue_time_millis: int
+    config: PushConsumerConfig
     loop: asyncio.AbstractEventLoop
     rebalance: RebalanceImpl
 
@@ -155,14 +160,59 @@ def consume_directly(group: str, listener: Callable[[list[MessageExt], Any], Any
     return result
 
 
-@dataclass
-class _Stats:
-    consumed_ok: int = 0
-    consumed_failed: int = 0
-    listener_errors: int = 0
-    sent_back: int = 0
-    send_back_failed: int = 0
-    active: dict[MessageQueue, int] = field(default_factory=dict)
+class _StatsCell:
+    """One consume thread's counters: only that thread adds to them, so no lock is taken per listener call."""
+
+    __slots__ = ("consumed_ok", "consumed_failed", "listener_errors", "sent_back", "send_back_failed")
+
+    def __init__(self) -> None:
+        self.consumed_ok = self.consumed_failed = self.listener_errors = self.sent_back = self.send_back_failed = 0
+
+
+class ConsumeStats:
+    """The consume service's counters (``ConsumerStatsManager``'s consume OK / failed counts and ours), summed
+    over per-thread cells on read, as ``StatsItem`` counts with ``LongAdder``; ``active``: listener calls
+    running per queue."""
+
+    def __init__(self) -> None:
+        self._cells: list[_StatsCell] = []
+        self._local = threading.local()
+        self._cells_lock = threading.Lock()
+        self.active: dict[MessageQueue, int] = {}
+
+    def cell(self) -> _StatsCell:
+        """The calling thread's counters."""
+        cell: _StatsCell | None = getattr(self._local, "cell", None)
+        if cell is None:
+            cell = self._local.cell = _StatsCell()
+            with self._cells_lock:
+                self._cells.append(cell)
+        return cell
+
+    def _sum(self, name: str) -> int:
+        with self._cells_lock:
+            cells = list(self._cells)
+        return sum(getattr(c, name) for c in cells)
+
+    @property
+    def consumed_ok(self) -> int:
+        return self._sum("consumed_ok")
+
+    @property
+    def consumed_failed(self) -> int:
+        return self._sum("consumed_failed")
+
+    @property
+    def listener_errors(self) -> int:
+        return self._sum("listener_errors")
+
+    @property
+    def sent_back(self) -> int:
+        return self._sum("sent_back")
+
+    @property
+    def send_back_failed(self) -> int:
+        return self._sum("send_back_failed")
 
 
 class _ServiceBase:
@@ -170,7 +220,7 @@ class _ServiceBase:
         self.consumer = consumer
         self.executor = ThreadPoolExecutor(max_workers=consume_thread_max, thread_name_prefix=name)
         self.stopped = False
-        self.stats = _Stats()
+        self.stats = ConsumeStats()
         self._stats_lock = threading.Lock()
         self.max_concurrent_per_queue = 0   # highest number of listener calls seen at once on one queue
 
@@ -232,7 +282,7 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         super().shutdown(await_terminate_s)
 
     async def _clean_expire_msg_periodically(self) -> None:
-        period_s = getattr(self.consumer, "consume_timeout_minutes", CONSUME_TIMEOUT_MINUTES) * 60
+        period_s = self.consumer.config.consume_timeout_minutes * 60
         while not self.stopped:
             await asyncio.sleep(period_s)
             try:
@@ -250,161 +300,118 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
 
     def submit_consume_request(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue,
                                dispatch_to_consume: bool) -> None:
-        """``submitConsumeRequest``: the listener gets ``consume_message_batch_max_size`` messages per call
-        (one ``ConsumeRequest`` each, with its own context and result). The ConsumeRequests of one pulled batch
-        run one after the other in one consume-thread task, and the batch's consumed messages leave the
-        ProcessQueue together (one ``removeMessage`` and offset update): Java submits one task per
-        ConsumeRequest, which in Python costs more thread hand-offs than a no-op listener costs. With many
-        pulled batches waiting (the usual backlog) every consume thread is still busy."""
+        """``submitConsumeRequest``: one :class:`ConsumeRequest` per ``consume_message_batch_max_size`` messages.
+        The ConsumeRequests of one pulled batch run one after the other in one consume-thread task and the
+        messages they finished leave the ProcessQueue together (one ``removeMessage`` and offset update): Java
+        submits one task per ConsumeRequest, which in Python costs more thread hand-offs than a no-op listener
+        costs. With many pulled batches waiting (the usual backlog) every consume thread is still busy."""
         batch = list(msgs)
         if batch:
-            self._submit(lambda: self._consume_batch(batch, pq, mq))
+            self._submit(lambda: self._run_requests(batch, pq, mq))
 
-    def _consume_batch(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
-        size = max(1, self.consumer.consume_message_batch_max_size)
-        if len(msgs) <= size:
-            self._consume(msgs, pq, mq)
-            return
-        done: list[MessageExt] = []
-        tally = [0, 0]   # consumed ok, failed: added to the stats once
-        listener, success = self.listener, ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-        reset_retry_topic(msgs, self.consumer.group)   # for every ConsumeRequest of the batch at once
+    def _run_requests(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        """A consume-thread task: :meth:`ConsumeRequest.run` of each piece of the pulled batch, then the finished
+        messages out of the ProcessQueue and its answer to the offset store; nothing when the queue was dropped
+        meanwhile."""
+        size = max(1, self.consumer.config.consume_message_batch_max_size)
+        reset_retry_topic(msgs, self.consumer.group)   # ConsumeRequest.run's, for every request at once
+        finished: list[MessageExt] = []
         self._enter(mq)
         try:
             for i in range(0, len(msgs), size):
-                part = msgs[i:i + size]
-                # ConsumeRequest.run (as _consume), inline while the listener succeeds
-                if pq.dropped or self.stopped:
-                    return   # dropped or stopping: nothing is committed
-                put_properties(part, ((PROPERTY_CONSUME_START_TIME, str(int(time.time() * 1000))),))
-                context = ConsumeConcurrentlyContext(mq)
-                status: object = None
-                try:
-                    status = listener(list(part), context)
-                except Exception:
-                    self._listener_raised(part, mq)
-                if status is success and context.ack_index >= len(part) - 1 and not pq.dropped:
-                    tally[0] += len(part)
-                    done += part
-                    continue
-                remaining = self._after_listener(status, context, part, pq, mq, tally)
-                if remaining is None:
+                done = ConsumeRequest(msgs[i:i + size], pq, mq).run(self)
+                if done is None:
                     return
-                done += remaining
+                finished += done
         finally:
             self._leave(mq)
-            with self._stats_lock:
-                self.stats.consumed_ok += tally[0]
-                self.stats.consumed_failed += tally[1]
-        if done and not pq.dropped:
-            offset = pq.remove_messages(done)
+        if not pq.dropped:
+            offset = pq.remove_messages(finished)
             if offset >= 0 and not pq.dropped:
                 self.consumer.update_offset(mq, offset, True)
 
-    def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, *, commit: bool = True,
-                 tally: list[int] | None = None) -> list[MessageExt] | None:
-        """``ConsumeRequest.run``: the messages to remove from the ProcessQueue (consumed or sent back), None
-        when the queue was dropped; ``commit``: remove them and update the offset here. ``tally``: the
-        caller counts the call (``_enter``/``_leave``) and adds [consumed, failed] to the stats itself."""
-        count = tally is None
-        if pq.dropped or self.stopped:
-            return None
-        context = ConsumeConcurrentlyContext(mq)
-        reset_retry_topic(msgs, self.consumer.group)
-        put_properties(msgs, ((PROPERTY_CONSUME_START_TIME, str(int(time.time() * 1000))),))
-        status: object = None
-        if count:
-            self._enter(mq)
-        try:
-            status = self.listener(list(msgs), context)
-        except Exception:
-            self._listener_raised(msgs, mq)
-        finally:
-            if count:
-                self._leave(mq)
-        remaining = self._after_listener(status, context, msgs, pq, mq, tally)
-        if remaining is not None and commit:
-            offset = pq.remove_messages(remaining)
-            if offset >= 0 and not pq.dropped:
-                self.consumer.update_offset(mq, offset, True)
-        return remaining
-
-    def _listener_raised(self, msgs: list[MessageExt], mq: MessageQueue) -> None:
-        """In the ``except`` block: logged with the traceback and counted; the messages are a retry."""
-        with self._stats_lock:
-            self.stats.listener_errors += 1
+    def listener_raised(self, msgs: list[MessageExt], mq: MessageQueue) -> None:
+        """In the ``except`` block around the listener: logged with the traceback and counted; the messages are
+        a retry."""
+        self.stats.cell().listener_errors += 1
         log.exception("%s: listener raised on %d messages of %s; they will be consumed again",
                       self.consumer.group, len(msgs), mq)
 
-    def _after_listener(self, status: object, context: ConsumeConcurrentlyContext, msgs: list[MessageExt],
-                        pq: ProcessQueue, mq: MessageQueue, tally: list[int] | None) -> list[MessageExt] | None:
-        """``ConsumeRequest.run`` after the listener: its result (None after an exception: a retry) to
-        :meth:`_consume_result`; None when the queue was dropped meanwhile."""
-        if status is not ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
-            if status is not None and status is not ConsumeConcurrentlyStatus.RECONSUME_LATER:
-                log.warning("%s: listener returned %r (not a ConsumeConcurrentlyStatus): RECONSUME_LATER",
-                            self.consumer.group, status)
-            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-        if pq.dropped:
-            log.warning("%s: %s dropped while consuming %d messages; not committed", self.consumer.group, mq,
-                        len(msgs))
-            return None
-        assert isinstance(status, ConsumeConcurrentlyStatus)
-        return self._consume_result(status, context, msgs, pq, mq, tally)
-
     def process_consume_result(self, status: ConsumeConcurrentlyStatus, context: ConsumeConcurrentlyContext,
-                               msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
-        """``processConsumeResult``."""
-        if not msgs:
-            return
-        remaining = self._consume_result(status, context, msgs, pq, mq)
-        offset = pq.remove_messages(remaining)
-        if offset >= 0 and not pq.dropped:
-            self.consumer.update_offset(mq, offset, True)
-
-    def _consume_result(self, status: ConsumeConcurrentlyStatus, context: ConsumeConcurrentlyContext,
-                        msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
-                        tally: list[int] | None = None) -> list[MessageExt]:
-        """``processConsumeResult`` up to the ProcessQueue: stats (or ``tally``), send-backs; the messages to
-        remove (all but those whose send-back failed, consumed again 5 s later)."""
-        if not msgs:
-            return msgs
-        ack_index = context.ack_index
-        if status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
-            ack_index = min(ack_index, len(msgs) - 1)
+                               request: ConsumeRequest) -> list[MessageExt]:
+        """``processConsumeResult``: messages up to ``ack_index`` (all for CONSUME_SUCCESS, none for
+        RECONSUME_LATER) count as consumed; the rest go back to the broker in CLUSTERING (``sendMessageBack``
+        with the context's delay level) or are dropped with a warning in BROADCASTING. A message whose
+        send-back failed stays in the ProcessQueue and is consumed again 5 s later
+        (``submitConsumeRequestLater``). Returns the messages to remove from the ProcessQueue."""
+        msgs = request.msgs
+        n = len(msgs)
+        cell = self.stats.cell()
+        if status is _CONSUME_SUCCESS:
+            if context.ack_index >= n - 1:
+                cell.consumed_ok += n
+                return msgs
+            ack_index = context.ack_index
         else:
             ack_index = -1
-        if tally is not None:
-            tally[0] += ack_index + 1
-            tally[1] += len(msgs) - ack_index - 1
-        else:
-            with self._stats_lock:
-                self.stats.consumed_ok += ack_index + 1
-                self.stats.consumed_failed += len(msgs) - ack_index - 1
-        remaining = msgs
-        if ack_index + 1 >= len(msgs):
-            return remaining
-        if self.consumer.message_model == "BROADCASTING":
+        cell.consumed_ok += ack_index + 1
+        cell.consumed_failed += n - ack_index - 1
+        pq, mq = request.process_queue, request.message_queue
+        if self.consumer.config.message_model == BROADCASTING:
             for msg in msgs[ack_index + 1:]:
                 log.warning("%s: BROADCASTING consumption failed, message dropped: %s", self.consumer.group,
                             msg.msg_id)
-        else:
-            failed: list[MessageExt] = []
-            for msg in msgs[ack_index + 1:]:
-                if self.consumer.send_message_back(msg, context.delay_level_when_next_consume, mq.broker_name):
-                    with self._stats_lock:
-                        self.stats.sent_back += 1
-                else:
-                    with self._stats_lock:
-                        self.stats.send_back_failed += 1
-                    msg.reconsume_times += 1
-                    failed.append(msg)
-            if failed:
-                failed_ids = {id(m) for m in failed}
-                remaining = [m for m in msgs if id(m) not in failed_ids]
-                self._later(CONSUME_REQUEST_LATER_DELAY_S,
-                            lambda: self.submit_consume_request(failed, pq, mq, True))
-        return remaining
+            return msgs
+        failed: list[MessageExt] = []
+        for msg in msgs[ack_index + 1:]:
+            if self.consumer.send_message_back(msg, context.delay_level_when_next_consume, mq.broker_name):
+                cell.sent_back += 1
+            else:
+                cell.send_back_failed += 1
+                msg.reconsume_times += 1
+                failed.append(msg)
+        if not failed:
+            return msgs
+        failed_ids = {id(m) for m in failed}
+        self._later(CONSUME_REQUEST_LATER_DELAY_S, lambda: self.submit_consume_request(failed, pq, mq, True))
+        return [m for m in msgs if id(m) not in failed_ids]
+
+
+@dataclass(slots=True)
+class ConsumeRequest:
+    """``ConsumeMessageConcurrentlyService.ConsumeRequest``: one listener call on up to
+    ``consume_message_batch_max_size`` messages of one queue."""
+
+    msgs: list[MessageExt]
+    process_queue: ProcessQueue
+    message_queue: MessageQueue
+
+    def run(self, service: ConsumeMessageConcurrentlyService) -> list[MessageExt] | None:
+        """``run``: the listener (``CONSUME_START_TIME`` set; ``resetRetryAndNamespace`` was done for the whole
+        pulled batch), its answer — an exception or anything but a ConsumeConcurrentlyStatus is RECONSUME_LATER —
+        to :meth:`ConsumeMessageConcurrentlyService.process_consume_result`. The messages to remove from the
+        ProcessQueue; None (nothing committed) when the queue was dropped or the service stopped."""
+        pq, mq = self.process_queue, self.message_queue
+        if pq.dropped or service.stopped:
+            return None
+        put_properties(self.msgs, ((PROPERTY_CONSUME_START_TIME, str(int(time.time() * 1000))),))
+        context = ConsumeConcurrentlyContext(mq)
+        answer: object = None
+        try:
+            answer = service.listener(list(self.msgs), context)
+        except Exception:
+            service.listener_raised(self.msgs, mq)
+        status = _CONSUME_SUCCESS
+        if answer is not status:
+            if answer is not None and answer is not _RECONSUME_LATER:
+                log.warning("%s: listener returned %r (not a ConsumeConcurrentlyStatus): RECONSUME_LATER",
+                            service.consumer.group, answer)
+            status = _RECONSUME_LATER
+        if pq.dropped:
+            log.warning("%s: %s dropped while consuming %d messages; not committed", service.consumer.group, mq,
+                        len(self.msgs))
+            return None
+        return service.process_consume_result(status, context, self)
 
 
 class ConsumeMessageOrderlyService(_ServiceBase):
@@ -420,7 +427,7 @@ class ConsumeMessageOrderlyService(_ServiceBase):
     def start(self) -> None:
         """CLUSTERING: renew the broker locks every ``lock_interval_s`` (20 s), first after 1 s (call on
         the loop)."""
-        if self.consumer.message_model == "CLUSTERING":
+        if self.consumer.config.message_model == CLUSTERING:
             self._lock_task = asyncio.get_running_loop().create_task(self._lock_periodically())
 
     async def _lock_periodically(self) -> None:
@@ -473,7 +480,7 @@ class ConsumeMessageOrderlyService(_ServiceBase):
         """``ConsumeRequest.run`` of the orderly service."""
         if pq.dropped or self.stopped:
             return
-        clustering = self.consumer.message_model == "CLUSTERING"
+        clustering = self.consumer.config.message_model == CLUSTERING
         with self._mq_lock(mq):
             if clustering and not (pq.locked and not pq.is_lock_expired()):
                 if not pq.dropped:
@@ -492,7 +499,7 @@ class ConsumeMessageOrderlyService(_ServiceBase):
                 if time.monotonic() - begin > MAX_TIME_CONSUME_CONTINUOUSLY_S:
                     self.submit_consume_request_later(pq, mq, 0.010)
                     return
-                msgs = pq.take_messages(max(1, self.consumer.consume_message_batch_max_size))
+                msgs = pq.take_messages(max(1, self.consumer.config.consume_message_batch_max_size))
                 if not msgs:
                     return
                 typed: list[MessageExt] = msgs   # type: ignore[assignment]
@@ -507,8 +514,7 @@ class ConsumeMessageOrderlyService(_ServiceBase):
                     try:
                         status = self.listener(list(typed), context)
                     except Exception:
-                        with self._stats_lock:
-                            self.stats.listener_errors += 1
+                        self.stats.cell().listener_errors += 1
                         log.exception("%s: orderly listener raised on %d messages of %s; suspending the queue",
                                       self.consumer.group, len(typed), mq)
                     finally:
@@ -528,16 +534,14 @@ class ConsumeMessageOrderlyService(_ServiceBase):
         go_on = True
         commit_offset = -1
         if status is ConsumeOrderlyStatus.SUCCESS:
-            with self._stats_lock:
-                self.stats.consumed_ok += len(msgs)
+            self.stats.cell().consumed_ok += len(msgs)
             commit_offset = pq.commit()
         elif self._check_reconsume_times(msgs):
-            with self._stats_lock:
-                self.stats.consumed_failed += len(msgs)
+            self.stats.cell().consumed_failed += len(msgs)
             pq.make_message_to_consume_again(msgs)
             delay_ms = context.suspend_current_queue_time_millis
             if delay_ms < 0:
-                delay_ms = self.consumer.suspend_current_queue_time_millis
+                delay_ms = self.consumer.config.suspend_current_queue_time_millis
             self.submit_consume_request_later(pq, mq, max(delay_ms, 10) / 1000)
             go_on = False
         else:
@@ -555,8 +559,7 @@ class ConsumeMessageOrderlyService(_ServiceBase):
             if msg.reconsume_times >= limit:
                 msg.properties[PROPERTY_RECONSUME_TIME] = str(msg.reconsume_times)
                 if self.consumer.send_to_retry_topic(msg, msg.reconsume_times):
-                    with self._stats_lock:
-                        self.stats.sent_back += 1
+                    self.stats.cell().sent_back += 1
                 else:
                     suspend = True
                     msg.reconsume_times += 1

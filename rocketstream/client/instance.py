@@ -318,6 +318,18 @@ class MQClientInstance:
         """``findBrokerAddressInPublish``: the master's address."""
         return self.broker_addrs.get(broker_name, {}).get(MASTER_ID)
 
+    async def find_master_addr(self, broker_name: str, topic: str) -> str:
+        """The master's address of ``broker_name``, the route of ``topic`` fetched once when it is unknown
+        (``findBrokerAddressInPublish`` then ``updateTopicRouteInfoFromNameServer``, as
+        ``RemoteBrokerOffsetStore`` and ``RebalanceImpl`` look a broker up); MQClientError when there is none."""
+        addr = self.broker_addr(broker_name)
+        if addr is None:
+            await self.update_route(topic)
+            addr = self.broker_addr(broker_name)
+        if addr is None:
+            raise MQClientError(f"the broker[{broker_name}] does not exist (topic {topic})")
+        return addr
+
     def find_broker_for_subscribe(self, broker_name: str, broker_id: int = MASTER_ID,
                                   only_this_broker: bool = False) -> tuple[str, bool] | None:
         """``findBrokerAddressInSubscribe``: (address, is_slave) of ``broker_id``, else id + 1 (a slave),

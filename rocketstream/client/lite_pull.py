@@ -19,14 +19,19 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rocketstream.client.allocate import MessageQueue
 from rocketstream.client.api import build_pull_sys_flag
 from rocketstream.client.common import MessageExt, PullResult, PullStatus, check_group, check_topic
+from rocketstream.client.config import (
+    AUTO_COMMIT_INTERVAL_S,
+    PULL_THRESHOLD_FOR_ALL,
+    LitePullConsumerConfig,
+)
 from rocketstream.client.instance import MQClientInstance
 from rocketstream.client.offset_store import (
+    BrokerOffsetClient,
     LocalFileOffsetStore,
     OffsetStore,
     ReadOffsetType,
@@ -35,36 +40,26 @@ from rocketstream.client.offset_store import (
 from rocketstream.client.process_queue import ProcessQueue
 from rocketstream.client.pull_decode import process_pull_result_fast as process_pull_result
 from rocketstream.client.pull_service import PullRequest, flow_control
-from rocketstream.client.push_consumer import EXPRESSION_TYPES, _BrokerOffsets, check_client_config
+from rocketstream.client.push_consumer import EXPRESSION_TYPES, check_client_config
 from rocketstream.client.queue_change import (
     FIRST_CHECK_DELAY_S,
-    TOPIC_METADATA_CHECK_INTERVAL_S,
     TopicMessageQueueChangeListener,
     TopicQueueWatcher,
 )
 from rocketstream.client.rebalance import (
-    BROADCASTING,
     CLUSTERING,
-    CONSUME_FROM_LAST_OFFSET,
-    CONSUME_FROM_TIMESTAMP,
-    CONSUME_FROM_WHERE,
     RebalanceImpl,
     Subscription,
-    parse_consume_timestamp,
 )
 from rocketstream.client.route import subscribe_queues
 from rocketstream.client.subscription import SubscriptionData
 from rocketstream.errors import MQClientError, OptionError, RemotingError
 
-__all__ = ["LitePullConsumer", "RebalanceLitePullImpl", "AUTO_COMMIT_INTERVAL_S", "PULL_THRESHOLD_FOR_ALL"]
+__all__ = ["LitePullConsumer", "LitePullConsumerConfig", "RebalanceLitePullImpl", "AUTO_COMMIT_INTERVAL_S",
+           "PULL_THRESHOLD_FOR_ALL"]
 
 log = logging.getLogger("rocketstream.client")
 
-AUTO_COMMIT_INTERVAL_S = 5.0            # DefaultLitePullConsumer.autoCommitIntervalMillis
-PULL_THRESHOLD_FOR_ALL = 10_000         # pullThresholdForAll (messages cached for poll)
-PULL_BATCH_SIZE = 10                    # DefaultLitePullConsumer.pullBatchSize
-POLL_TIMEOUT_S = 5.0                    # pollTimeoutMillis
-BROKER_SUSPEND_MAX_TIME_MS = 20_000     # DefaultLitePullConsumer.brokerSuspendMaxTimeMillis
 CONSUMER_TIMEOUT_WHEN_SUSPEND_S = 30.0  # consumerTimeoutMillisWhenSuspend
 PULL_TIME_DELAY_ON_EXCEPTION_S = 1.0    # PULL_TIME_DELAY_MILLS_ON_EXCEPTION
 PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S = 0.050
@@ -106,7 +101,7 @@ class RebalanceLitePullImpl(RebalanceImpl):
     async def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         """Auto-commit: the consumed offset of a queue taken away is stored before it is persisted."""
         off = self.consumer._consume_offset.get(mq)
-        if self.consumer.auto_commit and off is not None and self.offset_store is not None:
+        if self.consumer.config.auto_commit and off is not None and self.offset_store is not None:
             self.offset_store.update_offset(mq, off, False)
         return await super().remove_unnecessary_message_queue(mq, pq)
 
@@ -114,70 +109,19 @@ class RebalanceLitePullImpl(RebalanceImpl):
 class LitePullConsumer:
     """A pull consumer of one group; ``poll`` returns lists of :class:`MessageExt`."""
 
-    def __init__(
-        self,
-        group: str,
-        *,
-        namesrv: str,
-        message_model: str = CLUSTERING,
-        consume_from_where: str = CONSUME_FROM_LAST_OFFSET,
-        consume_timestamp: int | str | None = None,
-        allocate_strategy: str = "AVG",
-        allocate_args: dict[str, Any] | None = None,
-        pull_batch_size: int = PULL_BATCH_SIZE,
-        pull_threshold_for_queue: int = 1000,
-        pull_threshold_size_for_queue: int = 100,
-        pull_threshold_for_all: int = PULL_THRESHOLD_FOR_ALL,
-        consume_max_span: int = 2000,
-        auto_commit: bool = True,
-        auto_commit_interval_s: float = AUTO_COMMIT_INTERVAL_S,
-        poll_timeout_s: float = POLL_TIMEOUT_S,
-        instance_name: str = "DEFAULT",
-        offset_store_dir: str | Path | None = None,
-        rebalance_interval_s: float | None = None,
-        broker_suspend_max_time_ms: int = BROKER_SUSPEND_MAX_TIME_MS,
-        topic_metadata_check_interval_s: float = TOPIC_METADATA_CHECK_INTERVAL_S,
-    ) -> None:
-        """``topic_metadata_check_interval_s``: how often the queues of topics with a
-        TopicMessageQueueChangeListener are compared (``topicMetadataCheckIntervalMillis``)."""
+    def __init__(self, group: str, config: LitePullConsumerConfig | None = None, **options: Any) -> None:
+        """``config`` and/or :class:`LitePullConsumerConfig`'s field names as keywords
+        (``LitePullConsumer("g", namesrv="127.0.0.1:9876", pull_batch_size=32)``); the consumer keeps its own
+        copy as ``self.config``."""
         self.group = check_group(group, argument="group")
-        if message_model not in (CLUSTERING, BROADCASTING):
-            raise OptionError("message_model", f"must be {CLUSTERING} or {BROADCASTING}", message_model)
-        if consume_from_where not in CONSUME_FROM_WHERE:
-            raise OptionError("consume_from_where", f"must be one of {', '.join(CONSUME_FROM_WHERE)}",
-                              consume_from_where)
-        for name, value in (("pull_batch_size", pull_batch_size),
-                            ("pull_threshold_for_queue", pull_threshold_for_queue),
-                            ("pull_threshold_size_for_queue", pull_threshold_size_for_queue),
-                            ("pull_threshold_for_all", pull_threshold_for_all), ("consume_max_span", consume_max_span)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise OptionError(name, "must be an int >= 1", value)
-        if not isinstance(auto_commit_interval_s, (int, float)) or auto_commit_interval_s < 0:
-            raise OptionError("auto_commit_interval_s", "must be >= 0", auto_commit_interval_s)
-        self.namesrv = namesrv
-        self.message_model = message_model
-        self.consume_from_where = consume_from_where
-        ts = parse_consume_timestamp(consume_timestamp) if consume_timestamp is not None else None
-        if consume_from_where == CONSUME_FROM_TIMESTAMP and ts is None:
-            ts = int((time.time() - 30 * 60) * 1000)
-        self.pull_batch_size = pull_batch_size
-        self.pull_threshold_for_queue = pull_threshold_for_queue
-        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
-        self.pull_threshold_for_all = pull_threshold_for_all
-        self.consume_max_span = consume_max_span
-        self.auto_commit = auto_commit
-        self.auto_commit_interval_s = auto_commit_interval_s
-        self.poll_timeout_s = poll_timeout_s
-        self.instance_name = instance_name
-        self.offset_store_dir = offset_store_dir
-        self.rebalance_interval_s = rebalance_interval_s
-        self.broker_suspend_max_time_ms = broker_suspend_max_time_ms
+        self.config = cfg = LitePullConsumerConfig.from_options(config, options)
         self.instance: MQClientInstance | None = None
         self.offset_store: OffsetStore | None = None
-        self.rebalance = RebalanceLitePullImpl(self, group=self.group, message_model=message_model,
-                                               allocate_strategy=allocate_strategy, instance=None, offset_store=None,
-                                               consume_from_where=consume_from_where, consume_timestamp_ms=ts,
-                                               allocate_args=allocate_args)
+        self.rebalance = RebalanceLitePullImpl(self, group=self.group, message_model=cfg.message_model,
+                                               allocate_strategy=cfg.allocate_strategy, instance=None,
+                                               offset_store=None, consume_from_where=cfg.consume_from_where,
+                                               consume_timestamp_ms=cfg.consume_timestamp_ms,
+                                               allocate_args=cfg.allocate_args)
         self._subscriptions: dict[str, Subscription] = {}
         self._mode: str | None = None   # "subscribe" | "assign"
         self._state = "CREATE_JUST"
@@ -194,16 +138,13 @@ class LitePullConsumer:
         self._last_commit = time.monotonic()
         self._stopping = False
         # TopicMessageQueueChangeListener (queue_change.py) and subscribe()'s MessageQueueListener per topic
-        if not isinstance(topic_metadata_check_interval_s, (int, float)) or not topic_metadata_check_interval_s > 0:
-            raise OptionError("topic_metadata_check_interval_s", "must be > 0", topic_metadata_check_interval_s)
-        self.topic_metadata_check_interval_s = float(topic_metadata_check_interval_s)
         self.first_topic_metadata_check_s = FIRST_CHECK_DELAY_S
         self.queue_watcher = TopicQueueWatcher(self.group, self._fetch_queues)
         self.message_queue_listeners: dict[str, Callable[[str, set[MessageQueue], set[MessageQueue]], object]] = {}
         self._watch_task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
-        return f"LitePullConsumer({self.group}, {self.message_model}, {self._state})"
+        return f"LitePullConsumer({self.group}, {self.config.message_model}, {self._state})"
 
     # ------------------------------------------------------------------ configuration
     def subscribe(self, topic: str, expression: str | None = "*", *, expression_type: str = "TAG",
@@ -266,22 +207,22 @@ class LitePullConsumer:
             if self._state != "CREATE_JUST":
                 raise MQClientError(f"the LitePullConsumer service state is {self._state}, not CREATE_JUST")
             self._state = "START_FAILED"
-        inst = MQClientInstance.get(self.namesrv, self.instance_name)
+        inst = MQClientInstance.get(self.config.namesrv, self.config.instance_name)
         self.instance = inst
         self.rebalance.instance = inst
-        if self.message_model == CLUSTERING:
-            store: OffsetStore = RemoteBrokerOffsetStore(self.group, _BrokerOffsets(self.rebalance))
+        if self.config.message_model == CLUSTERING:
+            store: OffsetStore = RemoteBrokerOffsetStore(self.group, BrokerOffsetClient(inst, self.group))
         else:
-            local_id = f"{inst.client_id.split('@', 1)[0]}@{self.instance_name}"
-            store = LocalFileOffsetStore(local_id, self.group, self.offset_store_dir)
+            local_id = f"{inst.client_id.split('@', 1)[0]}@{self.config.instance_name}"
+            store = LocalFileOffsetStore(local_id, self.group, self.config.offset_store_dir)
         store.load()
         self.offset_store = store
         self.rebalance.offset_store = store
         inst.register_consumer(self.group, self)
         try:
             inst.start()
-            if self.rebalance_interval_s is not None:
-                inst.rebalance_interval = min(inst.rebalance_interval, self.rebalance_interval_s)
+            if self.config.rebalance_interval_s is not None:
+                inst.rebalance_interval = min(inst.rebalance_interval, self.config.rebalance_interval_s)
             inst.run(self._start_on_loop(), 30.0)
         except BaseException:
             inst.consumers.pop(self.group, None)
@@ -306,7 +247,8 @@ class LitePullConsumer:
         for topic in list(self.queue_watcher.listeners):
             await self.queue_watcher.prime(topic)
         self._watch_task = asyncio.get_running_loop().create_task(
-            self.queue_watcher.run(self.first_topic_metadata_check_s, lambda: self.topic_metadata_check_interval_s),
+            self.queue_watcher.run(self.first_topic_metadata_check_s,
+                                   lambda: self.config.topic_metadata_check_interval_s),
             name=f"fetchTopicMessageQueuesAndCompare[{self.group}]")
         self._state = "RUNNING"
         if self._mode == "subscribe":
@@ -362,8 +304,8 @@ class LitePullConsumer:
     # ------------------------------------------------------------------ MQClientInstance callbacks
     def consumer_data(self) -> dict[str, Any]:
         subs = [s.to_json() for s in self._subscriptions.values()] if self._mode == "subscribe" else []
-        return {"consumeFromWhere": self.consume_from_where, "consumeType": "CONSUME_ACTIVELY",
-                "groupName": self.group, "messageModel": self.message_model, "subscriptionDataSet": subs,
+        return {"consumeFromWhere": self.config.consume_from_where, "consumeType": "CONSUME_ACTIVELY",
+                "groupName": self.group, "messageModel": self.config.message_model, "subscriptionDataSet": subs,
                 "unitMode": False}
 
     def subscribed_topics(self) -> set[str]:
@@ -442,18 +384,18 @@ class LitePullConsumer:
         """The flow control checked before each pull (``PullTaskImpl.run``: pullThresholdForAll,
         pullThresholdForQueue, pullThresholdSizeForQueue, consumeMaxSpan), counting ``count`` messages of
         ``size`` bytes up to ``last_offset`` that are pulled but not yet in ``pq``."""
-        if self._cached_messages + count > self.pull_threshold_for_all:
+        if self._cached_messages + count > self.config.pull_threshold_for_all:
             return True
         if not count:
-            return flow_control(pq, pull_threshold_for_queue=self.pull_threshold_for_queue,
-                                pull_threshold_size_for_queue_mib=self.pull_threshold_size_for_queue,
-                                consume_concurrently_max_span=self.consume_max_span, orderly=False) is not None
-        if pq.msg_count + count > self.pull_threshold_for_queue:
+            return flow_control(pq, pull_threshold_for_queue=self.config.pull_threshold_for_queue,
+                                pull_threshold_size_for_queue_mib=self.config.pull_threshold_size_for_queue,
+                                consume_concurrently_max_span=self.config.consume_max_span, orderly=False) is not None
+        if pq.msg_count + count > self.config.pull_threshold_for_queue:
             return True
-        if (pq.msg_size + size) // (1 << 20) > self.pull_threshold_size_for_queue:
+        if (pq.msg_size + size) // (1 << 20) > self.config.pull_threshold_size_for_queue:
             return True
         first = pq.first_offset()
-        return last_offset is not None and first is not None and last_offset - first > self.consume_max_span
+        return last_offset is not None and first is not None and last_offset - first > self.config.consume_max_span
 
     async def _pull_task(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         """``PullTaskImpl.run``, as a loop. The next pull of the queue is sent as soon as an answer arrives,
@@ -533,10 +475,10 @@ class LitePullConsumer:
         addr = found[0]
         task = asyncio.get_running_loop().create_task(self.instance.api.pull(
             addr, group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=offset,
-            max_nums=self.pull_batch_size, sys_flag=build_pull_sys_flag(False, True, True, lite_pull=True),
-            suspend_ms=self.broker_suspend_max_time_ms, subscription=sub.expression, sub_version=0,
+            max_nums=self.config.pull_batch_size, sys_flag=build_pull_sys_flag(False, True, True, lite_pull=True),
+            suspend_ms=self.config.broker_suspend_max_time_ms, subscription=sub.expression, sub_version=0,
             expression_type=sub.expression_type,
-            timeout=max(CONSUMER_TIMEOUT_WHEN_SUSPEND_S, self.broker_suspend_max_time_ms / 1000 + 5)))
+            timeout=max(CONSUMER_TIMEOUT_WHEN_SUSPEND_S, self.config.broker_suspend_max_time_ms / 1000 + 5)))
         return (offset, addr, sub), task
 
     def _take(self, mq: MessageQueue, pq: ProcessQueue, offset: int, addr: str, sub: Subscription,
@@ -567,9 +509,9 @@ class LitePullConsumer:
         """The next batch of messages (empty after ``timeout`` seconds, default ``poll_timeout_s``)."""
         if self._state != "RUNNING":
             raise MQClientError(f"the LitePullConsumer {self.group} is not running (state {self._state})")
-        if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s:
+        if self.config.auto_commit and time.monotonic() - self._last_commit >= self.config.auto_commit_interval_s:
             self.commit()
-        deadline = time.monotonic() + (self.poll_timeout_s if timeout is None else timeout)
+        deadline = time.monotonic() + (self.config.poll_timeout_s if timeout is None else timeout)
         while True:
             left = deadline - time.monotonic()
             try:
@@ -602,12 +544,11 @@ class LitePullConsumer:
         if isinstance(store, LocalFileOffsetStore):
             store.persist_now()
             return
-        assert isinstance(store, RemoteBrokerOffsetStore) and isinstance(store.broker, _BrokerOffsets)
-        broker = store.broker
+        assert isinstance(store, RemoteBrokerOffsetStore)
 
         async def persist() -> None:
             for mq, off in table.items():
-                await broker.update_offset(mq, off, oneway=False)
+                await store.update_consume_offset_to_broker(mq, off, oneway=False)
         self.instance.run(persist(), 15.0)
 
     def committed(self, mq: MessageQueue) -> int:

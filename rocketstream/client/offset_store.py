@@ -2,15 +2,16 @@
 
 * :class:`RemoteBrokerOffsetStore` (CLUSTERING): offsets live on the broker. ``update_offset`` only changes
   the in-memory ``offset_table``; ``persist_all`` (every 5 s from the client instance) sends each queue's offset
-  with a oneway UPDATE_CONSUMER_OFFSET to the master of its broker; ``read_offset(..., READ_FROM_STORE)`` asks
-  the broker (QUERY_CONSUMER_OFFSET): the committed offset, -1 when the broker has none (22 or any other broker
-  error code), -2 on a connection problem (RocketMQ skips the queue for this rebalance).
+  with a oneway UPDATE_CONSUMER_OFFSET to the master of its broker (:class:`BrokerOffsetClient` sends the
+  requests); ``read_offset(..., READ_FROM_STORE)`` asks the broker (QUERY_CONSUMER_OFFSET): the committed offset,
+  -1 when the broker has none (QUERY_NOT_FOUND or any other broker error code), -2 on a connection problem
+  (RocketMQ skips the queue for this rebalance).
 * :class:`LocalFileOffsetStore` (BROADCASTING): offsets in ``<dir>/<clientId>/<group>/offsets.json`` in
   RocketMQ's own format (``OffsetSerializeWrapper`` written by fastjson), ``~/.rocketmq_offsets`` by default
   (Java's system property ``rocketmq.client.localOffsetStoreDir``).
 * :class:`LocalOffsetStore`: the file itself (read with the ``.bak`` fallback; write ``.tmp`` -> ``.bak`` ->
-  rename under an flock so that several processes, e.g. Spark drivers, can share it). Formerly in
-  ``rocketstream.store.meta.offsets``; the text format is :mod:`rocketstream.codec.offset_json`.
+  rename under an flock so that several processes, e.g. Spark drivers, can share it); the text format is
+  :mod:`rocketstream.codec.offset_json`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import fcntl
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,6 +43,8 @@ __all__ = [
     "ReadOffsetType",
     "OffsetStore",
     "RemoteBrokerOffsetStore",
+    "BrokerOffsetAPI",
+    "BrokerOffsetClient",
     "LocalFileOffsetStore",
     "LocalOffsetStore",
     "default_local_offset_dir",
@@ -109,19 +112,60 @@ class _MemoryTable:
 
 
 class BrokerOffsetAPI(Protocol):
-    """The two requests RemoteBrokerOffsetStore sends, and how it finds a broker's master."""
+    """The two requests RemoteBrokerOffsetStore sends, each to the master of the queue's broker."""
 
     async def query_offset(self, mq: MessageQueue) -> int | None: ...
-    async def update_offset(self, mq: MessageQueue, offset: int) -> None: ...
+    async def update_offset(self, mq: MessageQueue, offset: int, oneway: bool = True) -> None: ...
+
+
+class _OffsetRequests(Protocol):
+    """What :class:`BrokerOffsetClient` uses of ``MQClientAPI``."""
+
+    async def query_offset(self, addr: str, group: str, topic: str, queue_id: int) -> int | None: ...
+    async def update_offset(self, addr: str, group: str, topic: str, queue_id: int, offset: int, *,
+                            oneway: bool = True) -> None: ...
+
+
+class ClientInstanceLike(Protocol):
+    """What :class:`BrokerOffsetClient` uses of ``MQClientInstance``."""
+
+    @property
+    def api(self) -> _OffsetRequests: ...
+    async def find_master_addr(self, broker_name: str, topic: str) -> str: ...
+
+
+class BrokerOffsetClient:
+    """:class:`BrokerOffsetAPI` over a client instance, for consumer group ``group``: QUERY_CONSUMER_OFFSET and
+    UPDATE_CONSUMER_OFFSET to the master of the queue's broker (``RemoteBrokerOffsetStore.fetchConsumeOffsetFromBroker``
+    and ``updateConsumeOffsetToBroker``: ``findBrokerAddressInSubscribe``, the route fetched once when the broker is
+    unknown)."""
+
+    def __init__(self, instance: ClientInstanceLike, group: str) -> None:
+        self.instance = instance
+        self.group = group
+
+    async def query_offset(self, mq: MessageQueue) -> int | None:
+        addr = await self.instance.find_master_addr(mq.broker_name, mq.topic)
+        return await self.instance.api.query_offset(addr, self.group, mq.topic, mq.queue_id)
+
+    async def update_offset(self, mq: MessageQueue, offset: int, oneway: bool = True) -> None:
+        addr = await self.instance.find_master_addr(mq.broker_name, mq.topic)
+        await self.instance.api.update_offset(addr, self.group, mq.topic, mq.queue_id, offset, oneway=oneway)
 
 
 class RemoteBrokerOffsetStore(_MemoryTable):
-    """CLUSTERING offsets, kept by the broker (``RemoteBrokerOffsetStore``)."""
+    """CLUSTERING offsets, kept by the broker (``RemoteBrokerOffsetStore``); ``broker`` sends its requests
+    (:class:`BrokerOffsetClient` in the consumers)."""
 
     def __init__(self, group: str, broker: BrokerOffsetAPI) -> None:
         super().__init__()
         self.group = group
         self.broker = broker
+
+    async def update_consume_offset_to_broker(self, mq: MessageQueue, offset: int, oneway: bool = True) -> None:
+        """``updateConsumeOffsetToBroker``: UPDATE_CONSUMER_OFFSET of ``offset`` for ``mq``; with ``oneway=False``
+        the broker's answer is awaited and a failure raised (BrokerResponseError, RemotingError, MQClientError)."""
+        await self.broker.update_offset(mq, offset, oneway=oneway)
 
     def load(self) -> None:
         """Nothing to load: the broker has the offsets."""
@@ -305,5 +349,3 @@ class LocalFileOffsetStore(_MemoryTable):
         if table:
             self.file.persist(table)
 
-
-OffsetStoreFactory = Callable[[], OffsetStore]

@@ -26,10 +26,9 @@ import asyncio
 import logging
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-from rocketstream.client.allocate import STRATEGIES, MessageQueue
+from rocketstream.client.allocate import MessageQueue
 from rocketstream.client.api import build_pull_sys_flag
 from rocketstream.client.common import (
     PROPERTY_MAX_OFFSET,
@@ -45,6 +44,7 @@ from rocketstream.client.common import (
     check_group,
     check_topic,
 )
+from rocketstream.client.config import UNLOCK_DELAY_TIME_S, PushConsumerConfig
 from rocketstream.client.consume_service import (
     PROPERTY_CONSUME_START_TIME,
     ConcurrentListener,
@@ -54,17 +54,16 @@ from rocketstream.client.consume_service import (
 )
 from rocketstream.client.instance import MQClientInstance
 from rocketstream.client.offset_store import (
+    BrokerOffsetClient,
     LocalFileOffsetStore,
     OffsetStore,
     RemoteBrokerOffsetStore,
 )
-from rocketstream.client.process_queue import REBALANCE_LOCK_INTERVAL_S, REBALANCE_LOCK_MAX_LIVE_TIME_S, ProcessQueue
+from rocketstream.client.process_queue import ProcessQueue
 from rocketstream.client.pull_decode import process_pull_result_fast as process_pull_result
 from rocketstream.client.pull_service import (
-    BROKER_SUSPEND_MAX_TIME_MS,
     CONSUMER_TIMEOUT_WHEN_SUSPEND_S,
     PULL_TIME_DELAY_WHEN_BROKER_FLOW_CONTROL_S,
-    PULL_TIME_DELAY_WHEN_EXCEPTION_S,
     PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S,
     PULL_TIME_DELAY_WHEN_SUSPEND_S,
     PullMessageService,
@@ -74,12 +73,8 @@ from rocketstream.client.pull_service import (
 from rocketstream.client.rebalance import (
     BROADCASTING,
     CLUSTERING,
-    CONSUME_FROM_LAST_OFFSET,
-    CONSUME_FROM_TIMESTAMP,
-    CONSUME_FROM_WHERE,
     RebalanceImpl,
     Subscription,
-    parse_consume_timestamp,
     retry_topic,
 )
 from rocketstream.client.route import publish_info
@@ -90,6 +85,7 @@ from rocketstream.remoting import RemotingCommand, RequestCode, ResponseCode, js
 
 __all__ = [
     "PushConsumer",
+    "PushConsumerConfig",
     "RebalancePushImpl",
     "CLUSTERING",
     "BROADCASTING",
@@ -99,10 +95,10 @@ __all__ = [
 
 log = logging.getLogger("rocketstream.client")
 
-UNLOCK_DELAY_TIME_S = 20.0        # RebalancePushImpl.UNLOCK_DELAY_TIME_MILLS (rocketmq.client.unlockDelayTimeMills)
 OFFSET_ILLEGAL_FIX_DELAY_S = 10.0  # pullMessage, OFFSET_ILLEGAL: fix the offset 10 s later
 SEND_BACK_TIMEOUT_S = 5.0
-FLOW_CONTROL_CODE = 215            # ResponseCode.FLOW_CONTROL: re-pull after 20 ms
+# pullMessage's answers a heartbeat heals (the broker has not registered the subscription yet): not logged
+_SUBSCRIPTION_NOT_YET_CODES = (ResponseCode.SUBSCRIPTION_NOT_EXIST, ResponseCode.SUBSCRIPTION_NOT_LATEST)
 EXPRESSION_TYPES = ("TAG", "SQL92")
 _CLIENT_ONLY_PROPERTIES = (PROPERTY_MIN_OFFSET, PROPERTY_MAX_OFFSET, PROPERTY_CONSUME_START_TIME)
 
@@ -131,28 +127,6 @@ async def check_client_config(instance: MQClientInstance, group: str, sub: Subsc
                 + (" (the broker needs enablePropertyFilter=true)" if sub.expression_type == "SQL92" else ""))
 
 
-class _BrokerOffsets:
-    """RemoteBrokerOffsetStore's two requests, to the master of the queue's broker."""
-
-    def __init__(self, rebalance: RebalanceImpl) -> None:
-        self.rebalance = rebalance
-
-    def _api(self) -> Any:
-        inst = self.rebalance.instance
-        if inst is None:
-            raise MQClientError("no client instance")
-        return inst.api
-
-    async def query_offset(self, mq: MessageQueue) -> int | None:
-        addr = await self.rebalance.master_addr(mq.broker_name, mq.topic)
-        result: int | None = await self._api().query_offset(addr, self.rebalance.group, mq.topic, mq.queue_id)
-        return result
-
-    async def update_offset(self, mq: MessageQueue, offset: int, oneway: bool = True) -> None:
-        addr = await self.rebalance.master_addr(mq.broker_name, mq.topic)
-        await self._api().update_offset(addr, self.rebalance.group, mq.topic, mq.queue_id, offset, oneway=oneway)
-
-
 class RebalancePushImpl(RebalanceImpl):
     consume_type = "CONSUME_PASSIVELY"
 
@@ -173,9 +147,9 @@ class RebalancePushImpl(RebalanceImpl):
             log.warning("%s: %s is being consumed; unlock retried at the next rebalance", self.group, mq)
             return False
         try:
-            if pq.has_temp_message() and self.consumer.unlock_delay_s > 0:
+            if pq.has_temp_message() and self.consumer.config.unlock_delay_s > 0:
                 loop = asyncio.get_running_loop()
-                loop.call_later(self.consumer.unlock_delay_s,
+                loop.call_later(self.consumer.config.unlock_delay_s,
                                 lambda: loop.create_task(self.unlock(mq, oneway=True)))
             else:
                 await self.unlock(mq, oneway=True)
@@ -190,12 +164,12 @@ class RebalancePushImpl(RebalanceImpl):
     async def message_queue_changed(self, topic: str, mq_all: set[MessageQueue], mq_divided: set[MessageQueue]) -> None:
         """``messageQueueChanged``: per-queue thresholds from the topic thresholds, a new subscription version
         and a heartbeat at once (before the new queues' first pulls)."""
-        c = self.consumer
+        cfg = self.consumer.config   # the consumer's own copy: setPullThresholdForQueue as in RocketMQ
         n = max(1, len(mq_divided))
-        if c.pull_threshold_for_topic != -1:
-            c.pull_threshold_for_queue = max(1, c.pull_threshold_for_topic // n)
-        if c.pull_threshold_size_for_topic != -1:
-            c.pull_threshold_size_for_queue = max(1, c.pull_threshold_size_for_topic // n)
+        if cfg.pull_threshold_for_topic != -1:
+            cfg.pull_threshold_for_queue = max(1, cfg.pull_threshold_for_topic // n)
+        if cfg.pull_threshold_size_for_topic != -1:
+            cfg.pull_threshold_size_for_queue = max(1, cfg.pull_threshold_size_for_topic // n)
         sub = self.subscription_inner.get(topic)
         if sub is not None:
             sub.sub_version = max(int(time.time() * 1000), sub.sub_version + 1)
@@ -207,103 +181,12 @@ class PushConsumer:
     """A push consumer of one group (see the module docstring). Listener return values:
     ``ConsumeConcurrentlyStatus`` / ``ConsumeOrderlyStatus``; an exception or ``None`` means retry."""
 
-    def __init__(
-        self,
-        group: str,
-        *,
-        namesrv: str,
-        message_model: str = CLUSTERING,
-        consume_from_where: str = CONSUME_FROM_LAST_OFFSET,
-        consume_timestamp: int | str | None = None,
-        allocate_strategy: str = "AVG",
-        allocate_args: dict[str, Any] | None = None,
-        consume_thread_min: int = 20,
-        consume_thread_max: int = 20,
-        pull_batch_size: int = 32,
-        consume_message_batch_max_size: int = 1,
-        pull_threshold_for_queue: int = 1000,
-        pull_threshold_size_for_queue: int = 100,
-        pull_threshold_for_topic: int = -1,
-        pull_threshold_size_for_topic: int = -1,
-        consume_concurrently_max_span: int = 2000,
-        max_reconsume_times: int = -1,
-        suspend_current_queue_time_millis: int = 1000,
-        pull_interval_ms: int = 0,
-        instance_name: str = "DEFAULT",
-        offset_store_dir: str | Path | None = None,
-        rebalance_interval_s: float | None = None,
-        lock_interval_s: float = REBALANCE_LOCK_INTERVAL_S,
-        lock_max_live_time_s: float = REBALANCE_LOCK_MAX_LIVE_TIME_S,
-        unlock_delay_s: float = UNLOCK_DELAY_TIME_S,
-        pull_delay_on_exception_s: float = PULL_TIME_DELAY_WHEN_EXCEPTION_S,
-        broker_suspend_max_time_ms: int = BROKER_SUSPEND_MAX_TIME_MS,
-        await_termination_s: float = 5.0,
-        consume_timeout_minutes: float = 15.0,
-    ) -> None:
-        """``pull_threshold_size_for_queue`` / ``..._for_topic`` are in MiB as in RocketMQ. ``max_reconsume_times``
-        -1 means 16 (concurrent) or unlimited (orderly), as in RocketMQ. ``rebalance_interval_s`` lowers the
-        shared client instance's rebalance period (Java: ``rocketmq.client.rebalance.waitInterval``).
-        ``consume_timeout_minutes`` (``consumeTimeout``, 15): every that many minutes, messages whose listener call
-        started longer ago are sent back to the broker (delay level 3) and leave the process queue."""
+    def __init__(self, group: str, config: PushConsumerConfig | None = None, **options: Any) -> None:
+        """``config`` and/or :class:`PushConsumerConfig`'s field names as keywords
+        (``PushConsumer("g", namesrv="127.0.0.1:9876", consume_thread_max=8)``); the consumer keeps its own copy
+        as ``self.config``."""
         self.group = check_group(group, argument="group")
-        if message_model not in (CLUSTERING, BROADCASTING):
-            raise OptionError("message_model", f"must be {CLUSTERING} or {BROADCASTING}", message_model)
-        if consume_from_where not in CONSUME_FROM_WHERE:
-            raise OptionError("consume_from_where", f"must be one of {', '.join(CONSUME_FROM_WHERE)}",
-                              consume_from_where)
-        strategy_name = allocate_strategy.split("-", 1)[0] if allocate_strategy.startswith("MACHINE_ROOM_NEARBY-") \
-            else allocate_strategy
-        if strategy_name not in STRATEGIES:
-            raise OptionError("allocate_strategy", f"must be one of {', '.join(STRATEGIES)}", allocate_strategy)
-        ints = {"consume_thread_min": (consume_thread_min, 1, 1000),
-                "consume_thread_max": (consume_thread_max, 1, 1000),
-                "pull_batch_size": (pull_batch_size, 1, 1024),
-                "consume_message_batch_max_size": (consume_message_batch_max_size, 1, 1024),
-                "pull_threshold_for_queue": (pull_threshold_for_queue, 1, 65535),
-                "pull_threshold_size_for_queue": (pull_threshold_size_for_queue, 1, 1024),
-                "consume_concurrently_max_span": (consume_concurrently_max_span, 1, 65535)}
-        for name, (value, lo, hi) in ints.items():   # DefaultMQPushConsumerImpl.checkConfig ranges
-            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-                raise OptionError(name, f"must be an int in [{lo}, {hi}]", value)
-        if consume_thread_min > consume_thread_max:
-            raise OptionError("consume_thread_min", "must not be larger than consume_thread_max", consume_thread_min)
-        for name, value in (("pull_threshold_for_topic", pull_threshold_for_topic),
-                            ("pull_threshold_size_for_topic", pull_threshold_size_for_topic)):
-            if isinstance(value, bool) or not isinstance(value, int) or (value != -1 and not 1 <= value <= 6553500):
-                raise OptionError(name, "must be -1 or an int in [1, 6553500]", value)
-        if not isinstance(max_reconsume_times, int) or max_reconsume_times < -1:
-            raise OptionError("max_reconsume_times", "must be -1 or >= 0", max_reconsume_times)
-        self.namesrv = namesrv
-        self.message_model = message_model
-        self.consume_from_where = consume_from_where
-        self.consume_timestamp_ms = (parse_consume_timestamp(consume_timestamp)
-                                     if consume_timestamp is not None else None)
-        if consume_from_where == CONSUME_FROM_TIMESTAMP and self.consume_timestamp_ms is None:
-            self.consume_timestamp_ms = int((time.time() - 30 * 60) * 1000)
-        self.allocate_strategy = allocate_strategy
-        self.consume_thread_max = consume_thread_max
-        self.pull_batch_size = pull_batch_size
-        self.consume_message_batch_max_size = consume_message_batch_max_size
-        self.pull_threshold_for_queue = pull_threshold_for_queue
-        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
-        self.pull_threshold_for_topic = pull_threshold_for_topic
-        self.pull_threshold_size_for_topic = pull_threshold_size_for_topic
-        self.consume_concurrently_max_span = consume_concurrently_max_span
-        self.max_reconsume_times = max_reconsume_times
-        self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
-        self.pull_interval_ms = pull_interval_ms
-        self.instance_name = instance_name
-        self.offset_store_dir = offset_store_dir
-        self.rebalance_interval_s = rebalance_interval_s
-        self.lock_interval_s = lock_interval_s
-        self.unlock_delay_s = unlock_delay_s
-        self.pull_delay_on_exception_s = pull_delay_on_exception_s
-        self.broker_suspend_max_time_ms = broker_suspend_max_time_ms
-        self.await_termination_s = await_termination_s
-        if isinstance(consume_timeout_minutes, bool) or not isinstance(consume_timeout_minutes, (int, float)) \
-                or not consume_timeout_minutes > 0:
-            raise OptionError("consume_timeout_minutes", "must be > 0", consume_timeout_minutes)
-        self.consume_timeout_minutes = float(consume_timeout_minutes)   # cleanExpireMsg (consume_service.py)
+        self.config = cfg = PushConsumerConfig.from_options(config, options)
         self._subscriptions: dict[str, Subscription] = {}
         self._listener: ConcurrentListener | OrderlyListener | None = None
         self.orderly = False
@@ -316,14 +199,15 @@ class PushConsumer:
         self.pull_service = PullMessageService(self.pull_message, name=f"PullMessageService[{self.group}]")
         self._suggested_broker: dict[MessageQueue, int] = {}
         self.flow_control_times = 0
-        self.rebalance = RebalancePushImpl(self, group=self.group, message_model=message_model,
-                                           allocate_strategy=allocate_strategy, instance=None, offset_store=None,
-                                           consume_from_where=consume_from_where,
-                                           consume_timestamp_ms=self.consume_timestamp_ms,
-                                           allocate_args=allocate_args, lock_max_live_time_s=lock_max_live_time_s)
+        self.rebalance = RebalancePushImpl(self, group=self.group, message_model=cfg.message_model,
+                                           allocate_strategy=cfg.allocate_strategy, instance=None, offset_store=None,
+                                           consume_from_where=cfg.consume_from_where,
+                                           consume_timestamp_ms=cfg.consume_timestamp_ms,
+                                           allocate_args=cfg.allocate_args,
+                                           lock_max_live_time_s=cfg.lock_max_live_time_s)
 
     def __repr__(self) -> str:
-        return f"PushConsumer({self.group}, {self.message_model}, {self._state})"
+        return f"PushConsumer({self.group}, {self.config.message_model}, {self._state})"
 
     # ------------------------------------------------------------------ configuration
     def subscribe(self, topic: str, expression: str | None = "*", *, expression_type: str = "TAG") -> None:
@@ -368,9 +252,7 @@ class PushConsumer:
 
     def effective_max_reconsume_times(self, orderly: bool) -> int:
         """``getMaxReconsumeTimes``: -1 means 16 (concurrent) or unlimited (orderly)."""
-        if self.max_reconsume_times == -1:
-            return 2**31 - 1 if orderly else 16
-        return self.max_reconsume_times
+        return self.config.effective_max_reconsume_times(orderly)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -387,36 +269,36 @@ class PushConsumer:
                 raise MQClientError("messageListener is null: register a listener before start()")
             if not self._subscriptions:
                 raise MQClientError(f"consumer {self.group} has no subscription")
-            if self.orderly and self.message_model == BROADCASTING:
+            if self.orderly and self.config.message_model == BROADCASTING:
                 log.warning("%s: orderly consumption in BROADCASTING does not lock queues", self.group)
             self._state = "START_FAILED"
-        instance = MQClientInstance.get(self.namesrv, self.instance_name)
-        if self.message_model == CLUSTERING:
+        instance = MQClientInstance.get(self.config.namesrv, self.config.instance_name)
+        if self.config.message_model == CLUSTERING:
             retry = retry_topic(self.group)
             sub = Subscription(retry, SubscriptionData.parse("*"))
             self.rebalance.subscription_inner[retry] = sub
         self.instance = instance
         self.rebalance.instance = instance
-        if self.message_model == CLUSTERING:
-            store: OffsetStore = RemoteBrokerOffsetStore(self.group, _BrokerOffsets(self.rebalance))
+        if self.config.message_model == CLUSTERING:
+            store: OffsetStore = RemoteBrokerOffsetStore(self.group, BrokerOffsetClient(instance, self.group))
         else:
-            local_id = f"{instance.client_id.split('@', 1)[0]}@{self.instance_name}"
-            store = LocalFileOffsetStore(local_id, self.group, self.offset_store_dir)
+            local_id = f"{instance.client_id.split('@', 1)[0]}@{self.config.instance_name}"
+            store = LocalFileOffsetStore(local_id, self.group, self.config.offset_store_dir)
         store.load()
         self.offset_store = store
         self.rebalance.offset_store = store
         if self.orderly:
             self.consume_service = ConsumeMessageOrderlyService(self, self._listener,  # type: ignore[arg-type]
-                                                                self.consume_thread_max,
-                                                                lock_interval_s=self.lock_interval_s)
+                                                                self.config.consume_thread_max,
+                                                                lock_interval_s=self.config.lock_interval_s)
         else:
             self.consume_service = ConsumeMessageConcurrentlyService(self, self._listener,  # type: ignore[arg-type]
-                                                                     self.consume_thread_max)
+                                                                     self.config.consume_thread_max)
         instance.register_consumer(self.group, self)
         try:
             instance.start()
-            if self.rebalance_interval_s is not None:
-                instance.rebalance_interval = min(instance.rebalance_interval, self.rebalance_interval_s)
+            if self.config.rebalance_interval_s is not None:
+                instance.rebalance_interval = min(instance.rebalance_interval, self.config.rebalance_interval_s)
             instance.run(self._start_on_loop(), 30.0)
         except BaseException:
             self._state = "START_FAILED"
@@ -476,8 +358,8 @@ class PushConsumer:
         service = self.consume_service
         try:
             self._shutdown_step("stop pulling", lambda: inst.run(self._stop_on_loop(), 10.0))
-            service.shutdown(self.await_termination_s)
-            if self.orderly and self.message_model == CLUSTERING:
+            service.shutdown(self.config.await_termination_s)
+            if self.orderly and self.config.message_model == CLUSTERING:
                 self._shutdown_step("unlock queues", lambda: inst.run(self.rebalance.unlock_all(oneway=False), 10.0))
             self._shutdown_step("persist offsets", self.persist_offsets_sync)
             for pq in self.rebalance.process_queue_table.values():
@@ -502,13 +384,11 @@ class PushConsumer:
             store.persist_now()
             return
         assert isinstance(store, RemoteBrokerOffsetStore)
-        broker = store.broker
-        assert isinstance(broker, _BrokerOffsets)
 
         async def persist() -> None:
             for mq, off in store.snapshot(mqs).items():
                 try:
-                    await broker.update_offset(mq, off, oneway=False)
+                    await store.update_consume_offset_to_broker(mq, off, oneway=False)
                 except (RemotingError, MQClientError) as exc:
                     log.warning("%s: final offset %d of %s not stored: %s", self.group, off, mq, exc)
         inst.run(persist(), 15.0)
@@ -521,8 +401,8 @@ class PushConsumer:
 
     # ------------------------------------------------------------------ MQClientInstance callbacks
     def consumer_data(self) -> dict[str, Any]:
-        return {"consumeFromWhere": self.consume_from_where, "consumeType": "CONSUME_PASSIVELY",
-                "groupName": self.group, "messageModel": self.message_model,
+        return {"consumeFromWhere": self.config.consume_from_where, "consumeType": "CONSUME_PASSIVELY",
+                "groupName": self.group, "messageModel": self.config.message_model,
                 "subscriptionDataSet": [s.to_json() for s in list(self.rebalance.subscription_inner.values())],
                 "unitMode": False}
 
@@ -617,9 +497,10 @@ class PushConsumer:
 
     # ------------------------------------------------------------------ the pull loop
     def _flow_controlled(self, pq: ProcessQueue) -> str | None:
-        return flow_control(pq, pull_threshold_for_queue=self.pull_threshold_for_queue,
-                            pull_threshold_size_for_queue_mib=self.pull_threshold_size_for_queue,
-                            consume_concurrently_max_span=self.consume_concurrently_max_span, orderly=self.orderly)
+        cfg = self.config
+        return flow_control(pq, pull_threshold_for_queue=cfg.pull_threshold_for_queue,
+                            pull_threshold_size_for_queue_mib=cfg.pull_threshold_size_for_queue,
+                            consume_concurrently_max_span=cfg.consume_concurrently_max_span, orderly=self.orderly)
 
     async def pull_message(self, pr: PullRequest) -> None:
         """``DefaultMQPushConsumerImpl.pullMessage`` (runs on the loop, one task per pull)."""
@@ -629,7 +510,7 @@ class PushConsumer:
             return
         pq.last_pull_timestamp = time.monotonic()
         if self._state != "RUNNING":
-            svc.execute_pull_request_later(pr, self.pull_delay_on_exception_s)
+            svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
             return
         if self.paused:
             svc.execute_pull_request_later(pr, PULL_TIME_DELAY_WHEN_SUSPEND_S)
@@ -643,20 +524,20 @@ class PushConsumer:
                 if not pr.locked_first:
                     offset = await self.rebalance.compute_pull_from_where(pr.message_queue)
                     if offset < 0:
-                        svc.execute_pull_request_later(pr, self.pull_delay_on_exception_s)
+                        svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
                         return
                     pr.locked_first = True
                     pr.next_offset = offset
             else:
-                svc.execute_pull_request_later(pr, self.pull_delay_on_exception_s)
+                svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
                 return
         mq = pr.message_queue
         sub = self.rebalance.subscription_inner.get(mq.topic)
         if sub is None:
-            svc.execute_pull_request_later(pr, self.pull_delay_on_exception_s)
+            svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
             return
         commit_offset = 0
-        if self.message_model == CLUSTERING and self.offset_store is not None:
+        if self.config.message_model == CLUSTERING and self.offset_store is not None:
             mem = self.offset_store.offset_table.get(mq, -1)
             commit_offset = mem if mem > 0 else 0
         assert self.instance is not None
@@ -666,29 +547,29 @@ class PushConsumer:
             found = self.instance.find_broker_for_subscribe(mq.broker_name, self._suggested_broker.get(mq, 0))
         if found is None:
             log.warning("%s: no address of broker %s", self.group, mq.broker_name)
-            svc.execute_pull_request_later(pr, self.pull_delay_on_exception_s)
+            svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
             return
         addr, slave = found
         sys_flag = build_pull_sys_flag(commit_offset > 0 and not slave, True, False)
         try:
             result = await self.instance.api.pull(
                 addr, group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=pr.next_offset,
-                max_nums=self.pull_batch_size, sys_flag=sys_flag, commit_offset=commit_offset,
-                suspend_ms=self.broker_suspend_max_time_ms, subscription=sub.expression,
+                max_nums=self.config.pull_batch_size, sys_flag=sys_flag, commit_offset=commit_offset,
+                suspend_ms=self.config.broker_suspend_max_time_ms, subscription=sub.expression,
                 sub_version=sub.sub_version, expression_type=sub.expression_type,
-                timeout=max(CONSUMER_TIMEOUT_WHEN_SUSPEND_S, self.broker_suspend_max_time_ms / 1000 + 5))
+                timeout=max(CONSUMER_TIMEOUT_WHEN_SUSPEND_S, self.config.broker_suspend_max_time_ms / 1000 + 5))
         except BrokerResponseError as exc:
-            if exc.code == FLOW_CONTROL_CODE:
+            if exc.code == ResponseCode.FLOW_CONTROL:
                 svc.execute_pull_request_later(pr, PULL_TIME_DELAY_WHEN_BROKER_FLOW_CONTROL_S)
             else:
-                if exc.code not in (24, 25):   # subscription not registered yet: heals with the next heartbeat
+                if exc.code not in _SUBSCRIPTION_NOT_YET_CODES:
                     log.warning("%s: pull of %s failed: %s", self.group, mq, exc)
-                svc.execute_pull_request_later(pr, self.pull_delay_on_exception_s)
+                svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
             return
         except (RemotingError, asyncio.TimeoutError) as exc:
             if self._state == "RUNNING":
                 log.warning("%s: pull of %s from %s failed: %s", self.group, mq, addr, exc)
-            svc.execute_pull_request_later(pr, self.pull_delay_on_exception_s)
+            svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
             return
         self._suggested_broker[mq] = result.suggest_which_broker_id
         if result.status is PullStatus.FOUND:
@@ -702,8 +583,8 @@ class PushConsumer:
             dispatch = pq.put_messages(msgs)
             if self.consume_service is not None and not pq.dropped:
                 self.consume_service.submit_consume_request(msgs, pq, mq, dispatch)
-            if self.pull_interval_ms > 0:
-                svc.execute_pull_request_later(pr, self.pull_interval_ms / 1000)
+            if self.config.pull_interval_ms > 0:
+                svc.execute_pull_request_later(pr, self.config.pull_interval_ms / 1000)
             else:
                 svc.execute_pull_request_immediately(pr)
         elif result.status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):

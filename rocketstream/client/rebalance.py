@@ -309,14 +309,7 @@ class RebalanceImpl:
         return self.instance
 
     async def master_addr(self, broker_name: str, topic: str) -> str:
-        inst = self._instance()
-        addr = inst.broker_addr(broker_name)
-        if addr is None:
-            await inst.update_route(topic)
-            addr = inst.broker_addr(broker_name)
-        if addr is None:
-            raise MQClientError(f"the broker[{broker_name}] does not exist (topic {topic})")
-        return addr
+        return await self._instance().find_master_addr(broker_name, topic)
 
     async def max_offset(self, mq: MessageQueue) -> int:
         return await self._instance().api.max_offset(await self.master_addr(mq.broker_name, mq.topic), mq.topic,

@@ -185,7 +185,8 @@ def lite(args) -> dict:
     secs = end - first if first else 0
     return {"msgs": got, "expected": args.count, "seconds": round(secs, 3), "wall_seconds": round(end - t0, 3),
             "msgs_per_s": round(got / secs, 1) if secs else 0,
-            "mib_per_s": round(nbytes / secs / (1 << 20), 1) if secs else 0, "pull_batch_size": c.pull_batch_size,
+            "mib_per_s": round(nbytes / secs / (1 << 20), 1) if secs else 0,
+            "pull_batch_size": c.config.pull_batch_size,
             "rss_mib": round(rss_mib(), 1), "ok": got >= args.count}
 
 

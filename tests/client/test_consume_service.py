@@ -17,6 +17,7 @@ import pytest
 from rocketstream.client import consume_service, push_consumer
 from rocketstream.client.allocate import MessageQueue
 from rocketstream.client.common import PullResult, PullStatus
+from rocketstream.client.config import PushConsumerConfig
 from rocketstream.client.consume_service import (
     ConsumeConcurrentlyStatus,
     ConsumeMessageConcurrentlyService,
@@ -29,6 +30,8 @@ from rocketstream.client.pull_service import PullRequest
 from rocketstream.client.push_consumer import PushConsumer
 from rocketstream.client.rebalance import Subscription
 from rocketstream.client.subscription import SubscriptionData
+from rocketstream.errors import BrokerResponseError
+from rocketstream.remoting import ResponseCode
 
 MQ = MessageQueue("T", "broker-a", 0)
 
@@ -73,9 +76,8 @@ class FakeConsumer:
     def __init__(self, loop: asyncio.AbstractEventLoop, *, model: str = "CLUSTERING", batch: int = 1,
                  send_back_ok: bool = True, max_reconsume: int = 16) -> None:
         self.group = "g"
-        self.message_model = model
-        self.consume_message_batch_max_size = batch
-        self.suspend_current_queue_time_millis = 10
+        self.config = PushConsumerConfig(namesrv="127.0.0.1:1", message_model=model,
+                                         consume_message_batch_max_size=batch, suspend_current_queue_time_millis=10)
         self.loop = loop
         self.rebalance = FakeRebalance()
         self.offsets: list[tuple[MessageQueue, int]] = []
@@ -241,6 +243,7 @@ def test_committed_offset_never_passes_an_unconsumed_message(loop: asyncio.Abstr
     wait_until(lambda: pq.msg_count == 0)
     assert not violations, violations[:3]
     wait_until(lambda: max(o for _, o in c.offsets) == 300)
+    assert svc.stats.consumed_ok == 300 and svc.stats.consumed_failed == 0   # summed over the 8 threads' cells
     svc.shutdown(1)
 
 
@@ -391,3 +394,35 @@ def test_flow_control_holds_with_a_sleeping_listener(loop: asyncio.AbstractEvent
     assert pq.max_count_seen > threshold                  # it did fill up ...
     assert pq.max_count_seen <= threshold + batch         # ... and never past the threshold plus one pull
     assert c.flow_control_times > 0
+
+
+class FailingAPI:
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    async def pull(self, addr: str, **kw: Any) -> PullResult:
+        raise BrokerResponseError(self.code, "refused", addr=addr, request_code=11)
+
+
+@pytest.mark.parametrize(("code", "delay", "logged"), [
+    (ResponseCode.FLOW_CONTROL, push_consumer.PULL_TIME_DELAY_WHEN_BROKER_FLOW_CONTROL_S, False),
+    (ResponseCode.SUBSCRIPTION_NOT_EXIST, 0.5, False),   # healed by the next heartbeat: not worth a warning
+    (ResponseCode.SUBSCRIPTION_NOT_LATEST, 0.5, False),
+    (ResponseCode.SYSTEM_BUSY, 0.5, True)])
+def test_a_refused_pull_is_retried_after_the_delay_its_code_asks_for(
+        loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture, code: int, delay: float,
+        logged: bool) -> None:
+    """``pullMessage``'s onException: FLOW_CONTROL re-pulls after 20 ms, any other code after
+    pull_delay_on_exception_s."""
+    c = PushConsumer("g", namesrv="127.0.0.1:1", pull_delay_on_exception_s=0.5)
+    c.instance = FakeInstance(loop, FailingAPI(code))   # type: ignore[assignment, arg-type]
+    c.offset_store = RemoteBrokerOffsetStore("g", None)   # type: ignore[arg-type]
+    c.rebalance.subscription_inner["T"] = Subscription("T", SubscriptionData.parse("*"))
+    c._state = "RUNNING"
+    later: list[float] = []
+    c.pull_service.execute_pull_request_later = lambda pr, delay_s: later.append(delay_s)  # type: ignore[method-assign]
+    req = PullRequest("g", MQ, ProcessQueue(), 0)
+    with caplog.at_level("WARNING", logger="rocketstream.client"):
+        asyncio.run_coroutine_threadsafe(c.pull_message(req), loop).result(5)
+    assert later == [delay]
+    assert any("pull of" in r.getMessage() for r in caplog.records) is logged

@@ -161,9 +161,9 @@ def test_broadcasting_every_member_gets_everything_and_offsets_are_local(mq_brok
         c.register_message_listener_concurrently(listener)
         members.append(c.start())
     try:
-        wait_for(lambda: all(len(got[c.instance_name]) >= 20 for c in members), 30, "both members get all")
+        wait_for(lambda: all(len(got[c.config.instance_name]) >= 20 for c in members), 30, "both members get all")
         for c in members:
-            assert sorted(got[c.instance_name]) == sorted(bodies)
+            assert sorted(got[c.config.instance_name]) == sorted(bodies)
     finally:
         for c in members:
             c.shutdown()

@@ -48,7 +48,7 @@ class FakeBroker:
             raise self.fail
         return self.offsets.get(mq)
 
-    async def update_offset(self, mq: MessageQueue, offset: int) -> None:
+    async def update_offset(self, mq: MessageQueue, offset: int, oneway: bool = True) -> None:
         self.updates.append((mq, offset))
 
 
