@@ -261,7 +261,7 @@ def _as_bytes_view(buf: object) -> memoryview:
 # --- the one record validator ---------------------------------------------------------------------
 # The checks ``CommitLog.checkMessageAndReturnSize`` makes on a record, and nothing stricter
 # (docs/store-format.md, "Where recovery may cut the commit log"), in the order they are made.
-# ``vectorized.record_problems`` is the numpy twin: one mask per check, same names, same rules.
+# ``arrow_records.record_problems`` is the numpy twin: one mask per check, same names, same rules.
 # Properties are no check: Java decodes their bytes with replacement characters and never fails
 # on them (a trailing 0x02 or not, valid UTF-8 or not).
 RECORD_CHECKS: dict[str, str] = {
