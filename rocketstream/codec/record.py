@@ -64,7 +64,6 @@ from rocketstream.codec.constants import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     RECORD_HEAD,
-    TRANSACTION_MASK,
 )
 from rocketstream.codec.ids import HostAddress, offset_msg_id, pack_ip, unpack_host
 from rocketstream.codec.properties import (
@@ -171,10 +170,6 @@ class MessageRecord:
     def tags_code(self) -> int:
         """CQ tags code with the default delay levels (see cq_tags_code for configured ones)."""
         return cq_tags_code(self.topic, self.properties, self.store_timestamp, offset=self.physical_offset)
-
-    @property
-    def transaction_type(self) -> int:
-        return self.sys_flag & TRANSACTION_MASK
 
     def uncompressed_body(self, *, path: object = None) -> bytes:
         return decompress_body(self.body, self.sys_flag, path=path, offset=self.physical_offset)

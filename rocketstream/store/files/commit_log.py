@@ -469,10 +469,3 @@ def _check_record(view: memoryview, pos: int, base: int, file_size: int,
             _TOPIC_CACHE[raw_topic] = topic
     return None, RecordHead(r.physical_offset, r.total_size, r.sys_flag, r.queue_id, r.queue_offset,
                             r.store_timestamp, topic, view[r.props_pos:r.props_pos + r.props_len])
-
-
-def _props_length(rec: MessageRecord) -> int:
-    fixed = codec.record_size(len(rec.body), len(rec.topic.encode("utf-8")), 0,
-                            born_v6=bool(rec.sys_flag & codec.FLAG_BORNHOST_V6),
-                            store_v6=bool(rec.sys_flag & codec.FLAG_STOREHOST_V6), v2=rec.magic == codec.MAGIC_V2)
-    return rec.total_size - fixed
