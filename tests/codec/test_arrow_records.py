@@ -287,6 +287,7 @@ _records = st.lists(st.fixed_dictionaries({
     "sys_flag": st.sampled_from([0, 0x4, 0x8]),
     "flag": st.integers(-(2**31), 2**31 - 1),
     "reconsume_times": st.integers(0, 16),
+    "magic": st.sampled_from([None, MAGIC_V2]),   # None: V1 unless the topic needs V2's 2-byte length
 }), min_size=1, max_size=20)
 
 
