@@ -388,12 +388,12 @@ def _import_all(package: str, *, but: tuple[str, ...] = ()) -> str:
 
 
 def test_import_codec_loads_no_pyarrow_or_pyspark() -> None:
-    """``import rocketstream.codec`` and every codec module but the Arrow batch decoder
-    (``codec.vectorized`` builds Arrow arrays by design and is imported only by the readers that
+    """``import rocketstream.codec`` and every codec module but the records-to-Arrow one
+    (``codec.arrow_records`` builds Arrow arrays by design and is imported only by the readers that
     want them) load neither pyarrow nor pyspark."""
-    loaded = _loaded_after(_import_all("rocketstream.codec", but=("rocketstream.codec.vectorized",)))
+    loaded = _loaded_after(_import_all("rocketstream.codec", but=("rocketstream.codec.arrow_records",)))
     assert not _heavy(loaded, ("pyarrow", "pyspark")), _heavy(loaded, ("pyarrow", "pyspark"))
-    assert "rocketstream.codec.vectorized" not in loaded
+    assert "rocketstream.codec.arrow_records" not in loaded
 
 
 def test_import_client_loads_no_store_and_no_pyspark() -> None:

@@ -4,8 +4,10 @@ A pull body is the stored records back to back (``MessageDecoder.decodes``). :fu
 whole body at once:
 
 1. one walk over the records: the fixed 88-byte header of each (TOTALSIZE .. BODY length, two IPv4 hosts)
-   read by one ``struct.unpack_from`` (a C call per record; measured faster than gathering the headers with
-   numpy first for the 32-record bodies consumers pull), TOTALSIZE giving the next record's start;
+   read by one ``struct.unpack_from`` of ``codec.HEADER_V4`` (the struct form of the one header layout,
+   ``constants.HEADER_V4_FIELDS``, whose numpy form the batch decoder gathers with; a C call per record,
+   measured faster than gathering the headers with numpy first for the 32-record bodies consumers pull),
+   TOTALSIZE giving the next record's start;
 2. per record only what depends on the body length: the TOPIC and PROPERTIES lengths, the checks of
    ``record.check_record`` (sizes, ports, the length formula), the body slice (decompressed when the sysFlag
    says so), the topic and hosts from small caches (a pull body holds one topic and a few hosts);
@@ -21,7 +23,6 @@ position and the problem; so both decoders give equal messages and the same erro
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Collection
 
 from rocketstream.client.api import decode_messages
@@ -31,6 +32,8 @@ from rocketstream.codec import (
     FLAG_BORNHOST_V6,
     FLAG_COMPRESSED,
     FLAG_STOREHOST_V6,
+    HEADER_V4,
+    INT32_PAIR,
     MAGIC_V1,
     MAGIC_V2,
     HostAddress,
@@ -39,14 +42,9 @@ from rocketstream.codec import (
 )
 from rocketstream.errors import BodyError, CorruptStoreError
 
-__all__ = ["decode_pull_body", "process_pull_result_fast", "HEAD_V4"]
+__all__ = ["decode_pull_body", "process_pull_result_fast"]
 
-# TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP,
-# BORNHOST (ip, port), STORETIMESTAMP, STOREHOST (ip, port), RECONSUMETIMES, PREPARED TRANSACTION OFFSET,
-# BODY length: the record header when both hosts are IPv4 (CommitLog.calMsgLength, docs/store-format)
-HEAD_V4 = struct.Struct(">iiiiiqqiqIiqIiiqi")
-_HEAD_SIZE = HEAD_V4.size   # 88
-_SIZE_MAGIC = struct.Struct(">ii")
+_HEAD_SIZE = HEADER_V4.size   # 88
 _V6_BITS = FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6
 _MIN_V4_RECORD = _HEAD_SIZE + 1 + 2   # empty body, topic and properties (V1 topic length byte)
 
@@ -78,7 +76,7 @@ def _decode(body: bytes, broker_name: str, addr: str | None) -> list[MessageExt]
     out: list[MessageExt] = []
     append = out.append
     new = MessageExt
-    unpack = HEAD_V4.unpack_from
+    unpack = HEADER_V4.unpack_from
     last_bip = last_bport = last_sip = last_sport = -1
     last_traw = None
     born = stored = HostAddress("", 0)
@@ -142,7 +140,7 @@ def _decode(body: bytes, broker_name: str, addr: str | None) -> list[MessageExt]
 
 def _decode_one(body: bytes, start: int, broker_name: str, addr: str | None) -> MessageExt:
     """A record with an IPv6 host: the per-record decoder on that record alone."""
-    size = _SIZE_MAGIC.unpack_from(body, start)[0]
+    size = INT32_PAIR.unpack_from(body, start)[0]
     try:
         (msg,) = decode_messages(body[start:start + size], broker_name=broker_name, addr=addr)
     except BodyError:

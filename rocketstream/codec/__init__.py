@@ -1,12 +1,13 @@
 """The lowest layer: RocketMQ's bytes, pure and shared by store, broker and client.
 
 ``record`` (commit-log records with the one record validator ``check_record``, blank records, CQ
-units, client batch bodies), ``constants``, ``properties``, ``ids`` (hosts, offset message ids,
-UNIQ_KEY), ``compression``, ``tags`` (Java string hash, tags codes, delay levels), ``fastjson`` (the
-offset files' JSON dialect) and ``vectorized`` (many records at once, with numpy and Arrow, and
-``record_problems``, the validator's numpy twin — imported on its own, so ``import rocketstream.codec``
-loads no pyarrow). Nothing here does I/O or imports another part of rocketstream (only
-``rocketstream.errors``, which imports nothing of ours).
+units, client batch bodies), ``constants`` (with the one record header layout, ``HEADER_V4_FIELDS``),
+``properties``, ``ids`` (hosts, offset message ids, UNIQ_KEY), ``compression``, ``tags`` (Java string
+hash, tags codes, delay levels), ``fastjson`` (the offset files' JSON dialect) and ``arrow_records``
+(records to Arrow batches for every reader: the message schema, the vectorized header decode and
+``record_problems``, the validator's numpy twin, the column builder and the pull-body decoder —
+imported on its own, so ``import rocketstream.codec`` loads no pyarrow). Nothing here does I/O or
+imports another part of rocketstream (only ``rocketstream.errors``, which imports nothing of ours).
 """
 
 from rocketstream.codec.compression import compress_body, decompress_body

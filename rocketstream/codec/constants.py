@@ -24,6 +24,10 @@ __all__ = [
     "FLAG_COMPRESSED",
     "FLAG_MULTI_TAGS",
     "FLAG_STOREHOST_V6",
+    "HEADER_V4",
+    "HEADER_V4_DTYPE",
+    "HEADER_V4_FIELDS",
+    "HEADER_V4_SIZE",
     "INT16",
     "INT32",
     "INT32_PAIR",
@@ -41,6 +45,7 @@ __all__ = [
     "POS_PHYSICAL_OFFSET",
     "POS_QUEUE_ID",
     "POS_QUEUE_OFFSET",
+    "POS_STORE_TIMESTAMP",
     "POS_SYS_FLAG",
     "POS_TOTAL_SIZE",
     "PROPERTY_DELAY",
@@ -101,9 +106,39 @@ DELAY_LEVELS_MS: tuple[int, ...] = (
     420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
 )
 
-# Host-independent field positions, for readers that peek at a record without decoding it.
-POS_TOTAL_SIZE, POS_MAGIC, POS_BODY_CRC, POS_QUEUE_ID, POS_FLAG = 0, 4, 8, 12, 16
-POS_QUEUE_OFFSET, POS_PHYSICAL_OFFSET, POS_SYS_FLAG, POS_BORN_TIMESTAMP, POS_BORN_HOST = 20, 28, 36, 40, 48
+# --- the record header: described once --------------------------------------------------------
+# A record's fields from TOTALSIZE to BODY length when both hosts are IPv4, in order, with their struct
+# codes (CommitLog.DefaultAppendMessageCallback.doAppend writes them; record.py and
+# spec/rocketmq-store-format.md draw the layout). An IPv6 host is 16 address bytes instead of 4, shifting
+# every later field by 12. The client's per-record struct (HEADER_V4) and the batch decoder's numpy dtype
+# (HEADER_V4_DTYPE) are both derived from this one list, and so are the field positions below.
+HEADER_V4_FIELDS: tuple[tuple[str, str], ...] = (
+    ("total_size", "i"), ("magic", "i"), ("body_crc", "i"), ("queue_id", "i"), ("flag", "i"),
+    ("queue_offset", "q"), ("physical_offset", "q"), ("sys_flag", "i"), ("born_timestamp", "q"),
+    ("born_ip", "I"), ("born_port", "i"), ("store_timestamp", "q"), ("store_ip", "I"), ("store_port", "i"),
+    ("reconsume_times", "i"), ("prepared_transaction_offset", "q"), ("body_len", "i"),
+)
+HEADER_V4 = struct.Struct(">" + "".join(code for _, code in HEADER_V4_FIELDS))
+HEADER_V4_DTYPE = np.dtype([(name, ">" + code) for name, code in HEADER_V4_FIELDS])
+HEADER_V4_SIZE = HEADER_V4.size   # 88
+# TOTALSIZE .. BORNTIMESTAMP: the fields before the first host, the same for every host kind
+_HOST_INDEPENDENT = 9
+
+
+def _pos(name: str) -> int:
+    """Where field ``name`` starts: the size of the fields before it."""
+    names = [field for field, _ in HEADER_V4_FIELDS]
+    return struct.calcsize(">" + "".join(code for _, code in HEADER_V4_FIELDS[:names.index(name)]))
+
+
+# Field positions, for readers that peek at a record without decoding it: those before BORNHOST hold for
+# every record; POS_STORE_TIMESTAMP holds when BORNHOST is IPv4 (add 12 when SYSFLAG has FLAG_BORNHOST_V6).
+POS_TOTAL_SIZE, POS_MAGIC, POS_BODY_CRC, POS_QUEUE_ID, POS_FLAG = (        # 0, 4, 8, 12, 16
+    _pos("total_size"), _pos("magic"), _pos("body_crc"), _pos("queue_id"), _pos("flag"))
+POS_QUEUE_OFFSET, POS_PHYSICAL_OFFSET, POS_SYS_FLAG, POS_BORN_TIMESTAMP = (  # 20, 28, 36, 40
+    _pos("queue_offset"), _pos("physical_offset"), _pos("sys_flag"), _pos("born_timestamp"))
+POS_BORN_HOST = _pos("born_ip")                   # 48
+POS_STORE_TIMESTAMP = _pos("store_timestamp")     # 56
 
 CQ_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 
@@ -114,4 +149,4 @@ INT32 = struct.Struct(">i")
 INT64 = struct.Struct(">q")
 INT32_PAIR = struct.Struct(">ii")      # TOTALSIZE, MAGICCODE: what every record starts with
 CQ_UNIT = struct.Struct(">qiq")        # commitLogOffset, size, tagsCode
-RECORD_HEAD = struct.Struct(">iiiiiqqiq")   # TOTALSIZE .. BORNTIMESTAMP: the same for every host kind
+RECORD_HEAD = struct.Struct(">" + "".join(code for _, code in HEADER_V4_FIELDS[:_HOST_INDEPENDENT]))  # ..BORNTIMESTAMP

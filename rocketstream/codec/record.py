@@ -64,7 +64,6 @@ from rocketstream.codec.constants import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     RECORD_HEAD,
-    TRANSACTION_MASK,
 )
 from rocketstream.codec.ids import HostAddress, offset_msg_id, pack_ip, unpack_host
 from rocketstream.codec.properties import (
@@ -172,10 +171,6 @@ class MessageRecord:
         """CQ tags code with the default delay levels (see cq_tags_code for configured ones)."""
         return cq_tags_code(self.topic, self.properties, self.store_timestamp, offset=self.physical_offset)
 
-    @property
-    def transaction_type(self) -> int:
-        return self.sys_flag & TRANSACTION_MASK
-
     def uncompressed_body(self, *, path: object = None) -> bytes:
         return decompress_body(self.body, self.sys_flag, path=path, offset=self.physical_offset)
 
@@ -261,7 +256,7 @@ def _as_bytes_view(buf: object) -> memoryview:
 # --- the one record validator ---------------------------------------------------------------------
 # The checks ``CommitLog.checkMessageAndReturnSize`` makes on a record, and nothing stricter
 # (docs/store-format.md, "Where recovery may cut the commit log"), in the order they are made.
-# ``vectorized.record_problems`` is the numpy twin: one mask per check, same names, same rules.
+# ``arrow_records.record_problems`` is the numpy twin: one mask per check, same names, same rules.
 # Properties are no check: Java decodes their bytes with replacement characters and never fails
 # on them (a trailing 0x02 or not, valid UTF-8 or not).
 RECORD_CHECKS: dict[str, str] = {

@@ -43,7 +43,14 @@ import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from rocketstream.codec.constants import FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_V2
+from rocketstream.codec.constants import (
+    FLAG_BORNHOST_V6,
+    FLAG_STOREHOST_V6,
+    MAGIC_V2,
+    POS_BORN_HOST,
+    POS_MAGIC,
+    POS_SYS_FLAG,
+)
 from rocketstream.codec.properties import decode_properties
 from rocketstream.errors import CorruptStoreError, FilterExpressionError
 
@@ -723,8 +730,6 @@ def compile_sql92(expression: str) -> SqlFilter:
 
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
-# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP: 4*5 + 8 + 8 + 4 + 8
-_POS_SYS_FLAG, _POS_BORN_HOST = 36, 48
 
 
 def record_properties(raw: bytes | memoryview, *, offset: int | None = None) -> dict[str, str]:
@@ -733,9 +738,9 @@ def record_properties(raw: bytes | memoryview, *, offset: int | None = None) -> 
     offset when known) when the lengths run past the record."""
     n = len(raw)
     try:
-        magic = _I32.unpack_from(raw, 4)[0]
-        sys_flag = _I32.unpack_from(raw, _POS_SYS_FLAG)[0]
-        pos = _POS_BORN_HOST + (20 if sys_flag & FLAG_BORNHOST_V6 else 8) + 8   # + STORETIMESTAMP
+        magic = _I32.unpack_from(raw, POS_MAGIC)[0]
+        sys_flag = _I32.unpack_from(raw, POS_SYS_FLAG)[0]
+        pos = POS_BORN_HOST + (20 if sys_flag & FLAG_BORNHOST_V6 else 8) + 8   # + STORETIMESTAMP
         pos += (20 if sys_flag & FLAG_STOREHOST_V6 else 8) + 4 + 8              # + RECONSUMETIMES, PREPARED
         pos += 4 + _I32.unpack_from(raw, pos)[0]                                 # BODY
         if magic == MAGIC_V2:

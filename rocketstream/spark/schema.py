@@ -22,8 +22,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from rocketstream.codec.arrow_records import FIELD_NAMES, MESSAGE_SCHEMA, spark_ddl
 from rocketstream.errors import OptionError
-from rocketstream.store import FIELD_NAMES, MESSAGE_SCHEMA, spark_ddl
 
 SCHEMA_DDL: str = spark_ddl(MESSAGE_SCHEMA)
 

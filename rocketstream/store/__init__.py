@@ -7,7 +7,8 @@ decomposition — ``files/`` (mapped files, commit log, consume queue, checkpoin
 ``MessageStore`` facade in ``message_store.py``.
 
 The names below load lazily, so ``import rocketstream.store`` loads neither pyarrow nor the store's
-modules until one of them is used.
+modules until one of them is used. ``MESSAGE_SCHEMA`` and its helpers (the schema of ``read_range``'s
+batches) live in ``rocketstream.codec.arrow_records``, where records become Arrow for every reader.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "FIELD_NAMES": "rocketstream.store.read.schema",
-    "MESSAGE_SCHEMA": "rocketstream.store.read.schema",
-    "project_schema": "rocketstream.store.read.schema",
-    "spark_ddl": "rocketstream.store.read.schema",
+    "FIELD_NAMES": "rocketstream.codec.arrow_records",
+    "MESSAGE_SCHEMA": "rocketstream.codec.arrow_records",
+    "project_schema": "rocketstream.codec.arrow_records",
+    "spark_ddl": "rocketstream.codec.arrow_records",
     "GetMessageResult": "rocketstream.store.write.messages",
     "GetMessageStatus": "rocketstream.store.write.messages",
     "HostAddress": "rocketstream.codec",
@@ -53,13 +54,13 @@ __all__ = [
 
 if TYPE_CHECKING:
     from rocketstream.codec import HostAddress, MessageRecord
+    from rocketstream.codec.arrow_records import FIELD_NAMES, MESSAGE_SCHEMA, project_schema, spark_ddl
     from rocketstream.store.message_store import MessageStore
     from rocketstream.store.meta.config import (
         StoreConfig,
         default_broker_conf,
         default_broker_name,
     )
-    from rocketstream.store.read.schema import FIELD_NAMES, MESSAGE_SCHEMA, project_schema, spark_ddl
     from rocketstream.store.write.messages import (
         GetMessageResult,
         GetMessageStatus,

@@ -55,6 +55,7 @@ import pyarrow as pa
 
 from rocketstream import codec
 from rocketstream.codec import CQ_DTYPE, HostAddress, MessageRecord
+from rocketstream.codec.arrow_records import BATCH_BYTES
 from rocketstream.errors import (
     NotAStoreError,
     OptionError,
@@ -694,7 +695,7 @@ class MessageStore:
 
     def read_range(self, topic: str, queue_id: int, start: int, end: int, *, broker_name: str | None = None,
                    columns: Sequence[str] | None = None, tags: Collection[str] | None = None,
-                   batch_bytes: int = bulk_read.DEFAULT_BATCH_BYTES,
+                   batch_bytes: int = BATCH_BYTES,
                    check_crc: bool = False) -> Iterator[pa.RecordBatch]:
         """Arrow RecordBatches for queue offsets [start, end) (end clamped to the queue's max).
 

@@ -36,8 +36,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from rocketstream.codec.arrow_records import MESSAGE_SCHEMA
 from rocketstream.store import MessageStore, StoreConfig
-from rocketstream.store.read.schema import MESSAGE_SCHEMA
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -94,7 +94,7 @@ class SyntheticSource(DataSource):
         return "synthetic_arrow"
 
     def schema(self) -> str:
-        from rocketstream.store.read.schema import spark_ddl
+        from rocketstream.codec.arrow_records import spark_ddl
 
         return spark_ddl(MESSAGE_SCHEMA)
 

@@ -1,4 +1,4 @@
-"""The one record validator: ``codec.check_record`` (one record) and ``vectorized.record_problems``
+"""The one record validator: ``codec.check_record`` (one record) and ``arrow_records.record_problems``
 (many records, numpy) make the same checks in the same order — the checks
 ``CommitLog.checkMessageAndReturnSize`` makes (docs/store-format.md) — so recovery, readers, bulk
 reads and check agree on which records are damaged and why.
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from rocketstream import codec
 from rocketstream.codec import RECORD_CHECKS, check_record, decode_record, encode_record
-from rocketstream.codec import vectorized as vz
+from rocketstream.codec import arrow_records as ar
 
 HOSTS = st.sampled_from(["10.0.0.7", "192.168.1.1", "::1", "fe80::1"])
 TOPICS = st.one_of(st.text(st.characters(min_codepoint=33, max_codepoint=0x7FF), min_size=1, max_size=12),
@@ -78,14 +78,14 @@ def edit(buf: bytearray, start: int, lay: codec.RecordLayout, field: str, delta:
 def assert_agree(buf: bytes, positions: list[int], *, base_offset: int, check_crc: bool, check_ports: bool,
                  check_position: bool, topic_len_hint: int | None) -> None:
     rel = np.array(positions, dtype=np.int64)
-    h = vz.decode_headers(buf, rel, topic_len_hint=topic_len_hint)
-    problems = vz.record_problems(buf, h, rel, base_offset=base_offset, check_crc=check_crc,
+    h = ar.decode_headers(buf, rel, topic_len_hint=topic_len_hint)
+    problems = ar.record_problems(buf, h, rel, base_offset=base_offset, check_crc=check_crc,
                                   check_ports=check_ports, check_position=check_position)
     order = list(RECORD_CHECKS)
     assert [order.index(k) for k in problems] == sorted(order.index(k) for k in problems)
     assert ("crc" in problems, "ports" in problems, "position" in problems) == (check_crc, check_ports,
                                                                                 check_position)
-    bad = vz.any_problem(problems)
+    bad = ar.any_problem(problems)
     for i, pos in enumerate(positions):
         problem, lay = check_record(buf, pos, base_offset=base_offset, check_crc=check_crc,
                                     check_ports=check_ports, check_position=check_position)
@@ -136,10 +136,10 @@ def test_valid_records_pass_both_whatever_their_properties_bytes(records, flags)
         problem, lay = check_record(bytes(buf), pos, base_offset=4096, check_crc=check_crc, check_ports=check_ports)
         assert problem is None and lay is not None
     rel = np.array(starts, dtype=np.int64)
-    h = vz.decode_headers(bytes(buf), rel)
-    problems = vz.record_problems(bytes(buf), h, rel, base_offset=4096, check_crc=check_crc, check_ports=check_ports,
+    h = ar.decode_headers(bytes(buf), rel)
+    problems = ar.record_problems(bytes(buf), h, rel, base_offset=4096, check_crc=check_crc, check_ports=check_ports,
                                   expected_sizes=h["total_size"])
-    assert not vz.any_problem(problems).any(), {k: m.tolist() for k, m in problems.items() if m.any()}
+    assert not ar.any_problem(problems).any(), {k: m.tolist() for k, m in problems.items() if m.any()}
 
 
 def one_record(properties: bytes) -> bytes:
@@ -152,9 +152,9 @@ def passes_everywhere(raw: bytes) -> None:
     problem, lay = check_record(raw, 0, check_crc=True, check_ports=True)
     assert problem is None and lay is not None
     rel = np.zeros(1, dtype=np.int64)
-    h = vz.decode_headers(raw, rel, topic_len_hint=1)
-    problems = vz.record_problems(raw, h, rel, check_crc=True, check_ports=True, expected_sizes=h["total_size"])
-    assert not vz.any_problem(problems).any()
+    h = ar.decode_headers(raw, rel, topic_len_hint=1)
+    problems = ar.record_problems(raw, h, rel, check_crc=True, check_ports=True, expected_sizes=h["total_size"])
+    assert not ar.any_problem(problems).any()
     assert decode_record(raw, check_position=True) is not None
 
 

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 from rocketstream import codec
 from rocketstream.codec import CQ_DTYPE, HostAddress, decode_record, encode_record
-from rocketstream.codec import vectorized as vz
+from rocketstream.codec import arrow_records as ar
+from rocketstream.codec.arrow_records import project_schema
 from rocketstream.errors import CorruptStoreError
 from rocketstream.store.read.bulk_read import batch_bounds, read_range_batches
-from rocketstream.store.read.schema import MESSAGE_SCHEMA, project_schema, spark_ddl
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 V4_BORN = HostAddress("10.1.2.3", 54321)
@@ -155,40 +155,6 @@ def mixed_log() -> FakeCommitLog:
     return log
 
 
-# --- schema ----------------------------------------------------------------------------------
-def test_message_schema_is_exactly_the_contract() -> None:
-    s, i32, i64, ts = pa.string(), pa.int32(), pa.int64(), pa.timestamp("us", tz="UTC")
-    expected = pa.schema([
-        pa.field("topic", s, False), pa.field("brokerName", s, False), pa.field("queueId", i32, False),
-        pa.field("queueOffset", i64, False), pa.field("commitLogOffset", i64, False),
-        pa.field("storeSize", i32, False), pa.field("msgId", s, False), pa.field("offsetMsgId", s, False),
-        pa.field("tags", s, True), pa.field("keys", s, True), pa.field("body", pa.binary(), False),
-        pa.field("properties", pa.map_(pa.string(), pa.string()), False),
-        pa.field("bornTimestamp", ts, False), pa.field("bornHost", s, False),
-        pa.field("storeTimestamp", ts, False), pa.field("storeHost", s, False), pa.field("sysFlag", i32, False),
-        pa.field("bodyCRC", i32, False), pa.field("reconsumeTimes", i32, False), pa.field("flag", i32, False),
-        pa.field("preparedTransactionOffset", i64, False),
-    ])
-    assert MESSAGE_SCHEMA.equals(expected)
-    props = MESSAGE_SCHEMA.field("properties").type
-    assert not props.key_field.nullable and props.item_field.nullable
-
-
-def test_spark_ddl_marks_non_null_fields_and_follows_projection() -> None:
-    ddl = spark_ddl()
-    assert ddl.startswith("`topic` STRING NOT NULL, `brokerName` STRING NOT NULL, `queueId` INT NOT NULL")
-    assert "`tags` STRING, `keys` STRING, `body` BINARY NOT NULL, `properties` MAP<STRING, STRING> NOT NULL" in ddl
-    assert "`bornTimestamp` TIMESTAMP NOT NULL" in ddl
-    assert spark_ddl(project_schema(["body", "topic"])) == "`body` BINARY NOT NULL, `topic` STRING NOT NULL"
-
-
-def test_project_schema_rejects_unknown_and_repeated_columns() -> None:
-    with pytest.raises(ValueError, match="unknown message column 'bodyy'.*valid columns: topic"):
-        project_schema(["bodyy"])
-    with pytest.raises(ValueError, match="twice"):
-        project_schema(["body", "body"])
-
-
 # --- rows equal the per-record decoder -------------------------------------------------------
 def test_rows_match_per_record_decode_across_files_hosts_and_compression() -> None:
     log = mixed_log()
@@ -202,7 +168,7 @@ def test_all_ipv4_and_mixed_header_paths_agree_with_decode_record() -> None:
     file_from, buf = log.buffer_for(0)
     offsets = [o for units in log.units.values() for o, _, _ in units if o < log.file_size]
     rel = np.array(sorted(offsets), dtype=np.int64)
-    h = vz.decode_headers(buf, rel)
+    h = ar.decode_headers(buf, rel)
     assert h["born_v6"].any() and (~h["store_v6"]).any()
     for i, pos in enumerate(rel.tolist()):
         rec = decode_record(buf, pos)
@@ -213,11 +179,11 @@ def test_all_ipv4_and_mixed_header_paths_agree_with_decode_record() -> None:
         assert bytes(buf[h["body_pos"][i]:h["body_pos"][i] + h["body_len"][i]]) == rec.body
         assert bytes(buf[h["topic_pos"][i]:h["topic_pos"][i] + h["topic_len"][i]]).decode() == rec.topic
     v4_only = rel[~(h["born_v6"] | h["store_v6"])]
-    h4 = vz.decode_headers(buf, v4_only)
+    h4 = ar.decode_headers(buf, v4_only)
     sel = ~(h["born_v6"] | h["store_v6"])
     for name in ("body_pos", "props_pos", "props_len", "store_timestamp", "physical_offset", "store_port"):
         assert np.array_equal(h4[name], h[name][sel]), name
-    assert not vz.any_problem(vz.record_problems(buf, h, rel, base_offset=file_from, check_crc=True, check_ports=True,
+    assert not ar.any_problem(ar.record_problems(buf, h, rel, base_offset=file_from, check_crc=True, check_ports=True,
                                                  expected_sizes=h["total_size"])).any()
 
 
@@ -490,7 +456,7 @@ def test_gather_segments_handles_unsorted_and_overlapping_ranges() -> None:
     buf = np.frombuffer(b"abcdefghijklmnop", np.uint8)
     cases = [([0, 4, 8], [2, 3, 0]), ([8, 0, 4], [2, 3, 1]), ([0, 1, 0], [5, 5, 16])]
     for starts, lengths in cases:
-        got = vz.gather_segments(buf, np.array(starts), np.array(lengths)).to_pylist()
+        got = ar.gather_segments(buf, np.array(starts), np.array(lengths)).to_pylist()
         assert got == [bytes(buf[s:s + n]) for s, n in zip(starts, lengths, strict=True)]
 
 
@@ -499,7 +465,7 @@ def test_parse_properties_matches_decode_properties() -> None:
     raws = [b"", b"a\x01b", b"\x01x\x02y\x01\x02k\x01v\x01w\x02", b"k\x01v\x02k\x01w\x02", "é\x01ü\x02".encode(),
             b"PREFIXED_A\x011\x02PREFIXED_B\x012\x02PREFIXED_A\x013\x02", b"\x02\x02\x01\x01", many,
             b"UNIQ_KEY\x01u\x02PREFIXED_B\x01z"]
-    maps, cols = vz.parse_properties(pa.array(raws, pa.binary()).cast(pa.string()), ["k", "PREFIXED_B", "UNIQ_KEY"])
+    maps, cols = ar.parse_properties(pa.array(raws, pa.binary()).cast(pa.string()), ["k", "PREFIXED_B", "UNIQ_KEY"])
     assert [dict(m) for m in maps.to_pylist()] == [codec.decode_properties(r) for r in raws]
     assert [len(m) for m in maps.to_pylist()] == [len(codec.decode_properties(r)) for r in raws]  # no duplicates kept
     assert cols["k"].to_pylist() == [None, None, "v\x01w", "w", None, None, None, None, None]
@@ -528,7 +494,7 @@ def test_parse_properties_uniform_batches_match_decode_properties() -> None:
     }
     for label, raws in variants.items():
         arr = pa.array([b"pad\x01x\x02"] + raws, pa.binary()).cast(pa.string())[1:]  # non-zero array offset
-        maps, cols = vz.parse_properties(arr, ["TAGS", "UNIQ_KEY", "KEYS", "LONG_PROPERTY_NAME"])
+        maps, cols = ar.parse_properties(arr, ["TAGS", "UNIQ_KEY", "KEYS", "LONG_PROPERTY_NAME"])
         maps.validate(full=True)
         expected = [codec.decode_properties(r) for r in raws]
         assert [dict(m) for m in maps.to_pylist()] == expected, label

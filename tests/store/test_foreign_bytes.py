@@ -31,7 +31,7 @@ from rocketstream.codec import (
     decode_record,
     encode_record,
 )
-from rocketstream.codec import vectorized as vz
+from rocketstream.codec import arrow_records as ar
 from rocketstream.store import Message, MessageStore
 from tests.store.storeutil import CQ_SIZE, open_small, small_config
 from tests.store.test_bulk_read import FakeCommitLog, expected_rows, read_rows
@@ -168,8 +168,8 @@ def _uniform(n: int, terminated: bool) -> list[bytes]:
 def test_uniform_fast_path_takes_both_separator_forms(terminated):
     raws = _uniform(50, terminated)
     arr = pa.array(raws, pa.binary()).cast(pa.string())
-    roff, blob = vz._string_parts(arr)
-    fast = vz._parse_uniform(roff, blob, ("TAGS", "KEYS", "UNIQ_KEY", "MISSING"))
+    roff, blob = ar._string_parts(arr)
+    fast = ar._parse_uniform(roff, blob, ("TAGS", "KEYS", "UNIQ_KEY", "MISSING"))
     assert fast is not None, "a batch of 4.9.8-style records must not fall off the uniform fast path"
     result, columns = fast
     assert [dict(m) for m in result.to_pylist()] == [decode_properties(r) for r in raws]
@@ -187,7 +187,7 @@ def test_parse_properties_with_mixed_forms_and_near_uniform_batches():
     odd3[3] = odd3[3][:odd3[3].rindex(b"\x01") + 1]  # empty last value: dropped, not a uniform row
     for batch in (raws, odd, odd2, odd3):
         arr = pa.array(batch, pa.binary()).cast(pa.string())
-        result, columns = vz.parse_properties(arr, ("TAGS", "KEYS"))
+        result, columns = ar.parse_properties(arr, ("TAGS", "KEYS"))
         want = [decode_properties(r) for r in batch]
         assert [dict(m) for m in result.to_pylist()] == want
         assert columns["KEYS"].to_pylist() == [w.get("KEYS") for w in want]
@@ -195,7 +195,7 @@ def test_parse_properties_with_mixed_forms_and_near_uniform_batches():
 
 def test_properties_text_repairs_only_the_invalid_rows():
     raws = [b"A\x011", b"B\x01\xed\xa0\x80", None, b"C\x01\xc3", b"", b"D\x01\xe2\x82\x02E\x01e"] * 7
-    text = vz.properties_text(pa.array(raws, pa.binary()))
+    text = ar.properties_text(pa.array(raws, pa.binary()))
     assert text.type == pa.string()
     assert text.to_pylist() == [None if r is None else codec.decode_java_utf8(r) for r in raws]
 

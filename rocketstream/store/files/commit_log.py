@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketstream import codec
-from rocketstream.codec import HostAddress, MessageRecord, vectorized
+from rocketstream.codec import HostAddress, MessageRecord, arrow_records
 from rocketstream.errors import CorruptStoreError, StoreError
 from rocketstream.store.files.mapped_file import FileWriter, MappedFile, MappedFileQueue
 
@@ -311,7 +311,7 @@ class CommitLog:
 
     # --- validation of consume-queue units ----------------------------------------------------
     def check_units(self, units: np.ndarray) -> int:
-        """Index of the first unit whose record fails ``vectorized.record_problems`` (the checks of
+        """Index of the first unit whose record fails ``arrow_records.record_problems`` (the checks of
         ``codec.check_record`` without BODYCRC) or whose TOTALSIZE differs from the unit's size, or -1
         when all agree. PHYSICALOFFSET equal to the record's position is the unit's offset."""
         if len(units) == 0:
@@ -327,8 +327,8 @@ class CommitLog:
                 bad[lo:hi] = True
                 continue
             rel = offsets[lo:hi] - mf.file_from_offset
-            h = vectorized.decode_headers(mf.array, rel)
-            bad[lo:hi] = vectorized.any_problem(vectorized.record_problems(
+            h = arrow_records.decode_headers(mf.array, rel)
+            bad[lo:hi] = arrow_records.any_problem(arrow_records.record_problems(
                 mf.array, h, rel, base_offset=mf.file_from_offset, expected_sizes=sizes[lo:hi]))
         hits = np.flatnonzero(bad)
         return int(hits[0]) if len(hits) else -1
@@ -355,7 +355,7 @@ _TOPIC_CACHE: dict[bytes, str] = {}
 
 class RecordScan:
     """Recovery's walk over records, with the checks ``CommitLog.checkMessageAndReturnSize`` makes
-    and nothing stricter: ``codec.check_record`` one by one, ``vectorized.record_problems`` for runs
+    and nothing stricter: ``codec.check_record`` one by one, ``arrow_records.record_problems`` for runs
     of known record starts (docs/store-format.md). The first record that fails ends the
     scan; ``end`` is where it starts and ``problem`` says what failed. Blank records and the zero
     bytes of an unwritten tail are not problems. Properties are not parsed here (Java decodes them
@@ -394,13 +394,13 @@ class RecordScan:
         if j - i < _BULK_MIN:
             return pos
         rel = known[i:j] - base
-        h = vectorized.decode_headers(mf.array, rel)
+        h = arrow_records.decode_headers(mf.array, rel)
         total = h["total_size"].astype(np.int64)
-        ok = ~vectorized.any_problem(vectorized.record_problems(mf.array, h, rel, base_offset=base))
+        ok = ~arrow_records.any_problem(arrow_records.record_problems(mf.array, h, rel, base_offset=base))
         ok[:-1] &= rel[:-1] + total[:-1] == rel[1:]    # chained: nothing unknown in between
         n = len(rel) if ok.all() else int(np.argmin(ok))
         if self._check_crc and n:   # BODYCRC of the records kept only (record_problems' check_crc does all)
-            crc_bad = vectorized.body_crc_mismatches(mf.array, h, np.arange(len(rel)) < n)
+            crc_bad = arrow_records.body_crc_mismatches(mf.array, h, np.arange(len(rel)) < n)
             if crc_bad.any():
                 n = int(np.argmax(crc_bad))
         if n == 0:
@@ -469,10 +469,3 @@ def _check_record(view: memoryview, pos: int, base: int, file_size: int,
             _TOPIC_CACHE[raw_topic] = topic
     return None, RecordHead(r.physical_offset, r.total_size, r.sys_flag, r.queue_id, r.queue_offset,
                             r.store_timestamp, topic, view[r.props_pos:r.props_pos + r.props_len])
-
-
-def _props_length(rec: MessageRecord) -> int:
-    fixed = codec.record_size(len(rec.body), len(rec.topic.encode("utf-8")), 0,
-                            born_v6=bool(rec.sys_flag & codec.FLAG_BORNHOST_V6),
-                            store_v6=bool(rec.sys_flag & codec.FLAG_STOREHOST_V6), v2=rec.magic == codec.MAGIC_V2)
-    return rec.total_size - fixed
