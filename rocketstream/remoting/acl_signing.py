@@ -45,7 +45,12 @@ def _utf16_key(s: str) -> bytes:
 
 def java_sorted(keys: Iterable[str]) -> list[str]:
     """Keys in Java ``String.compareTo`` order (UTF-16 code units; differs from Python's code-point order
-    only around characters outside the BMP)."""
+    only around characters outside the BMP, so keys without any sort as Python sorts them: every request
+    is signed, and header names are ASCII)."""
+    keys = list(keys)
+    joined = "".join(keys)
+    if joined.isascii() or max(joined, default="") < "\U00010000":
+        return sorted(keys)
     return sorted(keys, key=_utf16_key)
 
 
@@ -65,7 +70,7 @@ def signing_content(fields: Mapping[str, str], body: bytes | None,
 
 def calc_signature(content: bytes, secret_key: str) -> str:
     """``AclSigner.calSignature``: Base64(HmacSHA1(UTF-8 secret key, content))."""
-    return base64.b64encode(hmac.new(java_utf8(secret_key), content, hashlib.sha1).digest()).decode("ascii")
+    return base64.b64encode(hmac.digest(java_utf8(secret_key), content, hashlib.sha1)).decode("ascii")
 
 
 def sign_fields(fields: dict[str, str], body: bytes | None, access_key: str, secret_key: str,

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocketstream import client as client_pkg
 from rocketstream.client import Credentials, Message
@@ -28,7 +30,7 @@ from rocketstream.client.instance import MQClientInstance
 from rocketstream.client.producer import Producer
 from rocketstream.errors import BrokerResponseError, MQClientError, OptionError, RemotingError
 from rocketstream.remoting import RemotingCommand, RemotingServer, RequestCode, ResponseCode, json_body
-from rocketstream.remoting.acl_signing import calc_signature, signing_content
+from rocketstream.remoting.acl_signing import calc_signature, java_sorted, signing_content
 from tests.broker import brokerutil
 from tests.broker.test_acl import ACL_YML, AK, SIGNATURE_FAILED, SK
 
@@ -418,3 +420,11 @@ def test_producer_with_credentials_never_shows_the_secret(acl_home: Path, caplog
     finally:
         p.shutdown()
     _no_secret_anywhere(caplog, [info.value], objects)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(st.characters(), max_size=4), max_size=8))
+def test_java_order_shortcut_equals_utf16_order(keys: list[str]) -> None:
+    """``java_sorted`` sorts keys without characters outside the BMP as Python does: the same order as Java's
+    ``String.compareTo`` (UTF-16 code units), which it uses for the others."""
+    assert java_sorted(keys) == sorted(keys, key=lambda k: k.encode("utf-16-be", "surrogatepass"))
