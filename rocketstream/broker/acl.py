@@ -76,14 +76,12 @@ IPv6 range patterns are supported only with every segment before the range writt
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import hmac
 import ipaddress
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -93,6 +91,15 @@ import yaml  # type: ignore[import-untyped]  # PyYAML ships no type information
 from rocketstream import codec
 from rocketstream.errors import AclConfigError, BodyError, CorruptStoreError, RocketStreamError
 from rocketstream.remoting import json_body
+from rocketstream.remoting.acl_signing import (  # the signature recipe, shared with the client
+    ACCESS_KEY,
+    SECURITY_TOKEN,
+    SIGNATURE,
+    calc_signature,
+    java_sorted,
+    sign_fields,
+    signing_content,
+)
 from rocketstream.remoting.codes import RequestCode, ResponseCode
 from rocketstream.remoting.command import RemotingCommand
 
@@ -107,10 +114,7 @@ log = logging.getLogger("rocketstream.broker.acl")
 
 ACL_FILE_NAME = "plain_acl.yml"
 
-# SessionCredentials / MixAll / TopicValidator names
-ACCESS_KEY = "AccessKey"
-SIGNATURE = "Signature"
-SECURITY_TOKEN = "SecurityToken"
+# MixAll / TopicValidator names (SessionCredentials' are in rocketstream.remoting.acl_signing)
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 RETRY_PREFIX = "%RETRY%"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
@@ -174,47 +178,6 @@ class AccessDenied(RocketStreamError):
         text = _EXC if message is None else f"{_EXC}: {message}"
         self.remark = f"{text}, {frame}"
         super().__init__(self.remark)
-
-
-# ------------------------------------------------------------------------------------------ signature
-def _utf16_key(s: str) -> bytes:
-    return s.encode("utf-16-be", "surrogatepass")
-
-
-def java_sorted(keys: Iterable[str]) -> list[str]:
-    """Keys in Java ``String.compareTo`` order (UTF-16 code units; differs from Python's code-point order
-    only around characters outside the BMP)."""
-    return sorted(keys, key=_utf16_key)
-
-
-def _java_utf8(s: str) -> bytes:
-    """``String.getBytes(UTF_8)``: an unpaired surrogate becomes '?'."""
-    return s.encode("utf-8", "replace")
-
-
-def signing_content(fields: Mapping[str, str], body: bytes | None,
-                    exclude: Iterable[str] = (SIGNATURE,)) -> bytes:
-    """``AclUtils.combineRequestContent``: the values of ``fields`` sorted by key (``exclude`` left out),
-    concatenated, as UTF-8, then the body."""
-    skip = set(exclude)
-    text = "".join(fields[k] for k in java_sorted(fields) if k not in skip and fields[k] is not None)
-    return _java_utf8(text) + (body or b"")
-
-
-def calc_signature(content: bytes, secret_key: str) -> str:
-    """``AclSigner.calSignature``: Base64(HmacSHA1(UTF-8 secret key, content))."""
-    return base64.b64encode(hmac.new(_java_utf8(secret_key), content, hashlib.sha1).digest()).decode("ascii")
-
-
-def sign_fields(fields: dict[str, str], body: bytes | None, access_key: str, secret_key: str,
-                security_token: str | None = None) -> dict[str, str]:
-    """What ``AclClientRPCHook.doBeforeRequest`` does to a request's extFields (in place, returned):
-    add AccessKey (and SecurityToken), then Signature over all of them and the body."""
-    fields[ACCESS_KEY] = access_key
-    if security_token is not None:
-        fields[SECURITY_TOKEN] = security_token
-    fields[SIGNATURE] = calc_signature(signing_content(fields, body), secret_key)
-    return fields
 
 
 # ------------------------------------------------------------------------------------------ addresses

@@ -29,6 +29,7 @@ _EXPORTS = {
     "CONSUME_FROM_LAST_OFFSET": "rocketstream.client.rebalance",
     "CONSUME_FROM_FIRST_OFFSET": "rocketstream.client.rebalance",
     "CONSUME_FROM_TIMESTAMP": "rocketstream.client.rebalance",
+    "Credentials": "rocketstream.client.credentials",
 }
 
 __all__ = sorted(_EXPORTS)

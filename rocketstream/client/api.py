@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable
@@ -27,6 +28,7 @@ from rocketstream.client.common import (
     SendResult,
     SendStatus,
 )
+from rocketstream.client.credentials import Credentials
 from rocketstream.client.route import TopicRouteData, parse_route
 from rocketstream.client.subscription import SubscriptionData
 from rocketstream.codec import (
@@ -45,10 +47,12 @@ from rocketstream.errors import (
     BrokerResponseError,
     CorruptStoreError,
     HeaderFieldError,
+    OptionError,
     RemotingConnectError,
     RemotingTimeoutError,
 )
 from rocketstream.remoting import Channel, RemotingCommand, RequestCode, ResponseCode, connect, json_body
+from rocketstream.remoting.acl_signing import sign_fields
 from rocketstream.remoting.channel import RequestHandler, ResponseWaiter, next_opaque
 from rocketstream.remoting.codes import code_name
 from rocketstream.remoting.command import ONEWAY_FLAG, encode_frame
@@ -129,10 +133,20 @@ class MQClientAPI:
 
     ``namesrv`` is RocketMQ's ``namesrvAddr``: one or more ``host:port`` separated by ``;``. Name-server
     requests go to the current one and move on to the next when it cannot be reached.
+
+    ``credentials``: every request sent (:meth:`invoke`, :meth:`invoke_oneway`, :meth:`invoke_from_thread`,
+    and so every name-server request too) is signed as ``AclClientRPCHook.doBeforeRequest`` signs it
+    (:meth:`signed`). Java's hook signs name-server requests as well; a 4.9.8 name server has no ACL and
+    ignores the extra fields. Answers to requests a broker sends us are responses: not signed (Java runs
+    no ``doBeforeRequest`` on the response it writes).
     """
 
     def __init__(self, namesrv: str, *, on_request: RequestHandler | None = None,
-                 connect_timeout: float = 3.0) -> None:
+                 connect_timeout: float = 3.0, credentials: Credentials | None = None) -> None:
+        if credentials is not None and not isinstance(credentials, Credentials):
+            raise OptionError("credentials", "must be a rocketstream.client.Credentials or None, not "
+                              + type(credentials).__name__)
+        self.credentials = credentials
         self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise RemotingConnectError(f"no name server address in {namesrv!r}", addr=namesrv)
@@ -175,14 +189,27 @@ class MQClientAPI:
         if ch is not None:
             ch.close("closed by the client")
 
+    def signed(self, request: RemotingCommand) -> RemotingCommand:
+        """``AclClientRPCHook.doBeforeRequest``: with credentials, a copy of ``request`` whose extFields also
+        carry AccessKey, SecurityToken (when set) and Signature over every extField and the body; without,
+        ``request`` itself. The caller's request is not changed, so a request object kept (or shown) by
+        the caller never holds the token."""
+        cred = self.credentials
+        if cred is None:
+            return request
+        body = request.body if request.body_parts is None else b"".join(request.body_parts)
+        fields = sign_fields(dict(request.ext_fields or {}), body, cred.access_key, cred.secret_key,
+                             cred.security_token)
+        return dataclasses.replace(request, ext_fields=fields)
+
     async def invoke(self, addr: str, request: RemotingCommand, timeout: float, *,
                      body_buffer: bool = False) -> RemotingCommand:
-        """``invokeSync``: connect if needed, send, wait; the connect time counts against ``timeout``.
-        ``body_buffer``: see :meth:`Channel.invoke`."""
+        """``invokeSync``: connect if needed, send (:meth:`signed`), wait; the connect time counts against
+        ``timeout``. ``body_buffer``: see :meth:`Channel.invoke`."""
         t0 = time.monotonic()
         ch = await self.channel(addr, timeout)
         left = max(timeout - (time.monotonic() - t0), 0.001)
-        return await ch.invoke(request, left, body_buffer=body_buffer)
+        return await ch.invoke(self.signed(request), left, body_buffer=body_buffer)
 
     def invoke_from_thread(self, addr: str, request: RemotingCommand, timeout: float,
                            call_soon: Callable[..., None]) -> RemotingCommand | None:
@@ -193,6 +220,7 @@ class MQClientAPI:
         ch = self._channels.get(addr)
         if ch is None or ch.closed:
             return None
+        request = self.signed(request)
         request.opaque = next_opaque()
         request.flag &= ~ONEWAY_FLAG
         frame = encode_frame(request)
@@ -207,11 +235,13 @@ class MQClientAPI:
         return response
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        """``invokeOneway`` (signed as :meth:`invoke`: Java's hook runs for oneway requests too)."""
         ch = await self.channel(addr, timeout)
-        await ch.invoke_oneway(request)
+        await ch.invoke_oneway(self.signed(request))
 
     async def invoke_namesrv(self, request: RemotingCommand, timeout: float) -> tuple[str, RemotingCommand]:
-        """Send to the current name server; on a connection error try the others in turn."""
+        """Send to the current name server; on a connection error try the others in turn (each send signed
+        by :meth:`invoke`)."""
         errors: list[str] = []
         deadline = time.monotonic() + timeout
         n = len(self.namesrv_addrs)

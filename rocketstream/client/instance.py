@@ -34,6 +34,7 @@ from typing import Any, Protocol, TypeVar
 from rocketstream.client import client_remoting
 from rocketstream.client.api import MQClientAPI
 from rocketstream.client.common import CLIENT_INNER_PRODUCER_GROUP, MessageQueue
+from rocketstream.client.credentials import Credentials
 from rocketstream.client.route import (
     MASTER_ID,
     QueueData,
@@ -116,26 +117,31 @@ def _cancel_task_if_cancelled(loop: asyncio.AbstractEventLoop, task: asyncio.Tas
 
 
 class MQClientInstance:
-    _registry: dict[tuple[str, str], MQClientInstance] = {}
+    _registry: dict[tuple[str, str, Credentials | None], MQClientInstance] = {}
     _registry_lock = threading.Lock()
 
     @classmethod
-    def get(cls, namesrv: str, instance_name: str = "DEFAULT") -> MQClientInstance:
-        """``MQClientManager.getOrCreateMQClientInstance``: shared per (name servers, instance name)."""
-        key = (namesrv.strip(), instance_name)
+    def get(cls, namesrv: str, instance_name: str = "DEFAULT", *,
+            credentials: Credentials | None = None) -> MQClientInstance:
+        """``MQClientManager.getOrCreateMQClientInstance``: shared per (name servers, instance name,
+        credentials). Java keys by client id only and keeps the RPC hook of whoever came first, so a second
+        client with other credentials would silently sign with the first one's; here it gets its own
+        instance (and connections) instead."""
+        key = (namesrv.strip(), instance_name, credentials)
         with cls._registry_lock:
             inst = cls._registry.get(key)
             if inst is None or inst._stopped:
-                inst = cls._registry[key] = cls(namesrv, instance_name)
+                inst = cls._registry[key] = cls(namesrv, instance_name, credentials=credentials)
             return inst
 
-    def __init__(self, namesrv: str, instance_name: str = "DEFAULT") -> None:
+    def __init__(self, namesrv: str, instance_name: str = "DEFAULT", *,
+                 credentials: Credentials | None = None) -> None:
         self.namesrv = namesrv.strip()
         self.instance_name = instance_name
         # ClientConfig.buildMQClientId: ip@instanceName, "DEFAULT" -> pid#nanoTime
         name = f"{os.getpid()}#{time.monotonic_ns()}" if instance_name == "DEFAULT" else instance_name
         self.client_id = f"{local_ip()}@{name}"
-        self.api = MQClientAPI(self.namesrv, on_request=self._on_request)
+        self.api = MQClientAPI(self.namesrv, on_request=self._on_request, credentials=credentials)
         self.loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()
@@ -515,7 +521,7 @@ class MQClientInstance:
             if self._thread is not None:
                 self._thread.join(timeout)
             with self._registry_lock:
-                key = (self.namesrv, self.instance_name)
+                key = (self.namesrv, self.instance_name, self.api.credentials)
                 if self._registry.get(key) is self:
                     del self._registry[key]
 

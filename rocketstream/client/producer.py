@@ -33,6 +33,7 @@ from rocketstream.client.common import (
     check_message,
     check_topic,
 )
+from rocketstream.client.credentials import Credentials
 from rocketstream.client.instance import MQClientInstance
 from rocketstream.client.route import TopicPublishInfo
 from rocketstream.codec import (
@@ -80,13 +81,20 @@ def _java_rem(a: int, b: int) -> int:
 
 
 class Producer:
-    """``Producer(group, namesrv=...)``; ``start()`` before sending, ``shutdown()`` (or ``with``) after."""
+    """``Producer(group, namesrv=...)``; ``start()`` before sending, ``shutdown()`` (or ``with``) after.
+    ``credentials``: sign every request for a cluster with ACL on (``AclClientRPCHook``). A refusal by the
+    broker's ACL is SYSTEM_ERROR, which ``retryResponseCodes`` retries as Java does: the send fails with
+    SendFailedError after its attempts, the broker's answer (BrokerResponseError) as ``__cause__``."""
 
     def __init__(self, group: str, *, namesrv: str, instance_name: str = "DEFAULT", send_msg_timeout: float = 3.0,
                  retry_times_when_send_failed: int = 2, compress_msg_body_over_howmuch: int = 4096,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, default_topic_queue_nums: int = 4,
-                 create_topic_key: str = AUTO_CREATE_TOPIC_KEY, compress_level: int = COMPRESS_LEVEL) -> None:
+                 create_topic_key: str = AUTO_CREATE_TOPIC_KEY, compress_level: int = COMPRESS_LEVEL,
+                 credentials: Credentials | None = None) -> None:
         check_group(group)
+        if credentials is not None and not isinstance(credentials, Credentials):
+            raise OptionError("credentials", "must be a rocketstream.client.Credentials or None, not "
+                              + type(credentials).__name__)
         if group == DEFAULT_PRODUCER_GROUP:
             raise OptionError("group", f"producerGroup can not equal {DEFAULT_PRODUCER_GROUP}, please specify "
                                        "another one", group)
@@ -111,6 +119,7 @@ class Producer:
         self.max_message_size = int(max_message_size)
         self.default_topic_queue_nums = int(default_topic_queue_nums)
         self.create_topic_key = create_topic_key
+        self.credentials = credentials
         self._publish: dict[str, TopicPublishInfo] = {}
         self._instance: MQClientInstance | None = None
 
@@ -118,7 +127,7 @@ class Producer:
     def start(self) -> Producer:
         if self._instance is not None:
             raise MQClientError(f"producer {self.group} is already started")
-        inst = MQClientInstance.get(self.namesrv, self.instance_name)
+        inst = MQClientInstance.get(self.namesrv, self.instance_name, credentials=self.credentials)
         inst.register_producer(self.group, self)
         self._publish[self.create_topic_key] = TopicPublishInfo(self.create_topic_key, [])
         try:
