@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from rocketstream.client.allocate import STRATEGIES
+from rocketstream.client.credentials import Credentials
 from rocketstream.client.process_queue import REBALANCE_LOCK_INTERVAL_S, REBALANCE_LOCK_MAX_LIVE_TIME_S
 from rocketstream.client.pull_service import BROKER_SUSPEND_MAX_TIME_MS, PULL_TIME_DELAY_WHEN_EXCEPTION_S
 from rocketstream.client.queue_change import TOPIC_METADATA_CHECK_INTERVAL_S
@@ -83,16 +84,22 @@ def _check_seconds(name: str, value: object, *, positive: bool = False, optional
 @dataclass(kw_only=True)
 class ClientConfig:
     """``ClientConfig``: ``namesrv`` is ``namesrvAddr`` (``host:port;host:port``); clients of one
-    ``instance_name`` in a process share one client instance (``MQClientInstance``, one client id)."""
+    ``instance_name`` in a process share one client instance (``MQClientInstance``, one client id).
+    ``credentials`` signs every request for a cluster with ACL on (``AclClientRPCHook``); its repr hides
+    the secret key and token."""
 
     namesrv: str
     instance_name: str = "DEFAULT"
+    credentials: Credentials | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.namesrv, str) or not self.namesrv.strip(";, "):
             raise OptionError("namesrv", "must be 'host:port' or 'host:port;host:port'", self.namesrv)
         if not isinstance(self.instance_name, str) or not self.instance_name:
             raise OptionError("instance_name", "must be a non-empty string", self.instance_name)
+        if self.credentials is not None and not isinstance(self.credentials, Credentials):
+            raise OptionError("credentials", "must be a rocketstream.client.Credentials or None, not "
+                              + type(self.credentials).__name__)
 
     @classmethod
     def field_names(cls) -> list[str]:

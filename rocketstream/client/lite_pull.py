@@ -207,7 +207,8 @@ class LitePullConsumer:
             if self._state != "CREATE_JUST":
                 raise MQClientError(f"the LitePullConsumer service state is {self._state}, not CREATE_JUST")
             self._state = "START_FAILED"
-        inst = MQClientInstance.get(self.config.namesrv, self.config.instance_name)
+        inst = MQClientInstance.get(self.config.namesrv, self.config.instance_name,
+                                    credentials=self.config.credentials)
         self.instance = inst
         self.rebalance.instance = inst
         if self.config.message_model == CLUSTERING:

@@ -272,7 +272,8 @@ class PushConsumer:
             if self.orderly and self.config.message_model == BROADCASTING:
                 log.warning("%s: orderly consumption in BROADCASTING does not lock queues", self.group)
             self._state = "START_FAILED"
-        instance = MQClientInstance.get(self.config.namesrv, self.config.instance_name)
+        instance = MQClientInstance.get(self.config.namesrv, self.config.instance_name,
+                                     credentials=self.config.credentials)
         if self.config.message_model == CLUSTERING:
             retry = retry_topic(self.group)
             sub = Subscription(retry, SubscriptionData.parse("*"))

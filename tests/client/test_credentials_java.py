@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from rocketstream.client import Credentials, SendStatus
+from rocketstream.client import ConsumeConcurrentlyStatus, Credentials, LitePullConsumer, PushConsumer, SendStatus
 from rocketstream.client.api import PULL_SYS_FLAG_SUBSCRIPTION, MQClientAPI
-from rocketstream.client.common import PullStatus
+from rocketstream.client.common import MessageQueue, PullStatus
 from rocketstream.client.producer import Producer
 from rocketstream.errors import BrokerResponseError, SendFailedError
 from rocketstream.remoting import RequestCode, ResponseCode
@@ -143,6 +143,8 @@ def _scenarios(namesrv: str, broker_addr: str) -> None:
         assert info.value.attempts == 3 and took < 15, took
         assert cause.remark in str(info.value) and cause.addr is not None and cause.addr in str(info.value)
 
+    _signed_consumers(namesrv, uniq, first.queue.broker_name)
+
     wrong = Producer(f"credProducerBad{uniq}", namesrv=namesrv, credentials=Credentials(AK, "wrongsecret"),
                      send_msg_timeout=20)
     with wrong:
@@ -160,6 +162,45 @@ def _scenarios(namesrv: str, broker_addr: str) -> None:
             inst.run(inst.api.query_offset(cause.addr, "groupB", "AclTopic", 0, 30), 40)
         assert refused.value.remark == SIGNATURE_FAILED and cause.addr in str(refused.value)
         assert refused.value.request_code == RequestCode.QUERY_CONSUMER_OFFSET
+
+
+def _signed_consumers(namesrv: str, uniq: int, broker_name: str) -> None:
+    """A PushConsumer and a LitePullConsumer with ``credentials=`` (ConsumerConfig.credentials) read what the
+    signed producer sent to AclTopic as groupB (the account's SUB group): routes, heartbeats, pulls and offset
+    calls all signed."""
+    cred = Credentials(AK, SK)
+    seen: set[bytes] = set()
+    push = PushConsumer("groupB", namesrv=namesrv, credentials=cred, instance_name=f"push{uniq}",
+                        consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    assert push.config.credentials is cred and SK not in repr(push.config)
+    push.subscribe("AclTopic", "*")
+    push.register_message_listener_concurrently(
+        lambda msgs, ctx: seen.update(m.body for m in msgs) or ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
+    push.start()
+    # groupB's offset of the first message's queue was committed past it above: the group starts after it
+    later = {b"signed again", b"b1", b"b2"}
+    try:
+        deadline = time.monotonic() + 60
+        while not later <= seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert later <= seen, seen
+    finally:
+        push.shutdown()
+    lite = LitePullConsumer("groupB", namesrv=namesrv, credentials=cred, instance_name=f"lite{uniq}",
+                            auto_commit=False)
+    queues = [MessageQueue("AclTopic", broker_name, q) for q in range(4)]
+    lite.assign(queues)
+    lite.start()
+    try:
+        for mq in queues:
+            lite.seek(mq, 0)
+        got: set[bytes] = set()
+        deadline = time.monotonic() + 60
+        while not later | {b"signed body"} <= got and time.monotonic() < deadline:
+            got |= {m.body for m in lite.poll(1.0)}
+        assert later | {b"signed body"} <= got, got
+    finally:
+        lite.shutdown()
 
 
 def test_signed_clients_against_our_acl_broker(our_acl_broker) -> None:  # noqa: F811
