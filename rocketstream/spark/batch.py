@@ -40,7 +40,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from rocketstream.client.offset_ranges import OffsetRange, QueueKey, plan_default, plan_partitions
+from rocketstream.spark.offset_ranges import OffsetRange, QueueKey, plan_default, plan_partitions
 from rocketstream.spark import positions
 from rocketstream.spark.broker_view import (
     BrokerLocation,

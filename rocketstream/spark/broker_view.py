@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
-from rocketstream.client.offset_ranges import QueueKey
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.errors import OptionError, StoreError
 from rocketstream.spark.offsets import QueueIndex, group_order
 

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rocketstream.client.offset_ranges import EARLIEST as EARLIEST_OFFSET
-from rocketstream.client.offset_ranges import QueueKey
+from rocketstream.spark.offset_ranges import EARLIEST as EARLIEST_OFFSET
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.errors import DataLossError, OptionError, RocketStreamError
 from rocketstream.spark import options as opt
 from rocketstream.spark.broker_view import (

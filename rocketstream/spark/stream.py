@@ -33,7 +33,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from rocketstream.client.offset_ranges import QueueKey, rate_limit
+from rocketstream.spark.offset_ranges import QueueKey, rate_limit
 from rocketstream.errors import DataLossError
 from rocketstream.spark import positions
 from rocketstream.spark.batch import ReadTask, plan_tasks, read_task

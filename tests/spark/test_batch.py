@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
-from rocketstream.client.offset_ranges import QueueKey
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.errors import DataLossError
 from rocketstream.spark import batch as batch_mod
 from rocketstream.spark.options import parse_options

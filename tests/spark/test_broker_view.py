@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.datasource import DataSourceReader
 
-from rocketstream.client.offset_ranges import QueueKey
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.errors import OptionError, RocketStreamError, StoreError
 from rocketstream.spark import batch as batch_mod
 from rocketstream.spark import positions

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadMaxBytes
 
 from rocketstream.client.consume_queue_query import ConsumeQueueAnswer, not_found
-from rocketstream.client.offset_ranges import QueueKey, rate_limit
+from rocketstream.spark.offset_ranges import QueueKey, rate_limit
 from rocketstream.errors import BrokerResponseError, DataLossError, OptionError, RocketStreamError
 from rocketstream.spark.network_view import NetworkBroker, NetworkBrokerView, query_sizes
 from rocketstream.spark.options import parse_options

@@ -360,7 +360,7 @@ def test_options_over_two_brokers(cluster, spread, tmp_path):
     bopts = parse_options({**base, "consumerGroup": group, "messageModel": "BROADCASTING",
                            "offsetsStoreDir": str(tmp_path), "clientId": "spark-1"}, streaming=True)
     brokers = positions.resolve_broker_names(bopts)
-    from rocketstream.client.offset_ranges import QueueKey
+    from rocketstream.spark.offset_ranges import QueueKey
 
     with positions.open_views(brokers) as views:
         positions.commit_offsets(bopts, views, {QueueKey(topic, "broker-b", 2): 1})

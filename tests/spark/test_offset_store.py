@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rocketstream.client.offset_ranges import QueueKey
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.client.offset_store import LocalOffsetStore
 from rocketstream.errors import (
     OptionError,

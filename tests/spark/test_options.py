@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rocketstream.client.offset_ranges import QueueKey
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.errors import OptionError
 from rocketstream.spark import options as o
 from rocketstream.spark.offsets import (

@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from rocketstream.client.api import MQClientAPI
-from rocketstream.client.offset_ranges import QueueKey
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.codec.fastjson import dump_fastjson
 from rocketstream.errors import BodyError, OptionError
 from rocketstream.spark import network_view
