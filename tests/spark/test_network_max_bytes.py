@@ -1,5 +1,5 @@
 """maxBytesPerTrigger in network mode: message sizes by QUERY_CONSUME_QUEUE (321), paged and only as far as
-the budget needs (rocketstream/spark/network_view.py ``query_sizes``; ``rate_limit(byte_cap=...)``).
+the budget needs (rocketstream/spark/network/view.py ``query_sizes``; ``rate_limit(byte_cap=...)``).
 
 * ``rate_limit`` with a byte cap: sizes are asked only up to the cap, the budget holds, and the batches
   are those of full size arrays (and of local mode's uncapped weighing when no backlog exceeds the cap).
@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadMaxBytes
 
 from rocketstream.client.consume_queue_query import ConsumeQueueAnswer, not_found
-from rocketstream.spark.offset_ranges import QueueKey, rate_limit
 from rocketstream.errors import BrokerResponseError, DataLossError, OptionError, RocketStreamError
-from rocketstream.spark.network_view import NetworkBroker, NetworkBrokerView, query_sizes
+from rocketstream.spark.network.view import NetworkBroker, NetworkBrokerView, query_sizes
+from rocketstream.spark.offset_ranges import QueueKey, rate_limit
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
 from rocketstream.spark.stream import RocketMQStreamReader
@@ -205,7 +205,7 @@ def test_sizes_over_the_network_are_the_stored_records(mq_broker):
 def test_sizing_race_with_retention_follows_fail_on_data_loss(mq_broker, monkeypatch):
     """Messages removed between planning and sizing (retention; a broker answers below its min): a
     DataLossError, or with failOnDataLoss=false no batch this trigger (the next one re-plans)."""
-    from rocketstream.spark import network_view
+    from rocketstream.spark.network import view as network_view
 
     topic = unique("QcqL")
     produce(mq_broker.namesrv_addr, topic, [b"l" * 50 for _ in range(8)])

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rocketstream.client.allocate import MessageQueue
+from rocketstream.errors import AllocationError, OptionError, RocketStreamError
 from rocketstream.spark.offset_ranges import (
     OffsetRange,
     QueueKey,
@@ -23,7 +24,6 @@ from rocketstream.spark.offset_ranges import (
     split_ranges,
     task_ids,
 )
-from rocketstream.errors import AllocationError, OptionError, RocketStreamError
 
 
 def q(i: int, topic: str = "t", broker: str = "broker-a") -> QueueKey:
