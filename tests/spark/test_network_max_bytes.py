@@ -23,6 +23,7 @@ from pyspark.sql.streaming.datasource import ReadMaxBytes
 
 from rocketstream.client.consume_queue_query import ConsumeQueueAnswer, not_found
 from rocketstream.errors import BrokerResponseError, DataLossError, OptionError, RocketStreamError
+from rocketstream.remoting import ResponseCode
 from rocketstream.spark.network.view import NetworkBroker, NetworkBrokerView, query_sizes
 from rocketstream.spark.offset_ranges import QueueKey, rate_limit
 from rocketstream.spark.options import parse_options
@@ -165,7 +166,8 @@ def test_query_sizes_refuses_answers_not_for_the_asked_units(hook, end, error, m
 def test_a_broker_without_query_consume_queue_is_an_option_error():
     class Old(FakeApi):
         async def query_consume_queue(self, *a, **k):
-            raise BrokerResponseError(3, "request type 321 not supported", addr="127.0.0.1:1")
+            raise BrokerResponseError(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "request type 321 not supported",
+                                      addr="127.0.0.1:1")
 
     with pytest.raises(OptionError, match="maxBytesPerTrigger.*broker b \\(127.0.0.1:1\\) does not answer"):
         sizes_of(Old(10), 0, 5, 100)

@@ -18,6 +18,7 @@ from rocketstream.client.api import MQClientAPI
 from rocketstream.client.topic_stats import parse_topic_stats
 from rocketstream.codec.fastjson import dump_fastjson
 from rocketstream.errors import BodyError, OptionError
+from rocketstream.remoting import ResponseCode
 from rocketstream.spark import commits
 from rocketstream.spark.broker_view import bounds_arrays, queue_bounds
 from rocketstream.spark.commits import OffsetCommits
@@ -197,7 +198,7 @@ def _create_topic(addr: str, topic: str, read: int, write: int) -> None:
             ch.close()
 
     resp = asyncio.run(go())
-    assert resp.code == 0, resp.remark
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
 
 
 def test_network_bounds_equal_per_queue_answers_and_commits_skip_what_the_broker_has(mq_broker, monkeypatch):

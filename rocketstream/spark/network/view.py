@@ -140,7 +140,7 @@ class NetworkBrokerView:
 
     def message_sizes(self, topic: str, queue_id: int, start: int, end: int,
                       byte_cap: int | None = None) -> np.ndarray:
-        """Stored sizes of messages ``[start, end)`` by QUERY_CONSUME_QUEUE (321), paged; with ``byte_cap``
+        """Stored sizes of messages ``[start, end)`` by QUERY_CONSUME_QUEUE, paged; with ``byte_cap``
         only until their running total exceeds it (see :func:`query_sizes`)."""
         return self._run(query_sizes(self.api, self.addr, self.broker_name, topic, queue_id, start, end, byte_cap))
 
@@ -263,7 +263,7 @@ async def query_sizes(api: MQClientAPI, addr: str, broker_name: str, topic: str,
             if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
                 raise
             raise OptionError("maxBytesPerTrigger", f"needs the broker's message sizes, and broker {broker_name} "
-                              f"({addr}) does not answer QUERY_CONSUME_QUEUE (321): {exc.remark}; use "
+                              f"({addr}) does not answer QUERY_CONSUME_QUEUE: {exc.remark}; use "
                               f"maxMessagesPerTrigger with it") from exc
         if not answer.found or answer.min_index > at:
             low = answer.min_index if answer.found else await api.min_offset(addr, topic, queue_id, REQUEST_TIMEOUT_S)
