@@ -81,7 +81,8 @@ class BrokerView(Protocol):
         ...
 
     def read_ranges(self, ranges: Sequence[tuple[str, int, int, int]], *, columns: Sequence[str],
-                    tags: Collection[str] | None, check_crc: bool, fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
+                    tags: Collection[str] | None, check_crc: bool,
+                    fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
         """Messages of every range ``(topic, queueId, start, end)``, range after range, as RecordBatches with
         ``columns`` (MessageExt field names, in order) and ``brokerName`` this view's name; only messages
         whose tag is in ``tags`` when given; ``check_crc`` verifies every body's CRC (RocketMQ consumer's

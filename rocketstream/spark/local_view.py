@@ -97,7 +97,8 @@ class LocalBrokerView:
         return int(self.store.search_offset(topic, queue_id, timestamp_ms, "lower"))
 
     def read_ranges(self, ranges: Sequence[tuple[str, int, int, int]], *, columns: Sequence[str],
-                    tags: Collection[str] | None, check_crc: bool, fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
+                    tags: Collection[str] | None, check_crc: bool,
+                    fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
         for topic, queue_id, start, end in ranges:
             start = self._surviving_start(topic, queue_id, start, end, fail_on_data_loss)
             if start < end:

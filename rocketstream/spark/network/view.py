@@ -181,7 +181,8 @@ class NetworkBrokerView:
         return int(struct.unpack_from(">q", result.body, _STORE_TIMESTAMP_POS)[0]) if len(result.body) > 64 else None
 
     def read_ranges(self, ranges: Sequence[tuple[str, int, int, int]], *, columns: Sequence[str],
-                    tags: Collection[str] | None, check_crc: bool, fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
+                    tags: Collection[str] | None, check_crc: bool,
+                    fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
         """Batches of every range ``(topic, queueId, start, end)`` in order, pulled several at once
         (:func:`~rocketstream.spark.network.puller.pull_ranges`); data loss while pulling follows
         ``fail_on_data_loss``."""
