@@ -166,6 +166,11 @@ class MQClientAPI:
         ch = self._channels.get(addr)
         return ch is not None and not ch.closed
 
+    def open_channel(self, addr: str) -> Channel | None:
+        """The open connection to ``addr``, None when there is none (any thread; connects nothing)."""
+        ch = self._channels.get(addr)
+        return ch if ch is not None and not ch.closed else None
+
     async def close(self) -> None:
         chans = list(self._channels.values())
         self._channels.clear()

@@ -1,8 +1,7 @@
-"""Batch reads: plan offset ranges into tasks on the driver, read them as Arrow batches in executors.
+"""Batch reads: start and end offsets from the options, narrowed by pushed filters, planned into tasks.
 
 Planning (``partitions()``) runs in Spark's planner worker; ``read()`` runs in executor workers from a
-pickled reader, so every task carries what it needs in its :class:`ReadTask` (broker locations, ranges,
-columns, tag set) and opens its broker views itself.
+pickled reader. Tasks and their reading are shared with streaming (:mod:`rocketstream.spark.tasks`).
 
 Filter pushdown needs ``spark.sql.python.filterPushdown.enabled=true`` (Spark's default is false). PySpark
 4.3 plans a Python source read in one of two planner processes, and neither hands the source the session

@@ -494,7 +494,7 @@ def test_instance_heartbeat_notify_rebalance_and_shutdown(mq_broker):
 def test_topic_stats_answers_every_queue_at_once(mq_broker):
     """GET_TOPIC_STATS_INFO (``MQClientAPI.topic_stats``): the min and max offsets of every queue of a topic in
     one request, equal to GET_MIN_OFFSET / GET_MAX_OFFSET of each queue; a topic the broker does not have
-    is a BrokerResponseError naming the address (TOPIC_NOT_EXIST)."""
+    is a BrokerResponseError naming the address (TOPIC_NOT_EXIST). And ``open_channel``."""
     topic = uniq("CapiStats")
 
     async def go():
@@ -513,6 +513,10 @@ def test_topic_stats_answers_every_queue_at_once(mq_broker):
                          for q in range(n)]
             with pytest.raises(BrokerResponseError) as missing:
                 await api.topic_stats(addr, uniq("CapiNoStats"))
+            # open_channel: the connection in use, from any thread, never a new one
+            assert api.open_channel(addr) is await api.channel(addr)
+            api.close_channel(addr)
+            assert api.open_channel(addr) is None and api.open_channel("127.0.0.1:1") is None
             return addr, n, stats, per_queue, missing.value
         finally:
             await api.close()

@@ -202,8 +202,10 @@ class NetworkBrokerView:
     def commit_session(self) -> object:
         """The connection to the broker (made if there is none): offsets it acknowledged stay acknowledged
         while it is the one in use. A new connection may face a restarted broker that lost what it had not
-        persisted (``ConsumerOffsetManager.persist`` runs every 5 s)."""
-        return self._run(self.api.channel(self.addr, REQUEST_TIMEOUT_S))
+        persisted (``ConsumerOffsetManager.persist`` runs every 5 s). The open one is taken without a trip
+        through the client loop (planning commits every trigger)."""
+        channel = self.api.open_channel(self.addr)
+        return channel if channel is not None else self._run(self.api.channel(self.addr, REQUEST_TIMEOUT_S))
 
     def commit_offsets(self, group: str, waves: Sequence[Mapping[str, Mapping[int, int]]]) -> None:
         """UPDATE_CONSUMER_OFFSET of every queue, answered (a commit the broker did not take raises); the
