@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rocketstream.client.common import (
     PROPERTY_MAX_OFFSET,
@@ -56,6 +56,9 @@ from rocketstream.remoting.acl_signing import sign_fields
 from rocketstream.remoting.channel import RequestHandler, ResponseWaiter, next_opaque
 from rocketstream.remoting.codes import code_name
 from rocketstream.remoting.command import ONEWAY_FLAG, encode_frame
+
+if TYPE_CHECKING:
+    from rocketstream.client.topic_stats import TopicStats
 
 __all__ = ["MQClientAPI", "process_pull_result", "decode_messages", "properties_string", "SEND_OK_CODES",
            "RETRY_RESPONSE_CODES", "PULL_SYS_FLAG_COMMIT_OFFSET", "PULL_SYS_FLAG_SUSPEND",
@@ -176,6 +179,11 @@ class MQClientAPI:
         """An open connection to ``addr`` exists (any thread)."""
         ch = self._channels.get(addr)
         return ch is not None and not ch.closed
+
+    def open_channel(self, addr: str) -> Channel | None:
+        """The open connection to ``addr``, None when there is none (any thread; connects nothing)."""
+        ch = self._channels.get(addr)
+        return ch if ch is not None and not ch.closed else None
 
     async def close(self) -> None:
         chans = list(self._channels.values())
@@ -460,6 +468,22 @@ class MQClientAPI:
                                       timeout: float = DEFAULT_TIMEOUT_S) -> int:
         return await self._queue_value(addr, RequestCode.GET_EARLIEST_MSG_STORETIME, topic, queue_id, "timestamp",
                                        timeout)
+
+    async def topic_stats(self, addr: str, topic: str, timeout: float = DEFAULT_TIMEOUT_S) -> TopicStats:
+        """GET_TOPIC_STATS_INFO (202; ``getTopicStatsInfo``): min and max offsets of the topic's queues on the
+        broker at ``addr`` in one request, as a :class:`~rocketstream.client.topic_stats.TopicStats` (int64
+        arrays; empty for a SUCCESS without a body). The broker lists queues ``0 .. writeQueueNums-1`` only
+        (``AdminBrokerProcessor.getTopicStatsInfo``), so a route's readable queues may be more. Any code but
+        SUCCESS (TOPIC_NOT_EXIST while the topic is being created, NO_PERMISSION under an ACL, ...) raises
+        BrokerResponseError, a body that is no TopicStatsTable BodyError — both naming the address."""
+        from rocketstream.client.topic_stats import empty_topic_stats, parse_topic_stats
+
+        req = RemotingCommand.request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+        resp = await self.invoke(addr, req, timeout)
+        self._check(resp, addr, req.code, f"stats of topic {topic}")
+        if not resp.body:
+            return empty_topic_stats()
+        return parse_topic_stats(resp.body, topic, addr)
 
     # ------------------------------------------------------------------------- client management
     async def heartbeat(self, addr: str, data: dict[str, Any], timeout: float = DEFAULT_TIMEOUT_S) -> int:

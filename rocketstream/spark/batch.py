@@ -1,8 +1,7 @@
-"""Batch reads: plan offset ranges into tasks on the driver, read them as Arrow batches in executors.
+"""Batch reads: start and end offsets from the options, narrowed by pushed filters, planned into tasks.
 
 Planning (``partitions()``) runs in Spark's planner worker; ``read()`` runs in executor workers from a
-pickled reader, so every task carries what it needs in its :class:`ReadTask` (broker locations, ranges,
-columns, tag set) and opens its broker views itself.
+pickled reader. Tasks and their reading are shared with streaming (:mod:`rocketstream.spark.tasks`).
 
 Filter pushdown needs ``spark.sql.python.filterPushdown.enabled=true`` (Spark's default is false). PySpark
 4.3 plans a Python source read in one of two planner processes, and neither hands the source the session
@@ -24,10 +23,8 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceReader,
     EqualTo,
@@ -40,91 +37,15 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from rocketstream.client.offset_ranges import OffsetRange, QueueKey, plan_default, plan_partitions
 from rocketstream.spark import positions
-from rocketstream.spark.broker_view import (
-    BrokerLocation,
-    BrokerView,
-    QueueBounds,
-    open_views,
-    queue_bounds,
-)
+from rocketstream.spark.broker_view import BrokerView, open_views, queue_bounds
+from rocketstream.spark.brokers import broker_locations
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.spark.options import RocketMQOptions
 from rocketstream.spark.schema import Projection
+from rocketstream.spark.tasks import ReadTask, plan_tasks, read_task
 
 _INT64_MAX = (1 << 63) - 1
-
-
-@dataclass(frozen=True)
-class ReadTask(InputPartition):
-    """One Spark task: ranges ``(brokerName, topic, queueId, start, end)`` read in order."""
-
-    brokers: tuple[BrokerLocation, ...]  # where each broker of the ranges is (opened on the executor)
-    ranges: tuple[tuple[str, str, int, int, int], ...]
-    columns: tuple[str, ...]
-    tags: frozenset[str] | None  # None: every message
-    store_time_us: tuple[int, int] | None = None  # exact [low, high] filter on storeTimestamp (µs)
-    fail_on_data_loss: bool = True  # retention passing a range after planning: fail, or skip what is gone
-    check_crc: bool = False  # verify BODYCRC of every row (CorruptStoreError naming file and offset)
-
-
-def read_task(task: ReadTask, projection: Projection) -> Iterator[pa.RecordBatch]:
-    """Executor side: the task's rows as Arrow batches in Spark's schema."""
-    columns = list(task.columns)
-    need_time = task.store_time_us is not None and "storeTimestamp" not in columns
-    read_columns = columns + (["storeTimestamp"] if need_time else [])
-    needed = {broker for broker, *_ in task.ranges}
-    with open_views(b for b in task.brokers if b.name in needed) as views:
-        if any(hasattr(v, "read_ranges") for v in views.values()):
-            yield from _read_network(task, projection, views, columns, read_columns, need_time)
-            return
-        for broker, topic, qid, start, end in task.ranges:
-            view = views[broker]
-            start = _surviving_start(view, QueueKey(topic, broker, qid), start, end, task.fail_on_data_loss)
-            if start >= end:
-                continue
-            for batch in view.read_range(topic, qid, start, end, columns=read_columns, tags=task.tags,
-                                         check_crc=task.check_crc):
-                if task.store_time_us is not None:
-                    batch = _filter_time(batch, *task.store_time_us)
-                    if need_time:
-                        batch = batch.select(columns)
-                if batch.num_rows:
-                    yield projection.relabel(batch)
-
-
-def _read_network(task: ReadTask, projection: Projection, views: Mapping[str, BrokerView], columns: list[str],
-                  read_columns: list[str], need_time: bool) -> Iterator[pa.RecordBatch]:
-    """Network views pull several queues of the task at once (``read_ranges``), each broker's ranges in turn;
-    a range below the queue's min follows failOnDataLoss (at planning time and while pulling)."""
-    by_broker: dict[str, list[tuple[str, int, int, int]]] = {}
-    for broker, topic, qid, start, end in task.ranges:
-        by_broker.setdefault(broker, []).append((topic, qid, start, end))
-    for broker, ranges in by_broker.items():
-        view: Any = views[broker]
-        for batch in view.read_ranges(ranges, columns=read_columns, tags=task.tags, check_crc=task.check_crc,
-                                      fail_on_data_loss=task.fail_on_data_loss):
-            if task.store_time_us is not None:
-                batch = _filter_time(batch, *task.store_time_us)
-                if need_time:
-                    batch = batch.select(columns)
-            if batch.num_rows:
-                yield projection.relabel(batch)
-
-
-def _surviving_start(view: BrokerView, q: QueueKey, start: int, end: int, fail_on_data_loss: bool) -> int:
-    """Retention may delete files between a batch's planning and its task: the planner's data-loss rule
-    (DataLossError naming the range, or a logged skip to the queue's new min) applies here again."""
-    low = view.min_offset(q.topic, q.queue_id)
-    if start >= low:
-        return start
-    bounds = {q: QueueBounds(low, max(low, end, view.max_offset(q.topic, q.queue_id)))}
-    return min(positions.check_starts({q: start}, bounds, fail_on_data_loss)[q], end)
-
-
-def _filter_time(batch: pa.RecordBatch, low_us: int, high_us: int) -> pa.RecordBatch:
-    us = batch.column("storeTimestamp").cast(pa.int64())
-    return batch.filter(pc.and_(pc.greater_equal(us, low_us), pc.less_equal(us, high_us)))
 
 
 @dataclass
@@ -227,91 +148,6 @@ def _comparison_bounds(f: Filter, value: int) -> tuple[int, int] | None:
     return None
 
 
-def plan_tasks(
-    options: RocketMQOptions,
-    brokers: tuple[BrokerLocation, ...],
-    starts: Mapping[QueueKey, int],
-    ends: Mapping[QueueKey, int],
-    projection: Projection,
-    tags: frozenset[str] | None,
-    store_time_us: tuple[int, int] | None = None,
-) -> list[ReadTask]:
-    """The tasks of a batch.
-
-    Default (no ``numPartitions``): Kafka-like (:func:`plan_default`): a task per queue range with messages,
-    big ranges split, small ones packed, no task above ``maxMessagesPerPartition`` messages when given.
-    With ``numPartitions``: that many tasks share the queues as a consumer group of that many members
-    would with ``allocateStrategy``, ranges split by ``maxMessagesPerPartition``. CONFIG and MACHINE_ROOM
-    choose the queues read either way."""
-    args: dict[str, Any] = dict(options.strategy_args)  # each strategy's own keyword arguments
-    strategy = options.allocate_strategy
-    queues = [q for q in ends if ends[q] > starts[q]]
-    if strategy == "CONFIG":
-        # The configured queues are the only ones this group reads (the Java strategy returns its list to
-        # every consumer), so one task plans them and maxMessagesPerPartition splits the work.
-        wanted = set(args.pop("config_queues"))
-        queues = [q for q in queues if (q.broker_name, q.queue_id) in wanted or ("", q.queue_id) in wanted]
-        args["message_queue_list"] = sorted(queues)
-        num_tasks = 1
-        if options.num_partitions is None:
-            return _tasks(options, brokers, _default_plan(options, starts, ends, queues), projection, tags,
-                          store_time_us)
-    else:
-        if strategy == "MACHINE_ROOM":
-            rooms = args["consumeridcs"]
-            queues = [q for q in queues if q.broker_name.count("@") == 1 and q.broker_name.split("@")[0] in rooms]
-        if options.num_partitions is None:
-            return _tasks(options, brokers, _default_plan(options, starts, ends, queues), projection, tags,
-                          store_time_us)
-        num_tasks = options.num_partitions
-        if strategy.startswith("MACHINE_ROOM_NEARBY"):
-            rooms_all = sorted({_room(q) for q in queues}) or ["default"]
-            args.setdefault("inner", strategy.partition("-")[2] or "AVG")
-            strategy = "MACHINE_ROOM_NEARBY"
-            args["machine_room_of_queue"] = _room
-            args["machine_room_of_cid"] = _TaskRoom(tuple(rooms_all))
-    ranges = [OffsetRange(q, starts[q], ends[q]) for q in sorted(queues)]
-    plan = plan_partitions(ranges, num_tasks, strategy, options.max_messages_per_partition, **args)
-    return _tasks(options, brokers, plan, projection, tags, store_time_us)
-
-
-def _default_plan(options: RocketMQOptions, starts: Mapping[QueueKey, int], ends: Mapping[QueueKey, int],
-                  queues: Iterable[QueueKey]) -> list[list[OffsetRange]]:
-    return plan_default([OffsetRange(q, starts[q], ends[q]) for q in queues], options.max_messages_per_partition)
-
-
-def _tasks(options: RocketMQOptions, brokers: tuple[BrokerLocation, ...], plan: list[list[OffsetRange]],
-           projection: Projection, tags: frozenset[str] | None,
-           store_time_us: tuple[int, int] | None) -> list[ReadTask]:
-    return [
-        ReadTask(
-            brokers=brokers,
-            ranges=tuple((r.queue.broker_name, r.queue.topic, r.queue.queue_id, r.start, r.end) for r in task),
-            columns=projection.columns,
-            tags=tags,
-            store_time_us=store_time_us,
-            fail_on_data_loss=options.fail_on_data_loss,
-            check_crc=options.check_crc,
-        )
-        for task in plan
-    ]
-
-
-def _room(q: QueueKey) -> str:
-    # RocketMQ's machine-room brokers are named "<room>@<broker>"; a plain name is its own room.
-    return q.broker_name.split("@")[0]
-
-
-@dataclass(frozen=True)
-class _TaskRoom:
-    """Spark tasks have no machine room: task i is placed in room i mod R (rooms in name order)."""
-
-    rooms: tuple[str, ...]
-
-    def __call__(self, cid: str) -> str:
-        return self.rooms[int(cid.rsplit("-", 1)[1]) % len(self.rooms)]
-
-
 class RocketMQBatchReader(DataSourceReader):
     """Batch reader without filter pushdown (what Spark may use while pushdown is disabled)."""
 
@@ -322,7 +158,7 @@ class RocketMQBatchReader(DataSourceReader):
 
     def partitions(self) -> list[ReadTask]:
         o, pushed = self.options, self.pushed
-        brokers = positions.resolve_broker_names(o)
+        brokers = broker_locations(o)
         tags = _tag_set(o, pushed)
         if tags is not None and not tags:
             return []
@@ -399,5 +235,4 @@ def batch_reader(options: RocketMQOptions, projection: Projection) -> RocketMQBa
     return cls(options, projection)
 
 
-__all__ = ["ReadTask", "RocketMQBatchReader", "RocketMQPushdownReader", "batch_reader", "filter_pushdown_planner",
-           "plan_tasks", "read_task"]
+__all__ = ["RocketMQBatchReader", "RocketMQPushdownReader", "batch_reader", "filter_pushdown_planner"]

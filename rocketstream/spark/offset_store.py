@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from rocketstream.client.offset_ranges import QueueKey
 from rocketstream.client.offset_store import LocalOffsetStore, default_local_offset_dir
 from rocketstream.errors import (
     OptionError,
@@ -22,6 +21,7 @@ from rocketstream.errors import (
     RocketStreamError,
     StoreError,
 )
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
 CLUSTERING = "CLUSTERING"

@@ -21,13 +21,13 @@ from typing import Literal
 
 import numpy as np
 
-from rocketstream.client.offset_ranges import (
+from rocketstream.spark.offset_ranges import (
     EARLIEST as EARLIEST_OFFSET,
 )
-from rocketstream.client.offset_ranges import (
+from rocketstream.spark.offset_ranges import (
     LATEST as LATEST_OFFSET,
 )
-from rocketstream.client.offset_ranges import (
+from rocketstream.spark.offset_ranges import (
     QueueKey,
     offsets_from_dict,
     offsets_to_dict,
@@ -168,7 +168,7 @@ class QueueOffsets(Mapping[QueueKey, int]):
 
     @classmethod
     def from_json(cls, text: str, *, option: str = "offset", allow_special: bool = False) -> QueueOffsets:
-        from rocketstream.client.offset_ranges import offsets_from_json
+        from rocketstream.spark.offset_ranges import offsets_from_json
 
         return cls(offsets_from_json(text, option=option, allow_special=allow_special))
 

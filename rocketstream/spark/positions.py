@@ -12,28 +12,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rocketstream.client.offset_ranges import EARLIEST as EARLIEST_OFFSET
-from rocketstream.client.offset_ranges import QueueKey
-from rocketstream.errors import DataLossError, OptionError, RocketStreamError
+from rocketstream.errors import DataLossError, OptionError
 from rocketstream.spark import options as opt
-from rocketstream.spark.broker_view import (
-    BrokerLocation,
-    BrokerView,
-    LocalBroker,
-    QueueBounds,
-    open_views,
-    queue_bounds,
-    view_of,
-)
+from rocketstream.spark.broker_view import BrokerView, QueueBounds, open_views, queue_bounds, view_of
+from rocketstream.spark.offset_ranges import EARLIEST as EARLIEST_OFFSET
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.spark.offsets import (
     EARLIEST,
     GROUP,
     LATEST,
     AtTimestamp,
-    QueueOffsets,
     SpecificOffsets,
 )
 from rocketstream.spark.options import RocketMQOptions
@@ -44,24 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 Offsets = dict[QueueKey, int]
 Views = Mapping[str, BrokerView]
-
-
-def resolve_broker_names(options: RocketMQOptions) -> tuple[BrokerLocation, ...]:
-    """The brokers to read. Network mode: every broker with a readable queue of the topics in the name
-    server's routes. Local mode: an unnamed ``load(path)`` store is called by conf/broker.conf's brokerName
-    when it is the configured default store, else by its directory's name."""
-    if options.name_server is not None:
-        from rocketstream.spark.network_view import resolve_network_brokers
-
-        return resolve_network_brokers(options.name_server, options.topics, options.consumer_group)
-    return tuple(LocalBroker(name or _default_broker_name(root), str(root), options.broker_addr)
-                 for name, root in options.brokers)
-
-
-def _default_broker_name(root: Path) -> str:
-    from rocketstream.store import default_broker_name
-
-    return default_broker_name(root)
 
 
 def starting_offsets(options: RocketMQOptions, views: Views, bounds: Mapping[QueueKey, QueueBounds]) -> Offsets:
@@ -164,7 +136,7 @@ def check_starts(starts: Mapping[QueueKey, int], bounds: Mapping[QueueKey, Queue
     return checked
 
 
-def _broadcast_store(options: RocketMQOptions, *, read_only: bool) -> OffsetStore:
+def broadcast_store(options: RocketMQOptions, *, read_only: bool) -> OffsetStore:
     """BROADCASTING offsets live with the client (``<offsetsStoreDir>/<clientId>/<group>/offsets.json``,
     RocketMQ's LocalFileOffsetStore): the broker never learns them, in local and network mode alike."""
     from rocketstream.spark.offset_store import OffsetStore
@@ -178,7 +150,7 @@ def read_committed(options: RocketMQOptions, views: Views, queues: Iterable[Queu
     broker's table, asked through its view; BROADCASTING: the client-side offsets.json."""
     queues = sorted(set(queues))
     if options.broadcasting:
-        return dict(_broadcast_store(options, read_only=True).read(options.consumer_group, queues))
+        return dict(broadcast_store(options, read_only=True).read(options.consumer_group, queues))
     by_broker: dict[tuple[str, str], list[int]] = {}
     for q in queues:
         by_broker.setdefault((q.broker_name, q.topic), []).append(q.queue_id)
@@ -187,25 +159,6 @@ def read_committed(options: RocketMQOptions, views: Views, queues: Iterable[Queu
         table = view_of(views, broker).query_offsets(options.consumer_group, topic, ids)
         committed.update({QueueKey(topic, broker, qid): table.get(qid, -1) for qid in ids})
     return {q: committed[q] for q in queues}
-
-
-def commit_offsets(options: RocketMQOptions, views: Views, offsets: Mapping[QueueKey, int]) -> None:
-    """Write ``offsets`` for the group: one atomic rewrite per broker table (CLUSTERING; every broker is
-    known before any is written) or of the client's offsets.json (BROADCASTING)."""
-    if not offsets:
-        return
-    offsets = QueueOffsets(offsets)   # no copy of a QueueOffsets (a planner's arrays stay arrays)
-    per_broker = offsets.by_broker()
-    bad = {str(QueueKey(topic, broker, qid)): o for broker, topics in per_broker.items()
-           for topic, queues in topics.items() for qid, o in queues.items() if o < 0}
-    if bad:
-        raise RocketStreamError(f"cannot commit negative offsets for group {options.consumer_group!r}: {bad}")
-    if options.broadcasting:
-        _broadcast_store(options, read_only=False).commit(options.consumer_group, offsets)
-        return
-    targets = {broker: view_of(views, broker) for broker in per_broker}
-    for broker, by_topic in per_broker.items():
-        targets[broker].commit_offsets(options.consumer_group, by_topic)
 
 
 def _local_ip() -> str:
@@ -228,6 +181,5 @@ def _check_known(spec: Mapping[QueueKey, int], bounds: Mapping[QueueKey, QueueBo
         raise OptionError(option, f"names queues that do not exist: {', '.join(unknown)}")
 
 
-__all__ = ["QueueBounds", "check_starts", "commit_offsets", "ending_offsets", "group_offsets", "open_views",
-           "queue_bounds", "read_committed", "require_queues", "resolve_broker_names", "search_lower",
-           "starting_offsets"]
+__all__ = ["QueueBounds", "check_starts", "ending_offsets", "group_offsets", "open_views", "queue_bounds",
+           "read_committed", "require_queues", "search_lower", "starting_offsets"]

@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -33,19 +32,16 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from rocketstream.client.offset_ranges import QueueKey, rate_limit
 from rocketstream.errors import DataLossError
 from rocketstream.spark import positions
-from rocketstream.spark.batch import ReadTask, plan_tasks, read_task
-from rocketstream.spark.broker_view import (
-    BrokerView,
-    QueueBounds,
-    bounds_arrays,
-    queue_bounds,
-)
+from rocketstream.spark.broker_view import BrokerView, QueueBounds, bounds_arrays, queue_bounds
+from rocketstream.spark.brokers import broker_locations
+from rocketstream.spark.commits import OffsetCommits
+from rocketstream.spark.offset_ranges import QueueKey, rate_limit
 from rocketstream.spark.offsets import OffsetJson, QueueIndex, QueueOffsets
 from rocketstream.spark.options import RocketMQOptions
 from rocketstream.spark.schema import Projection
+from rocketstream.spark.tasks import ReadTask, plan_tasks, read_task
 
 log = logging.getLogger(__name__)
 Offsets = dict[QueueKey, int]
@@ -73,11 +69,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: RocketMQOptions, projection: Projection) -> None:
         self.options = options
         self.projection = projection
-        self.brokers = positions.resolve_broker_names(options)
+        self.brokers = broker_locations(options)
         self._initial: QueueOffsets | None = None
         self._target: Offsets | None = None  # AvailableNow: never read past these offsets
         self._last_trigger = time.monotonic()  # for maxTriggerDelay
-        self._committed: QueueOffsets | None = None  # last offsets written to the group's offset store
+        self._commits = OffsetCommits()  # what was written to the group's offset store (skips repeats)
         # Planning state kept between calls of one query (never pickled to executors): the brokers' views,
         # opened once (a local view rereads its queues on every call), and the bounds latestOffset saw
         # with the end it returned, which partitions(start, that end) reuses.
@@ -93,6 +89,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state["_planned"] = None
         state["_recent"] = []
         state["_target_array"] = None
+        state["_commits"] = OffsetCommits()  # executors never commit; a connection does not pickle
         return state
 
     @contextmanager
@@ -206,20 +203,23 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else o.max_messages_per_trigger
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else o.max_bytes_per_trigger
 
-        def sizes(q: QueueKey, a: int, b: int, cap: int | None = None) -> np.ndarray:
-            return views[q.broker_name].message_sizes(q.topic, q.queue_id, a, b, cap)
+        def sizes(asks: list[tuple[QueueKey, int, int]], cap: int | None) -> list[np.ndarray]:
+            by_broker: dict[str, list[int]] = {}
+            for i, (q, _, _) in enumerate(asks):
+                by_broker.setdefault(q.broker_name, []).append(i)
+            found: list[np.ndarray] = [np.zeros(0, np.int64)] * len(asks)
+            for broker, rows in by_broker.items():
+                ranges = [(asks[i][0].topic, asks[i][0].queue_id, asks[i][1], asks[i][2]) for i in rows]
+                for i, got in zip(rows, views[broker].message_sizes_many(ranges, cap), strict=True):
+                    found[i] = got
+            return found
 
         # Sizes are read only up to max_bytes per queue (rate_limit's byte_cap: a queue's backlog counts as at
-        # most the limit, so both modes cut the same batches); network mode asks for them over
-        # QUERY_CONSUME_QUEUE, all queues at once, local mode reads them from the consume queue.
-        network = o.network and max_bytes is not None
-        if network:
-            from rocketstream.spark.network_view import network_sizes
+        # most the limit, so both modes cut the same batches), every queue of a broker at once (a network
+        # view has their QUERY_CONSUME_QUEUE requests in flight together; a local view reads its consume queue).
         try:
-            return rate_limit(begin, latest, max_messages=max_rows, max_bytes=max_bytes,
-                              bytes_fn=sizes if max_bytes is not None else None, min_messages=min_rows,
-                              byte_cap=max_bytes,
-                              bytes_many=partial(network_sizes, views) if network else None)
+            return rate_limit(begin, latest, max_messages=max_rows, max_bytes=max_bytes, min_messages=min_rows,
+                              byte_cap=max_bytes, bytes_many=sizes if max_bytes is not None else None)
         except DataLossError as exc:
             # Retention removed messages between planning and sizing (network mode): failOnDataLoss=false
             # skips this trigger, and the next one starts those queues at their new min (logged there).
@@ -292,11 +292,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._recent = [offsets, *self._recent[:_RECENT - 1]]
 
     def _commit(self, offsets: QueueOffsets) -> None:
-        # An idle stream plans a trigger every few milliseconds: rewrite the table only on change.
-        if offsets != self._committed:
-            with self._views() as views:
-                positions.commit_offsets(self.options, views, offsets)
-            self._committed = offsets
+        # An idle stream plans a trigger every few milliseconds: OffsetCommits sends only what changed.
+        with self._views() as views:
+            self._commits.commit(self.options, views, offsets)
 
     def stop(self) -> None:
         self._close_views()

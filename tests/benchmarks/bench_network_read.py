@@ -52,7 +52,7 @@ def local_cpu(root: Path, repeat: int) -> tuple[float, float, int]:
 
 
 def network_cpu(root: Path, home: Path, extra: dict[str, str], repeat: int) -> tuple[float, float, float, int]:
-    from rocketstream.spark.network_view import resolve_network_brokers
+    from rocketstream.spark.network.view import resolve_network_brokers
     from rocketstream.store import MESSAGE_SCHEMA
 
     served = serve_ours(root, home, extra)
@@ -66,7 +66,8 @@ def network_cpu(root: Path, home: Path, extra: dict[str, str], repeat: int) -> t
         n = 0
         for i in range(repeat + 1):
             s0, c0, t0, n = proc_cpu(pid), time.process_time(), time.perf_counter(), 0
-            for batch in view.read_ranges(ranges, columns=MESSAGE_SCHEMA.names, tags=None, check_crc=False):
+            for batch in view.read_ranges(ranges, columns=MESSAGE_SCHEMA.names, tags=None, check_crc=False,
+                                          fail_on_data_loss=True):
                 n += batch.num_rows
             run = (time.process_time() - c0, proc_cpu(pid) - s0, time.perf_counter() - t0)
             if i and run[0] + run[1] < best[0] + best[1]:

@@ -50,7 +50,7 @@ QUEUES = 4
 PARTITIONS = 2
 BATCH_ROWS_TARGET_BYTES = 2 << 20
 # RocketMQ's in-memory and on-disk transfer limits of DefaultMessageStore.getMessage, raised so that one
-# pull can carry what the reader asks for (4096 messages, network_view.PULL_MAX_NUMS) up to 8 MiB (< the
+# pull can carry what the reader asks for (4096 messages, network/puller.py PULL_MAX_NUMS) up to 8 MiB (< the
 # 16 MiB frame: about 2,000 records of 4 KiB)
 RAISED_CONF = {
     "maxTransferCountOnMessageInMemory": "4096", "maxTransferBytesOnMessageInMemory": str(8 << 20),

@@ -32,6 +32,7 @@ from rocketstream.errors import (
     RemotingError,
     RemotingTimeoutError,
 )
+from rocketstream.remoting import ResponseCode
 from tests.realbroker import peers
 
 _seq = itertools.count()
@@ -488,3 +489,42 @@ def test_instance_heartbeat_notify_rebalance_and_shutdown(mq_broker):
     assert not a._thread.is_alive()
     with pytest.raises(MQClientError, match="not running"):
         a.run(asyncio.sleep(0), 1)
+
+
+def test_topic_stats_answers_every_queue_at_once(mq_broker):
+    """GET_TOPIC_STATS_INFO (``MQClientAPI.topic_stats``): the min and max offsets of every queue of a topic in
+    one request, equal to GET_MIN_OFFSET / GET_MAX_OFFSET of each queue; a topic the broker does not have
+    is a BrokerResponseError naming the address (TOPIC_NOT_EXIST). And ``open_channel``."""
+    topic = uniq("CapiStats")
+
+    async def go():
+        api = MQClientAPI(mq_broker.namesrv_addr)
+        try:
+            bd, _ = await _send(api, topic, [b"a", b"b", b"c"], queue_id=1)
+            addr = bd.master_addr()
+            route = await api.get_route(topic)
+            assert route is not None
+            n = route.queue_datas[0].write_queue_nums
+            deadline = time.monotonic() + 30   # the consume queue is written after the send is answered
+            while await api.max_offset(addr, topic, 1) < 3 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            stats = await api.topic_stats(addr, topic)
+            per_queue = [(await api.min_offset(addr, topic, q), await api.max_offset(addr, topic, q))
+                         for q in range(n)]
+            with pytest.raises(BrokerResponseError) as missing:
+                await api.topic_stats(addr, uniq("CapiNoStats"))
+            # open_channel: the connection in use, from any thread, never a new one
+            assert api.open_channel(addr) is await api.channel(addr)
+            api.close_channel(addr)
+            assert api.open_channel(addr) is None and api.open_channel("127.0.0.1:1") is None
+            return addr, n, stats, per_queue, missing.value
+        finally:
+            await api.close()
+
+    addr, n, stats, per_queue, missing = run(go())
+    order = stats.queue_ids.argsort()
+    assert stats.queue_ids[order].tolist() == list(range(n))
+    assert stats.queue_ids.dtype == stats.min_offsets.dtype == stats.max_offsets.dtype == "int64"
+    assert list(zip(stats.min_offsets[order].tolist(), stats.max_offsets[order].tolist(), strict=True)) == per_queue
+    assert per_queue[1] == (0, 3)
+    assert missing.code == ResponseCode.TOPIC_NOT_EXIST and addr in str(missing)

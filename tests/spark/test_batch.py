@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
-from rocketstream.client.offset_ranges import QueueKey
 from rocketstream.errors import DataLossError
 from rocketstream.spark import batch as batch_mod
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
 from spark_stores import TOPIC, fill, max_offsets, store_rows, trimmed_store

@@ -15,11 +15,14 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.datasource import DataSourceReader
 
-from rocketstream.client.offset_ranges import QueueKey
 from rocketstream.errors import OptionError, RocketStreamError, StoreError
 from rocketstream.spark import batch as batch_mod
 from rocketstream.spark import positions
-from rocketstream.spark.broker_view import BrokerView, LocalBroker, LocalBrokerView, open_views, queue_bounds
+from rocketstream.spark.broker_view import BrokerView, open_views, queue_bounds
+from rocketstream.spark.brokers import broker_locations
+from rocketstream.spark.commits import commit_offsets
+from rocketstream.spark.local_view import LocalBroker, LocalBrokerView
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.spark.offsets import QueueOffsets
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
@@ -49,14 +52,14 @@ def test_local_view_answers_what_planning_asks(store):
         # messages 20.. were stored after split_ms: queue 0 holds 0,4,..,24 -> offset 5 is message 20
         assert view.search_offset(TOPIC, 0, split_ms) == 5
         assert view.search_offset(TOPIC, 0, 0) == 0 and view.search_offset(TOPIC, 0, 1 << 50) == 7
-        batches = list(view.read_range(TOPIC, 1, 2, 5, columns=["queueOffset", "brokerName", "tags"], tags=None,
-                                       check_crc=True))
+        batches = list(view.read_ranges([(TOPIC, 1, 2, 5)], columns=["queueOffset", "brokerName", "tags"], tags=None,
+                                        check_crc=True, fail_on_data_loss=True))
         table = pa.Table.from_batches(batches)
         assert table.column_names == ["queueOffset", "brokerName", "tags"]
         assert table.column("queueOffset").to_pylist() == [2, 3, 4]
         assert set(table.column("brokerName").to_pylist()) == {"broker-a"}
-        tagged = pa.Table.from_batches(list(view.read_range(TOPIC, 1, 0, 7, columns=["tags"], tags={"TagA"},
-                                                            check_crc=False)))
+        tagged = pa.Table.from_batches(list(view.read_ranges([(TOPIC, 1, 0, 7)], columns=["tags"], tags={"TagA"},
+                                                             check_crc=False, fail_on_data_loss=True)))
         want = store_rows(root, "broker-a", columns=["queueId", "tags"], tags={"TagA"})
         assert tagged.num_rows == sum(1 for r in want.to_pylist() if r["queueId"] == 1)
     finally:
@@ -68,8 +71,8 @@ def test_offsets_of_a_group_round_trip_through_the_view(tmp_path):
     fill(root, 8)
     view = LocalBrokerView("broker-a", str(root))
     assert view.query_offsets("g1", TOPIC, [0, 1]) == {0: -1, 1: -1}
-    view.commit_offsets("g1", {TOPIC: {0: 2, 1: 1}})
-    view.commit_offsets("g1", {TOPIC: {1: 2}})  # other queues' entries are kept
+    view.commit_offsets("g1", [{TOPIC: {0: 2}}, {TOPIC: {1: 1}}])
+    view.commit_offsets("g1", [{TOPIC: {1: 2}}])  # other queues' entries are kept
     assert view.query_offsets("g1", TOPIC, [0, 1, 2]) == {0: 2, 1: 2, 2: -1}
     assert view._store is None  # offsets need no store files opened
     assert "TopicTest@g1" in (root / "config" / "consumerOffset.json").read_text()
@@ -80,13 +83,13 @@ def test_commit_through_views_checks_every_broker_before_writing(tmp_path):
     fill(root, 4)
     opts = parse_options({"path": str(root), "topic": TOPIC, "consumerGroup": "g"}, streaming=True)
     a, unknown = QueueKey(TOPIC, "broker-a", 0), QueueKey(TOPIC, "broker-x", 0)
-    with open_views(positions.resolve_broker_names(opts)) as views:
+    with open_views(broker_locations(opts)) as views:
         with pytest.raises(StoreError, match="broker-x"):
-            positions.commit_offsets(opts, views, {a: 1, unknown: 1})
+            commit_offsets(opts, views, {a: 1, unknown: 1})
         with pytest.raises(RocketStreamError, match="negative"):
-            positions.commit_offsets(opts, views, {a: -1})
+            commit_offsets(opts, views, {a: -1})
         assert positions.read_committed(opts, views, [a]) == {a: -1}  # nothing written by either
-        positions.commit_offsets(opts, views, {a: 3})
+        commit_offsets(opts, views, {a: 3})
         assert positions.read_committed(opts, views, [a]) == {a: 3}
         assert queue_bounds(views, [TOPIC])[a] == (0, 1)
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from rocketstream.client.offset_ranges import QueueKey
 from rocketstream.errors import OptionError
 from rocketstream.spark import positions
+from rocketstream.spark.brokers import broker_locations
+from rocketstream.spark.commits import commit_offsets
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.spark.options import parse_options
 from spark_stores import TOPIC, fill
 from tests.broker.conftest import start_serve, stop_serve
@@ -19,16 +21,16 @@ def test_group_commit_goes_through_our_live_broker(tmp_path):
     try:
         base = {"path": str(store), "topic": TOPIC, "consumerGroup": "g-live"}
         options = parse_options(base, streaming=True)
-        brokers = positions.resolve_broker_names(options)
+        brokers = broker_locations(options)
         with positions.open_views(brokers) as views:
             q = QueueKey(TOPIC, brokers[0].name, 0)
             with pytest.raises(OptionError, match="brokerAddr") as err:
-                positions.commit_offsets(options, views, {q: 2})
+                commit_offsets(options, views, {q: 2})
             assert "lock" in str(err.value) and "nameServer" in str(err.value)
         options = parse_options({**base, "brokerAddr": f"127.0.0.1:{served.broker_port}"}, streaming=True)
-        brokers = positions.resolve_broker_names(options)
+        brokers = broker_locations(options)
         with positions.open_views(brokers) as views:
-            positions.commit_offsets(options, views, {q: 2})
+            commit_offsets(options, views, {q: 2})
             assert positions.read_committed(options, views, [q]) == {q: 2}   # asked of the broker
     finally:
         stop_serve(served)
@@ -69,10 +71,10 @@ def test_group_commit_goes_through_the_real_4_9_8_broker(mq_broker, spark, tmp_p
 
     base = {"path": str(store), "brokerName": name, "topic": topic, "consumerGroup": group}
     options = parse_options(base, streaming=True)
-    brokers = positions.resolve_broker_names(options)
+    brokers = broker_locations(options)
     with positions.open_views(brokers) as views:
         with pytest.raises(OptionError, match="brokerAddr") as err:
-            positions.commit_offsets(options, views, {QueueKey(topic, name, 0): 1})
+            commit_offsets(options, views, {QueueKey(topic, name, 0): 1})
         assert f"process {pid} holds the lock" in str(err.value) and "5 s" in str(err.value)
 
     seen: list[tuple[int, int]] = []

@@ -1,5 +1,5 @@
 """maxBytesPerTrigger in network mode: message sizes by QUERY_CONSUME_QUEUE (321), paged and only as far as
-the budget needs (rocketstream/spark/network_view.py ``query_sizes``; ``rate_limit(byte_cap=...)``).
+the budget needs (rocketstream/spark/network/view.py ``query_sizes``; ``rate_limit(byte_cap=...)``).
 
 * ``rate_limit`` with a byte cap: sizes are asked only up to the cap, the budget holds, and the batches
   are those of full size arrays (and of local mode's uncapped weighing when no backlog exceeds the cap).
@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadMaxBytes
 
 from rocketstream.client.consume_queue_query import ConsumeQueueAnswer, not_found
-from rocketstream.client.offset_ranges import QueueKey, rate_limit
 from rocketstream.errors import BrokerResponseError, DataLossError, OptionError, RocketStreamError
-from rocketstream.spark.network_view import NetworkBroker, NetworkBrokerView, query_sizes
+from rocketstream.remoting import ResponseCode
+from rocketstream.spark.network.view import NetworkBroker, NetworkBrokerView, query_sizes
+from rocketstream.spark.offset_ranges import QueueKey, rate_limit
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
 from rocketstream.spark.stream import RocketMQStreamReader
@@ -165,7 +166,8 @@ def test_query_sizes_refuses_answers_not_for_the_asked_units(hook, end, error, m
 def test_a_broker_without_query_consume_queue_is_an_option_error():
     class Old(FakeApi):
         async def query_consume_queue(self, *a, **k):
-            raise BrokerResponseError(3, "request type 321 not supported", addr="127.0.0.1:1")
+            raise BrokerResponseError(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "request type 321 not supported",
+                                      addr="127.0.0.1:1")
 
     with pytest.raises(OptionError, match="maxBytesPerTrigger.*broker b \\(127.0.0.1:1\\) does not answer"):
         sizes_of(Old(10), 0, 5, 100)
@@ -205,7 +207,7 @@ def test_sizes_over_the_network_are_the_stored_records(mq_broker):
 def test_sizing_race_with_retention_follows_fail_on_data_loss(mq_broker, monkeypatch):
     """Messages removed between planning and sizing (retention; a broker answers below its min): a
     DataLossError, or with failOnDataLoss=false no batch this trigger (the next one re-plans)."""
-    from rocketstream.spark import network_view
+    from rocketstream.spark.network import view as network_view
 
     topic = unique("QcqL")
     produce(mq_broker.namesrv_addr, topic, [b"l" * 50 for _ in range(8)])

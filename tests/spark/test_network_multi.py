@@ -43,7 +43,9 @@ from rocketstream.client.route import TopicRouteData
 from rocketstream.errors import CorruptStoreError, DataLossError, OptionError
 from rocketstream.remoting import RemotingCommand, RequestCode, connect
 from rocketstream.spark.batch import RocketMQBatchReader
-from rocketstream.spark.network_view import resolve_network_brokers
+from rocketstream.spark.brokers import broker_locations
+from rocketstream.spark.commits import commit_offsets
+from rocketstream.spark.network.view import resolve_network_brokers
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
 from tests.client.scenario_util import produce, unique
@@ -319,8 +321,8 @@ def test_options_over_two_brokers(cluster, spread, tmp_path):
     allocateStrategy, CONFIG queues, maxMessagesPerPartition, consumeFromWhere for a group without offsets,
     BROADCASTING offsets kept client-side; tasks read in this process with checkCRC=true."""
     from rocketstream.spark import positions
-    from rocketstream.spark.batch import read_task
     from rocketstream.spark.stream import RocketMQStreamReader
+    from rocketstream.spark.tasks import read_task
 
     ns, topic = cluster.namesrv_addr, spread.topic
     bounds = {(b, q): hi for b in ("broker-a", "broker-b")
@@ -359,11 +361,11 @@ def test_options_over_two_brokers(cluster, spread, tmp_path):
     group = unique("bcast")
     bopts = parse_options({**base, "consumerGroup": group, "messageModel": "BROADCASTING",
                            "offsetsStoreDir": str(tmp_path), "clientId": "spark-1"}, streaming=True)
-    brokers = positions.resolve_broker_names(bopts)
-    from rocketstream.client.offset_ranges import QueueKey
+    brokers = broker_locations(bopts)
+    from rocketstream.spark.offset_ranges import QueueKey
 
     with positions.open_views(brokers) as views:
-        positions.commit_offsets(bopts, views, {QueueKey(topic, "broker-b", 2): 1})
+        commit_offsets(bopts, views, {QueueKey(topic, "broker-b", 2): 1})
         assert positions.read_committed(bopts, views, [QueueKey(topic, "broker-b", 2)]) == {
             QueueKey(topic, "broker-b", 2): 1}
         # the broker never learns them: it answers 0, its answer for a group without an offset on a
@@ -409,7 +411,7 @@ def test_check_crc_over_the_network(cluster):
     """checkCRC=true verifies BODYCRC of pulled records: a body byte flipped in broker-b's commit-log file
     (the broker serves it as stored) fails the read naming the queue offset; without checkCRC the stored
     bytes come through as RocketMQ's consumer (checkCRC false by default) would give them."""
-    from rocketstream.spark.batch import read_task
+    from rocketstream.spark.tasks import read_task
 
     ns, topic = cluster.namesrv_addr, unique("CrcT")
     create_topic(cluster.brokers["broker-b"], topic, 1)

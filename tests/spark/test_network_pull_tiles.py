@@ -1,4 +1,4 @@
-"""The network read's pulls of one queue range (spark/network_view.py ``_RangePuller``) against a fake broker
+"""The network read's pulls of one queue range (spark/network/puller.py ``_RangePuller``) against a fake broker
 with RocketMQ's pull semantics (a count and a byte limit per pull, PULL_NOT_FOUND with a later nextBeginOffset
 over messages that are gone): every offset of the range comes exactly once and in order, nothing past the
 range end, tiles of the learned batch overlap, a short answer makes the next round learn the batch again,
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 
 from rocketstream.client.common import PullResult, PullStatus
 from rocketstream.errors import DataLossError
-from rocketstream.spark import network_view as nv
+from rocketstream.spark.network import puller as nv
 
 _REC = struct.Struct(">q")
 
@@ -60,8 +59,8 @@ class FakeBroker:
 
 
 def _read(broker: FakeBroker, start: int, end: int, *, tags=None, fail_on_data_loss=True) -> list[int]:
-    view = SimpleNamespace(api=broker, addr="127.0.0.1:1", location=SimpleNamespace(group="g"), broker_name="b")
-    puller = nv._RangePuller(view, "T", 0, start, end, tags, fail_on_data_loss)
+    target = nv.PullTarget(broker, "127.0.0.1:1", "b", "g")
+    puller = nv._RangePuller(target, "T", 0, start, end, tags, fail_on_data_loss)
 
     async def drain() -> list[bytes]:
         got: list[bytes] = []

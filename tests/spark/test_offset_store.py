@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from rocketstream.client.offset_ranges import QueueKey
 from rocketstream.client.offset_store import LocalOffsetStore
 from rocketstream.errors import (
     OptionError,
@@ -12,6 +11,7 @@ from rocketstream.errors import (
     RocketStreamError,
     StoreError,
 )
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.spark.offset_store import OffsetStore
 from rocketstream.store.meta.offsets import ConsumerOffsetManager
 

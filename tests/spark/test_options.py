@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rocketstream.client.offset_ranges import QueueKey
 from rocketstream.errors import OptionError
 from rocketstream.spark import options as o
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.spark.offsets import (
     EARLIEST,
     GROUP,
@@ -171,14 +171,14 @@ def test_required_and_conflicting_locations():
 
 
 def test_broker_name_of_an_unnamed_store(tmp_path):
-    from rocketstream.spark.positions import resolve_broker_names
+    from rocketstream.spark.brokers import broker_locations
     from rocketstream.store import StoreConfig, default_broker_conf
 
     conf = StoreConfig.from_broker_conf(default_broker_conf())
     default_root = str(conf.store_path_root_dir)
     # the configured default store takes broker.conf's brokerName; any other store its directory's name
-    assert resolve_broker_names(parse_options({"path": default_root, "topic": "T"}, streaming=False)) == (
+    assert broker_locations(parse_options({"path": default_root, "topic": "T"}, streaming=False)) == (
         (conf.broker_name, default_root, None),)
     other = tmp_path / "my-broker"
-    assert resolve_broker_names(parse_options({"path": str(other), "topic": "T"}, streaming=False)) == (
+    assert broker_locations(parse_options({"path": str(other), "topic": "T"}, streaming=False)) == (
         ("my-broker", str(other), None),)

@@ -13,13 +13,18 @@ import numpy as np
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from rocketstream.client import topic_stats
 from rocketstream.client.api import MQClientAPI
-from rocketstream.client.offset_ranges import QueueKey
+from rocketstream.client.topic_stats import parse_topic_stats
 from rocketstream.codec.fastjson import dump_fastjson
 from rocketstream.errors import BodyError, OptionError
-from rocketstream.spark import network_view
-from rocketstream.spark.broker_view import LocalBroker, bounds_arrays, queue_bounds
-from rocketstream.spark.network_view import NetworkBroker, parse_topic_stats
+from rocketstream.remoting import ResponseCode
+from rocketstream.spark import commits
+from rocketstream.spark.broker_view import bounds_arrays, queue_bounds
+from rocketstream.spark.commits import OffsetCommits
+from rocketstream.spark.local_view import LocalBroker
+from rocketstream.spark.network.view import NetworkBroker
+from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.spark.offsets import QueueIndex, QueueOffsets
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
@@ -156,8 +161,8 @@ def _stats_body(entries, topic="T", broker="broker-a"):
 def test_topic_stats_bodies_fast_and_slow(monkeypatch):
     entries = [(7, 3, 9), (0, 0, 0), (12, 100, 1 << 40)]   # a HashMap's order, as 4.9.8 writes it
     slow_calls = []
-    real_slow = network_view._parse_topic_stats_slow
-    monkeypatch.setattr(network_view, "_parse_topic_stats_slow", lambda *a: slow_calls.append(1) or real_slow(*a))
+    real_slow = topic_stats._parse_topic_stats_slow
+    monkeypatch.setattr(topic_stats, "_parse_topic_stats_slow", lambda *a: slow_calls.append(1) or real_slow(*a))
     ids, low, high = parse_topic_stats(_stats_body(entries), "T")
     assert (ids.tolist(), low.tolist(), high.tolist()) == ([7, 0, 12], [3, 0, 100], [9, 0, 1 << 40])
     assert slow_calls == []
@@ -193,13 +198,13 @@ def _create_topic(addr: str, topic: str, read: int, write: int) -> None:
             ch.close()
 
     resp = asyncio.run(go())
-    assert resp.code == 0, resp.remark
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
 
 
 def test_network_bounds_equal_per_queue_answers_and_commits_skip_what_the_broker_has(mq_broker, monkeypatch):
     """One GET_TOPIC_STATS_INFO answers queues 0..writeQueueNums-1; readable queues beyond (readQueueNums 6 >
     writeQueueNums 4) are asked one by one; a topic the broker does not have is asked per queue too."""
-    from tests.client.scenario_util import unique
+    from tests.client.scenario_util import unique, wait_for
 
     topic = unique("PlanStats")
     _create_topic(mq_broker.broker_addr, topic, read=6, write=4)
@@ -216,7 +221,11 @@ def test_network_bounds_equal_per_queue_answers_and_commits_skip_what_the_broker
     location = NetworkBroker(mq_broker.broker_name, mq_broker.broker_addr, mq_broker.namesrv_addr, "PlanG",
                              ((topic, tuple(range(6))), ("PlanNoSuchTopic", (0, 1))))
     view = location.open()
-    answered = view._run(network_view.topic_stats(view.api, view.addr, topic))
+    # A send is answered once the message is in the commit log; its consume-queue unit (what both answers
+    # below count) is written after, by the broker's dispatch (ReputMessageService): wait for it.
+    wait_for(lambda: [b.max for b in view.queue_bounds(topic, range(4)).values()] == [2, 3, 4, 5], 30,
+             "the sent messages in the consume queues")
+    answered = view._run(view.api.topic_stats(view.addr, topic))
     assert sorted(answered[0].tolist()) == [0, 1, 2, 3]   # getTopicStatsInfo lists writeQueueNums queues only
     ids, low, high = view.bounds_array(topic)
     per_queue = view.queue_bounds(topic, list(range(6)))
@@ -227,6 +236,14 @@ def test_network_bounds_equal_per_queue_answers_and_commits_skip_what_the_broker
     assert missing[0].tolist() == [0, 1] and missing[2].tolist() == [0, 0]
 
     # commits: what the broker acknowledged on this connection is not sent again ...
+    options = parse_options({"nameServer": mq_broker.namesrv_addr, "topic": topic, "consumerGroup": "PlanG"},
+                            streaming=True)
+    views = {view.broker_name: view}
+    committer = OffsetCommits()
+
+    def commit(offsets: dict[int, int]) -> None:
+        committer.commit(options, views, {QueueKey(topic, view.broker_name, q): o for q, o in offsets.items()})
+
     sent: list[tuple[int, int]] = []
     real_update = view.api.update_offset
 
@@ -235,9 +252,12 @@ def test_network_bounds_equal_per_queue_answers_and_commits_skip_what_the_broker
         return await real_update(addr, group, t, q, o, **kw)
 
     monkeypatch.setattr(view.api, "update_offset", counting)
-    view.commit_offsets("PlanG", {topic: {0: 1, 1: 2, 2: 3, 3: 4}})
-    view.commit_offsets("PlanG", {topic: {0: 1, 1: 2, 2: 3, 3: 5}})
+    commit({0: 1, 1: 2, 2: 3, 3: 4})
+    commit({0: 1, 1: 2, 2: 3, 3: 5})
     assert sent == [(0, 1), (1, 2), (2, 3), (3, 4), (3, 5)]
+    sent.clear()
+    commit({0: 1, 1: 2, 2: 3, 3: 5})   # the same offsets again: nothing at all
+    assert sent == []
     assert view.query_offsets("PlanG", topic, range(4)) == {0: 1, 1: 2, 2: 3, 3: 5}
     # ... but a new connection (a restarted broker may have lost them) sends everything again
     async def drop() -> None:   # on the view's loop, as a dropped connection is noticed
@@ -245,12 +265,13 @@ def test_network_bounds_equal_per_queue_answers_and_commits_skip_what_the_broker
 
     view._run(drop())
     sent.clear()
-    view.commit_offsets("PlanG", {topic: {0: 1, 1: 2, 2: 3, 3: 5}})
-    assert sent == [(0, 1), (1, 2), (2, 3), (3, 5)]
+    commit({0: 1, 1: 2, 2: 3, 3: 6})
+    commit({0: 1, 1: 2, 2: 3, 3: 5})
+    assert sent == [(0, 1), (1, 2), (2, 3), (3, 6), (3, 5)]
     # and so does the periodic full commit (a table changed behind the query's back converges)
-    monkeypatch.setattr(network_view, "FULL_COMMIT_S", 0.0)
+    monkeypatch.setattr(commits, "FULL_COMMIT_S", 0.0)
     sent.clear()
-    view.commit_offsets("PlanG", {topic: {0: 1, 1: 2, 2: 3, 3: 5}})
+    commit({0: 1, 1: 2, 2: 3, 3: 6})
     assert len(sent) == 4
     asyncio.run(api.close())
 

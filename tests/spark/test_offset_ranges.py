@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rocketstream.client.allocate import MessageQueue
-from rocketstream.client.offset_ranges import (
+from rocketstream.errors import AllocationError, OptionError, RocketStreamError
+from rocketstream.spark.offset_ranges import (
     OffsetRange,
     QueueKey,
     offsets_from_dict,
@@ -23,7 +24,6 @@ from rocketstream.client.offset_ranges import (
     split_ranges,
     task_ids,
 )
-from rocketstream.errors import AllocationError, OptionError, RocketStreamError
 
 
 def q(i: int, topic: str = "t", broker: str = "broker-a") -> QueueKey:
@@ -346,7 +346,7 @@ def test_malformed_offset_json_names_the_option_and_the_problem(name, text, prob
 
 
 def test_plan_default_is_kafka_like_split_and_packed():
-    from rocketstream.client.offset_ranges import DEFAULT_PACK_MESSAGES, DEFAULT_SPLIT_MESSAGES, plan_default
+    from rocketstream.spark.offset_ranges import DEFAULT_PACK_MESSAGES, DEFAULT_SPLIT_MESSAGES, plan_default
 
     def q(i):
         return QueueKey("T", "b", i)

@@ -1,4 +1,4 @@
-"""Pure offset planning: ranges per queue, splitting, task assignment, rate limits, offset JSON.
+"""Spark planning maths: ranges per queue, splitting, task assignment, rate limits, offset JSON.
 
 The counterpart of Spark's Kafka ``KafkaOffsetRangeCalculator`` plus the rate-limit maths of its
 micro-batch stream, with no store and no Spark: every function takes offsets and returns offsets.

@@ -1,0 +1,213 @@
+"""Local mode: a :class:`~rocketstream.spark.broker_view.BrokerView` over a store directory this process can
+open (ours, or a copy of a real broker's store), zero copy; offsets in the store's consumerOffset.json, or
+through the live broker serving the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
+
+import numpy as np
+
+from rocketstream.errors import OptionError
+from rocketstream.spark.broker_view import QueueBounds
+from rocketstream.spark.offset_ranges import QueueKey
+from rocketstream.spark.positions import check_starts
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from rocketstream.client.api import MQClientAPI
+    from rocketstream.spark.offset_store import OffsetStore
+    from rocketstream.store import MessageStore
+
+T = TypeVar("T")
+
+
+class LocalBroker(NamedTuple):
+    """A broker whose store directory this process can open (local mode)."""
+
+    name: str
+    root: str
+    broker_addr: str | None = None  # option brokerAddr: the live broker serving this store, if any
+
+    def open(self) -> LocalBrokerView:
+        return LocalBrokerView(self.name, self.root, self.broker_addr)
+
+
+class LocalBrokerView:
+    """:class:`BrokerView` over a store directory: the store is opened read-only on first use (so offset
+    reads and commits open no store files) and reread on every open, so a stream sees what a live writer
+    appended since. Batches come from the mapped commit log without copies."""
+
+    def __init__(self, broker_name: str, root: str, broker_addr: str | None = None) -> None:
+        self._name = broker_name
+        self.root = root
+        self.broker_addr = broker_addr
+        self._store: MessageStore | None = None
+
+    @property
+    def broker_name(self) -> str:
+        return self._name
+
+    @property
+    def store(self) -> MessageStore:
+        if self._store is None:
+            from rocketstream.store import MessageStore
+
+            self._store = MessageStore.open(self.root, read_only=True)
+        return self._store
+
+    def topics(self) -> list[str]:
+        return self.store.topics()
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return self.store.queue_ids(topic)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        return self.store.min_offset(topic, queue_id)
+
+    def bounds_array(self, topic: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Queue ids of ``topic`` (ascending) and their min and max offsets, as int64 arrays: the store's
+        topic config reread and every queue refreshed once (no listing of the other topics' queues)."""
+        store = self.store
+        if store.read_only:
+            store.topic_config.load()
+        ids = store.queue_ids(topic)
+        pairs = store.queue_bounds(topic, ids)
+        both = np.array(pairs, dtype=np.int64).reshape(len(ids), 2)
+        return np.array(ids, dtype=np.int64), both[:, 0], both[:, 1]
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.store.max_offset(topic, queue_id)
+
+    def message_sizes(self, topic: str, queue_id: int, start: int, end: int,
+                      byte_cap: int | None = None) -> np.ndarray:
+        """Every size of the range (a read of the consume queue; ``byte_cap`` needs no prefix here)."""
+        return np.asarray(self.store.read_cq_units(topic, queue_id, start, end)["size"], dtype=np.int64)
+
+    def message_sizes_many(self, asks: Sequence[tuple[str, int, int, int]],
+                           byte_cap: int | None = None) -> list[np.ndarray]:
+        return [self.message_sizes(topic, qid, start, end, byte_cap) for topic, qid, start, end in asks]
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return int(self.store.search_offset(topic, queue_id, timestamp_ms, "lower"))
+
+    def read_ranges(self, ranges: Sequence[tuple[str, int, int, int]], *, columns: Sequence[str],
+                    tags: Collection[str] | None, check_crc: bool,
+                    fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
+        for topic, queue_id, start, end in ranges:
+            start = self._surviving_start(topic, queue_id, start, end, fail_on_data_loss)
+            if start < end:
+                yield from self.store.read_range(topic, queue_id, start, end, broker_name=self._name,
+                                                 columns=list(columns), tags=tags, check_crc=check_crc)
+
+    def _surviving_start(self, topic: str, queue_id: int, start: int, end: int, fail_on_data_loss: bool) -> int:
+        """Retention may delete files between a batch's planning and its task: the planner's data-loss rule
+        (DataLossError naming the range, or a logged skip to the queue's new min) applies here again."""
+        low = self.min_offset(topic, queue_id)
+        if start >= low:
+            return start
+        q = QueueKey(topic, self._name, queue_id)
+        bounds = {q: QueueBounds(low, max(low, end, self.max_offset(topic, queue_id)))}
+        return min(check_starts({q: start}, bounds, fail_on_data_loss)[q], end)
+
+    def query_offsets(self, group: str, topic: str, queue_ids: Iterable[int]) -> dict[int, int]:
+        addr = self._live_broker()
+        if addr is not None:   # the broker's table in memory is the truth; its file lags up to 5 s
+            ids = list(queue_ids)
+
+            async def query(api: MQClientAPI) -> list[int | None]:
+                return list(await asyncio.gather(*(api.query_offset(addr, group, topic, q) for q in ids)))
+
+            answers = _with_broker(addr, query)
+            return {q: -1 if o is None else o for q, o in zip(ids, answers, strict=True)}
+        queues = [QueueKey(topic, self._name, qid) for qid in queue_ids]
+        committed = self._offset_store(read_only=True).read(group, queues)
+        return {q.queue_id: offset for q, offset in committed.items()}
+
+    def commit_session(self) -> object:
+        """A new object every time: each commit is complete (a file rewrite, or a short connection to the
+        live broker that no later commit shares)."""
+        return object()
+
+    def commit_offsets(self, group: str, waves: Sequence[Mapping[str, Mapping[int, int]]]) -> None:
+        if not any(queues for wave in waves for queues in wave.values()):
+            return
+        addr = self._live_broker()
+        if addr is not None:
+            async def update(api: MQClientAPI) -> None:
+                for wave in waves:
+                    await asyncio.gather(*(api.update_offset(addr, group, topic, qid, o, oneway=False)
+                                           for topic, queues in wave.items() for qid, o in queues.items()))
+
+            _with_broker(addr, update)
+            return
+        # The broker's config/consumerOffset.json (ConsumerOffsetManager): one atomic rewrite for all topics and
+        # waves (waves order a broker's concurrent handling of requests; a file is written by this process alone).
+        from rocketstream.store.meta.offsets import ConsumerOffsetManager
+
+        merged: dict[str, dict[int, int]] = {}
+        for wave in waves:
+            for topic, queues in wave.items():
+                merged.setdefault(topic, {}).update(queues)
+        ConsumerOffsetManager(self.root).commit_many({(group, topic): queues for topic, queues in merged.items()})
+
+    def _live_broker(self) -> str | None:
+        """The address to commit through when another process (a broker) holds the store's ``lock``;
+        None when none does. A live broker keeps offsets in memory and rewrites consumerOffset.json from
+        them every 5 s, so a commit written to the file would be lost: without an address, refuse."""
+        from rocketstream.store.files.lock import is_broker_process, lock_holder
+
+        pid = lock_holder(Path(self.root))
+        # a plain writer (rocketstream produce, a sink, a script) keeps no offsets in memory: file commits stand
+        if pid is None or not is_broker_process(pid):
+            return None
+        if self.broker_addr:
+            return self.broker_addr
+        from rocketstream.store.meta.config import broker_conf_for
+
+        conf = broker_conf_for(self.root)
+        if conf is not None and conf.store_host is not None:
+            return f"{conf.store_host.host}:{conf.store_host.port}"
+        raise OptionError(
+            "brokerAddr",
+            f"process {pid} holds the lock of store {self.root}: a live broker serves it, and it keeps consumer "
+            f"offsets in memory and overwrites config/consumerOffset.json every 5 s, so consumerGroup offsets "
+            f"cannot be committed to the file. Set option 'brokerAddr' to that broker's host:port (its "
+            f"listenPort) to commit through it, read over the network with option 'nameServer', or stop the "
+            f"broker")
+
+    def _offset_store(self, *, read_only: bool) -> OffsetStore:
+        # The broker's config/consumerOffset.json (ConsumerOffsetManager), one atomic rewrite per commit.
+        from rocketstream.spark.offset_store import OffsetStore
+
+        return OffsetStore.clustering({self._name: self.root}, read_only=read_only)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def __repr__(self) -> str:
+        return f"LocalBrokerView({self._name!r}, {self.root!r})"
+
+
+def _with_broker(addr: str, work: Callable[[MQClientAPI], Awaitable[T]]) -> T:
+    """Run ``work`` with a client connected to the broker at ``addr`` (planning calls are synchronous)."""
+    from rocketstream.client.api import MQClientAPI
+
+    async def run() -> T:
+        api = MQClientAPI(addr)   # no name server is asked: every request names the broker
+        try:
+            return await work(api)
+        finally:
+            await api.close()
+
+    return asyncio.run(run())
+
+
+__all__ = ["LocalBroker", "LocalBrokerView"]

@@ -1,0 +1,333 @@
+"""Network mode, executor side: the range puller — PULL_MESSAGE of queue ranges, several in flight — and the
+decoding of pull bodies into Arrow batches.
+
+* :func:`pull_ranges` pulls the ranges of one broker for a task: up to :data:`RANGES_IN_FLIGHT` queue ranges
+  at once, each one chunk of about :data:`BATCH_BYTES` ahead of the decoder, with the broker-side tag filter
+  (subscription flag, no suspend: a bounded range never long-polls).
+* :class:`_RangePuller` is one queue range: once the broker's batch is known, several pulls of it are in
+  flight at once (tiles).
+* :class:`_Decoder` turns pull bodies into RecordBatches of the requested columns with the vectorized codec
+  and the local read's column builder (``store.read.bulk_read.ColumnBuilder``); rows past the range end (the
+  broker's tag scan may run ahead) are dropped, and a tag filter is re-checked exactly on TAGS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Collection, Iterator, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rocketstream.client.api import PULL_SYS_FLAG_LITE_PULL, PULL_SYS_FLAG_SUBSCRIPTION
+from rocketstream.client.common import PullResult, PullStatus
+from rocketstream.codec import MAGIC_V1, MAGIC_V2
+from rocketstream.codec import vectorized as vz
+from rocketstream.errors import BodyError, CorruptStoreError, DataLossError
+from rocketstream.store import project_schema
+from rocketstream.store.read.bulk_read import ColumnBuilder
+
+if TYPE_CHECKING:
+    from rocketstream.spark.network.routes import NetworkClient
+
+log = logging.getLogger(__name__)
+
+PULL_TIMEOUT_S = 30.0
+# Messages asked for per pull: the broker answers with as many as its transfer limits allow
+# (maxTransferCountOnMessageInMemory / ...BytesOn..., 32 messages / 256 KiB by default on 4.9.8).
+PULL_MAX_NUMS = 4096
+# Stored bytes per Arrow batch (the 1-4 MiB range where PySpark's Arrow transfer is cheapest per row).
+BATCH_BYTES = 7 << 19
+# Queue ranges of one task pulled at once (each keeps one chunk in flight ahead of the decoder).
+RANGES_IN_FLIGHT = 4
+# Pulls of one queue range in flight at once once the broker's batch is known (_RangePuller).
+TILES_IN_FLIGHT = 16
+_SIZE = struct.Struct(">i")
+# a pull body: bytes, or the buffer a large answer was received into (MQClientAPI.pull(body_buffer=True))
+Body = bytes | memoryview
+
+
+class PullApi(Protocol):
+    """What the puller needs of :class:`~rocketstream.client.api.MQClientAPI`: its ``pull``."""
+
+    async def pull(self, addr: str, *, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
+                   sys_flag: int, subscription: str, timeout: float, body_buffer: bool = False) -> PullResult: ...
+
+
+class PullTarget(NamedTuple):
+    """The broker a range is pulled from: the client API, the broker's address and name, and the group the
+    pulls are made on behalf of (brokers check the group)."""
+
+    api: PullApi
+    addr: str
+    broker_name: str
+    group: str
+
+
+def pull_ranges(client: NetworkClient, target: PullTarget, ranges: Sequence[tuple[str, int, int, int]], *,
+                columns: Sequence[str], tags: Collection[str] | None, check_crc: bool,
+                fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
+    """Batches of every range ``(topic, queueId, start, end)`` in order; up to :data:`RANGES_IN_FLIGHT`
+    ranges are pulled concurrently on the process's client loop, each one chunk ahead of the decoder."""
+    pullers = [_RangePuller(target, t, q, s, e, tags, fail_on_data_loss) for t, q, s, e in ranges if e > s]
+    decoder = _Decoder(project_schema(list(columns)), target.broker_name, tags, check_crc, target.addr)
+    pending: dict[int, asyncio.Future[list[Body]]] = {}
+    try:
+        for i, puller in enumerate(pullers):
+            for j in range(i, min(i + RANGES_IN_FLIGHT, len(pullers))):
+                if j not in pending and not pullers[j].done:
+                    pending[j] = client.submit(pullers[j].next_chunk())
+            while i in pending:
+                bodies = pending.pop(i).result()
+                if not puller.done:
+                    pending[i] = client.submit(puller.next_chunk())
+                for group in _pack(bodies):
+                    batch = decoder.decode(group, puller.topic, puller.queue_id, puller.start, puller.end)
+                    if batch.num_rows:
+                        yield batch
+    finally:
+        for fut in pending.values():
+            fut.cancel()
+
+
+def _pack(bodies: list[Body]) -> Iterator[Body]:
+    """Pull bodies in order as decode units of about :data:`BATCH_BYTES`: small bodies joined (a batch per
+    pull of 32 small messages would cost PySpark's Arrow transfer dearly per row), a body of
+    :data:`_ALONE_BYTES` or more alone (no copy; already in the 1-4 MiB range)."""
+    group: list[Body] = []
+    size = 0
+    for body in bodies:
+        if len(body) >= _ALONE_BYTES or size + len(body) > BATCH_BYTES:
+            if group:
+                yield group[0] if len(group) == 1 else b"".join(group)
+                group, size = [], 0
+            if len(body) >= _ALONE_BYTES:
+                yield body
+                continue
+        group.append(body)
+        size += len(body)
+    if group:
+        yield group[0] if len(group) == 1 else b"".join(group)
+
+
+_ALONE_BYTES = BATCH_BYTES // 2
+_PULL_FLAGS = PULL_SYS_FLAG_SUBSCRIPTION | PULL_SYS_FLAG_LITE_PULL  # no commit, no suspend (no long polling)
+_STORE_TIMESTAMP_POS = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8  # TOTALSIZE..BORNHOST(v4): STORETIMESTAMP
+
+
+class _RangePuller:
+    """Pulls ``[start, end)`` of one queue, a chunk of about :data:`BATCH_BYTES` per call.
+
+    The broker answers at most its transfer limits per pull (maxTransferCountOnMessageInMemory /
+    ...BytesOn...; 32 messages / 256 KiB by default), which the protocol does not tell. The first pull asks
+    for up to :data:`PULL_MAX_NUMS`; what it returns (``nextBeginOffset - offset`` without a tag filter) is
+    taken as the broker's batch, and later pulls are *tiles*: up to :data:`TILES_IN_FLIGHT` pulls in flight
+    at once for [o, o+k), [o+k, o+2k), ... with ``maxMsgNums = k`` each, so round trips overlap. Tiles are
+    used in order while each starts where the previous ended; a tile answered short (a byte limit, a gap,
+    a consume-queue file end) ends the round, and the next round starts at the true ``nextBeginOffset``
+    with a single pull that learns the batch again, so nothing is skipped or read twice. With a tag filter
+    the broker's scan may run past a tile's end: pulls are then sequential."""
+
+    def __init__(self, target: PullTarget, topic: str, queue_id: int, start: int, end: int,
+                 tags: Collection[str] | None, fail_on_data_loss: bool) -> None:
+        self.target, self.topic, self.queue_id, self.start, self.end = target, topic, queue_id, start, end
+        self.offset = start
+        self.subscription = " || ".join(sorted(tags)) if tags else "*"
+        self.fail_on_data_loss = fail_on_data_loss
+        self.done = False
+        self.batch: int | None = None   # messages per pull the broker gave (learned, no tag filter only)
+        self.record_bytes = 0            # average stored bytes per message seen (for the tile count)
+
+    async def _pull(self, offset: int, max_nums: int) -> PullResult:
+        target = self.target
+        return await target.api.pull(
+            target.addr, group=target.group, topic=self.topic, queue_id=self.queue_id, offset=offset,
+            max_nums=max_nums, sys_flag=_PULL_FLAGS, subscription=self.subscription, timeout=PULL_TIMEOUT_S,
+            body_buffer=True)
+
+    async def next_chunk(self) -> list[Body]:
+        bodies: list[Body] = []
+        size = 0
+        while self.offset < self.end and size < BATCH_BYTES:
+            k = self.batch
+            if k is not None and self.end - self.offset > k:
+                tiles = max(1, min(TILES_IN_FLIGHT, -(-(BATCH_BYTES - size) // max(k * self.record_bytes, 1))))
+                starts = range(self.offset, min(self.end, self.offset + tiles * k), k)
+                results = await asyncio.gather(*(self._pull(o, min(k, self.end - o)) for o in starts))
+                for o, result in zip(starts, results, strict=True):
+                    if o != self.offset:
+                        break   # the previous tile ended short: the next round starts at its nextBeginOffset
+                    if o != starts[0] and (result.status is not PullStatus.FOUND
+                                           or (result.body_buffer is None and not result.body)):
+                        break   # anything but messages is judged by a pull of its own in the next round
+                    body = self._advance(result)
+                    if body:
+                        bodies.append(body)
+                        size += len(body)
+                        if self.offset - o < min(k, self.end - o):
+                            self.batch = None   # answered short (byte limit, file end): learn the batch again
+                continue
+            before = self.offset
+            want = min(self.end - self.offset, PULL_MAX_NUMS)
+            body = self._advance(await self._pull(self.offset, want))
+            if body:
+                bodies.append(body)
+                size += len(body)
+                if self.subscription == "*" and self.batch is None and self.offset > before:
+                    self.batch = self.offset - before
+                    self.record_bytes = max(len(body) // self.batch, 1)
+        if self.offset >= self.end:
+            self.done = True
+        return bodies
+
+    def _advance(self, result: PullResult) -> Body | None:
+        """Move past one pull's answer: its body (FOUND), None otherwise; data loss as failOnDataLoss says."""
+        view = self.target   # the broker pulled from
+        status = result.status
+        body: Body | None = None
+        if status is PullStatus.FOUND and result.body_buffer is not None:
+            body = result.body_buffer.data
+        elif status is PullStatus.FOUND and result.body:
+            body = result.body
+        elif status is PullStatus.OFFSET_ILLEGAL:  # PULL_OFFSET_MOVED: below min or beyond max
+            if self.offset < result.min_offset:
+                self._lost(result.min_offset)
+                return None
+            raise DataLossError(
+                f"{self._where()}: offset {self.offset} is beyond the broker's max offset {result.max_offset} "
+                f"({view.addr}): the planned offsets do not belong to this broker (was it reset?)",
+                topic=self.topic, broker_name=view.broker_name, queue_id=self.queue_id,
+                lost_from=result.max_offset, lost_to=self.end)
+        elif status is PullStatus.NO_NEW_MSG:
+            if result.next_begin_offset > self.offset:  # entries whose messages are gone (OFFSET_FOUND_NULL)
+                self._lost(result.next_begin_offset)
+                return None
+            raise DataLossError(
+                f"{self._where()}: offsets [{self.offset}, {self.end}) were planned but the broker "
+                f"{view.addr} has none (max offset {result.max_offset}): was the broker reset?",
+                topic=self.topic, broker_name=view.broker_name, queue_id=self.queue_id,
+                lost_from=self.offset, lost_to=self.end)
+        if result.next_begin_offset <= self.offset:
+            raise BodyError(f"{self._where()}: pull at {self.offset} did not advance "
+                            f"(nextBeginOffset {result.next_begin_offset})", addr=view.addr)
+        self.offset = result.next_begin_offset  # NO_MATCHED_MSG (all filtered by tag) just moves on
+        return body
+
+    def _where(self) -> str:
+        return f"topic {self.topic!r} on broker {self.target.broker_name!r} queue {self.queue_id}"
+
+    def _lost(self, resume: int) -> None:
+        """Messages ``[offset, resume)`` are gone: DataLossError (failOnDataLoss) or a logged skip."""
+        lost_to = min(resume, self.end)
+        message = f"messages [{self.offset}, {lost_to}) of {self._where()} are gone (removed by retention)"
+        if self.fail_on_data_loss:
+            raise DataLossError(message + "; set failOnDataLoss=false to skip them", topic=self.topic,
+                                broker_name=self.target.broker_name, queue_id=self.queue_id,
+                                lost_from=self.offset, lost_to=lost_to)
+        log.warning("%s; continuing at offset %d (failOnDataLoss=false)", message, resume)
+        self.offset = resume
+
+
+
+# ---- pull bodies -> Arrow ----------------------------------------------------------------------------
+
+def record_starts(body: Body, addr: str | None = None) -> np.ndarray:
+    """Start of every record of a pull body (stored records back to back): TOTALSIZE read at each start
+    (the one loop per record left: each start depends on the previous size), then the magic codes of
+    all records checked at once."""
+    starts: list[int] = []
+    append = starts.append
+    unpack = _SIZE.unpack_from
+    pos = size = 0
+    try:
+        while True:   # ends at struct.error: fewer than 4 bytes left at pos (the end, or a bad size)
+            (size,) = unpack(body, pos)
+            if size <= 8:
+                break
+            append(pos)
+            pos += size
+    except struct.error:
+        pass
+    n = len(body)
+    if pos > n:
+        raise BodyError(f"pull body: record at byte {starts[-1]} has size {pos - starts[-1]} beyond the body "
+                        f"({n} bytes)", addr=addr)
+    if pos < n:
+        what = f"has size {size}" if pos + 4 <= n else "is truncated"
+        raise BodyError(f"pull body: record at byte {pos} {what} (truncated record header or a bad size; "
+                        f"{n} bytes)", addr=addr)
+    rel = np.asarray(starts, dtype=np.int64)
+    if len(rel):
+        magic = vz.as_uint8(body)[rel[:, None] + np.arange(4, 8)].view(">i4").reshape(-1)
+        bad = (magic != MAGIC_V1) & (magic != MAGIC_V2)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise BodyError(f"pull body: record at byte {int(rel[i])} has magic code {int(magic[i]) & 0xFFFFFFFF:#x}",
+                            addr=addr)
+    return rel
+
+
+class _Decoder:
+    """Pull bodies of one view to RecordBatches of ``schema`` (MessageExt field names); the columns are
+    built by the local read's :class:`~rocketstream.store.read.bulk_read.ColumnBuilder`."""
+
+    def __init__(self, schema: pa.Schema, broker_name: str, tags: Collection[str] | None, check_crc: bool,
+                 addr: str) -> None:
+        self.schema = schema
+        self.broker_name = broker_name
+        self.tag_set = frozenset(tags) if tags else None
+        self.tag_values = pa.array(sorted(self.tag_set), pa.string()) if self.tag_set else None
+        self.check_crc = check_crc
+        self.addr = addr
+        self.columns = ColumnBuilder(schema, broker_name, self.tag_set)
+
+    def decode(self, body: Body, topic: str, queue_id: int, start: int, end: int) -> pa.RecordBatch:
+        buf = vz.as_uint8(body)
+        rel = record_starts(body, self.addr)
+        if not len(rel):
+            return pa.RecordBatch.from_pylist([], schema=self.schema)
+        h = vz.decode_headers(buf, rel, topic_len_hint=len(topic.encode("utf-8")))
+        problems = vz.record_problems(buf, h, rel, check_ports=True, check_position=False)
+        bad = vz.any_problem(problems)
+        if bad.any():
+            i = int(np.argmax(bad))
+            reasons = [vz.PROBLEM_DESCRIPTIONS[k] for k, m in problems.items() if m[i]]
+            raise BodyError(f"pull body of {topic}:{queue_id}: record at byte {int(rel[i])} does not decode: "
+                            f"{'; '.join(reasons)}", addr=self.addr)
+        qoff = h["queue_offset"]
+        # rows past the range end (a tag scan may run ahead) and rows of another queue are dropped
+        keep = (qoff >= start) & (qoff < end) & (h["queue_id"] == queue_id)
+        props = tag_col = keys_col = uniq_col = None
+        if self.columns.parse_props:
+            raw = vz.gather_segments(buf, h["props_pos"], h["props_len"], pa.binary())
+            props, tag_col, keys_col, uniq_col = self.columns.properties(raw)
+            if self.tag_values is not None:  # the broker filters by tag hash code: check the TAGS string
+                hit = pc.fill_null(pc.is_in(tag_col, value_set=self.tag_values), False).to_numpy(zero_copy_only=False)
+                keep &= hit
+        if not keep.all():
+            sel = np.flatnonzero(keep)
+            h = {k: v[sel] if isinstance(v, np.ndarray) and v.ndim else v for k, v in h.items()}
+            index = vz.numeric_array(sel)
+            props, tag_col, keys_col, uniq_col = (None if a is None else a.take(index)
+                                                  for a in (props, tag_col, keys_col, uniq_col))
+        if self.check_crc:
+            crc_bad = vz.body_crc_mismatches(buf, h)
+            if crc_bad.any():
+                i = int(np.argmax(crc_bad))
+                raise CorruptStoreError(f"BODYCRC mismatch in a pull body from {self.addr}: {topic}:{queue_id} "
+                                        f"offset {int(h['queue_offset'][i])}, stored {int(h['body_crc'][i])}",
+                                        offset=int(h["physical_offset"][i]))
+        try:
+            return self.columns.assemble(buf, h, topic, queue_id, h["physical_offset"], h["total_size"],
+                                         h["queue_offset"], props=props, tags=tag_col, keys=keys_col, uniq=uniq_col,
+                                         path=f"pull body from {self.addr} ({topic}:{queue_id})")
+        except CorruptStoreError as exc:   # a compressed body that does not inflate
+            raise BodyError(f"pull body of {topic}:{queue_id}: {exc}", addr=self.addr) from exc
+
+
+__all__ = ["BATCH_BYTES", "Body", "PULL_MAX_NUMS", "PULL_TIMEOUT_S", "PullApi", "PullTarget", "RANGES_IN_FLIGHT",
+           "TILES_IN_FLIGHT", "pull_ranges", "record_starts"]
