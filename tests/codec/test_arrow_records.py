@@ -29,7 +29,6 @@ from rocketstream.codec import (
     decode_record,
     encode_record,
 )
-from rocketstream.codec import arrow_records as ar
 from rocketstream.codec.arrow_records import (
     ALONE_BYTES,
     BATCH_BYTES,
@@ -416,8 +415,3 @@ def test_host_column_values() -> None:
     assert rows[0]["offsetMsgId"] == codec.offset_msg_id(HostAddress("10.0.0.1", 10911), BASE)
 
 
-def test_the_module_is_the_one_the_old_name_resolves_to() -> None:
-    """``codec.vectorized`` is only the former name (until the network read imports arrow_records)."""
-    from rocketstream.codec import vectorized
-
-    assert vectorized.decode_headers is ar.decode_headers and vectorized.BATCH_BYTES == BATCH_BYTES

@@ -1,35 +1,30 @@
 """Network mode, executor side: the range puller — PULL_MESSAGE of queue ranges, several in flight — and the
-decoding of pull bodies into Arrow batches.
+decoding of its pull bodies into Arrow batches.
 
 * :func:`pull_ranges` pulls the ranges of one broker for a task: up to :data:`RANGES_IN_FLIGHT` queue ranges
   at once, each one chunk of about :data:`BATCH_BYTES` ahead of the decoder, with the broker-side tag filter
   (subscription flag, no suspend: a bounded range never long-polls).
 * :class:`_RangePuller` is one queue range: once the broker's batch is known, several pulls of it are in
   flight at once (tiles).
-* :class:`_Decoder` turns pull bodies into RecordBatches of the requested columns with the vectorized codec
-  and the local read's column builder (``store.read.bulk_read.ColumnBuilder``); rows past the range end (the
-  broker's tag scan may run ahead) are dropped, and a tag filter is re-checked exactly on TAGS.
+* Pull bodies become RecordBatches of the requested columns through
+  :class:`rocketstream.codec.arrow_records.PullBodyDecoder` (the one records -> Arrow module, shared with the
+  local read); rows past the range end (the broker's tag scan may run ahead) are dropped, and a tag filter is
+  re-checked exactly on TAGS.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from rocketstream.client.api import PULL_SYS_FLAG_LITE_PULL, PULL_SYS_FLAG_SUBSCRIPTION
 from rocketstream.client.common import PullResult, PullStatus
-from rocketstream.codec import MAGIC_V1, MAGIC_V2
-from rocketstream.codec import vectorized as vz
-from rocketstream.errors import BodyError, CorruptStoreError, DataLossError
-from rocketstream.store import project_schema
-from rocketstream.store.read.bulk_read import ColumnBuilder
+from rocketstream.codec.arrow_records import BATCH_BYTES, PullBody, PullBodyDecoder, pack_pull_bodies, project_schema
+from rocketstream.errors import BodyError, DataLossError
 
 if TYPE_CHECKING:
     from rocketstream.spark.network.routes import NetworkClient
@@ -40,15 +35,12 @@ PULL_TIMEOUT_S = 30.0
 # Messages asked for per pull: the broker answers with as many as its transfer limits allow
 # (maxTransferCountOnMessageInMemory / ...BytesOn..., 32 messages / 256 KiB by default on 4.9.8).
 PULL_MAX_NUMS = 4096
-# Stored bytes per Arrow batch (the 1-4 MiB range where PySpark's Arrow transfer is cheapest per row).
-BATCH_BYTES = 7 << 19
 # Queue ranges of one task pulled at once (each keeps one chunk in flight ahead of the decoder).
 RANGES_IN_FLIGHT = 4
 # Pulls of one queue range in flight at once once the broker's batch is known (_RangePuller).
 TILES_IN_FLIGHT = 16
-_SIZE = struct.Struct(">i")
 # a pull body: bytes, or the buffer a large answer was received into (MQClientAPI.pull(body_buffer=True))
-Body = bytes | memoryview
+Body = PullBody
 
 
 class PullApi(Protocol):
@@ -74,7 +66,7 @@ def pull_ranges(client: NetworkClient, target: PullTarget, ranges: Sequence[tupl
     """Batches of every range ``(topic, queueId, start, end)`` in order; up to :data:`RANGES_IN_FLIGHT`
     ranges are pulled concurrently on the process's client loop, each one chunk ahead of the decoder."""
     pullers = [_RangePuller(target, t, q, s, e, tags, fail_on_data_loss) for t, q, s, e in ranges if e > s]
-    decoder = _Decoder(project_schema(list(columns)), target.broker_name, tags, check_crc, target.addr)
+    decoder = PullBodyDecoder(project_schema(list(columns)), target.broker_name, tags, check_crc, target.addr)
     pending: dict[int, asyncio.Future[list[Body]]] = {}
     try:
         for i, puller in enumerate(pullers):
@@ -85,7 +77,7 @@ def pull_ranges(client: NetworkClient, target: PullTarget, ranges: Sequence[tupl
                 bodies = pending.pop(i).result()
                 if not puller.done:
                     pending[i] = client.submit(puller.next_chunk())
-                for group in _pack(bodies):
+                for group in pack_pull_bodies(bodies):
                     batch = decoder.decode(group, puller.topic, puller.queue_id, puller.start, puller.end)
                     if batch.num_rows:
                         yield batch
@@ -94,29 +86,7 @@ def pull_ranges(client: NetworkClient, target: PullTarget, ranges: Sequence[tupl
             fut.cancel()
 
 
-def _pack(bodies: list[Body]) -> Iterator[Body]:
-    """Pull bodies in order as decode units of about :data:`BATCH_BYTES`: small bodies joined (a batch per
-    pull of 32 small messages would cost PySpark's Arrow transfer dearly per row), a body of
-    :data:`_ALONE_BYTES` or more alone (no copy; already in the 1-4 MiB range)."""
-    group: list[Body] = []
-    size = 0
-    for body in bodies:
-        if len(body) >= _ALONE_BYTES or size + len(body) > BATCH_BYTES:
-            if group:
-                yield group[0] if len(group) == 1 else b"".join(group)
-                group, size = [], 0
-            if len(body) >= _ALONE_BYTES:
-                yield body
-                continue
-        group.append(body)
-        size += len(body)
-    if group:
-        yield group[0] if len(group) == 1 else b"".join(group)
-
-
-_ALONE_BYTES = BATCH_BYTES // 2
-_PULL_FLAGS = PULL_SYS_FLAG_SUBSCRIPTION | PULL_SYS_FLAG_LITE_PULL  # no commit, no suspend (no long polling)
-_STORE_TIMESTAMP_POS = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8  # TOTALSIZE..BORNHOST(v4): STORETIMESTAMP
+PULL_FLAGS = PULL_SYS_FLAG_SUBSCRIPTION | PULL_SYS_FLAG_LITE_PULL  # no commit, no suspend (no long polling)
 
 
 class _RangePuller:
@@ -146,7 +116,7 @@ class _RangePuller:
         target = self.target
         return await target.api.pull(
             target.addr, group=target.group, topic=self.topic, queue_id=self.queue_id, offset=offset,
-            max_nums=max_nums, sys_flag=_PULL_FLAGS, subscription=self.subscription, timeout=PULL_TIMEOUT_S,
+            max_nums=max_nums, sys_flag=PULL_FLAGS, subscription=self.subscription, timeout=PULL_TIMEOUT_S,
             body_buffer=True)
 
     async def next_chunk(self) -> list[Body]:
@@ -232,102 +202,5 @@ class _RangePuller:
         self.offset = resume
 
 
-
-# ---- pull bodies -> Arrow ----------------------------------------------------------------------------
-
-def record_starts(body: Body, addr: str | None = None) -> np.ndarray:
-    """Start of every record of a pull body (stored records back to back): TOTALSIZE read at each start
-    (the one loop per record left: each start depends on the previous size), then the magic codes of
-    all records checked at once."""
-    starts: list[int] = []
-    append = starts.append
-    unpack = _SIZE.unpack_from
-    pos = size = 0
-    try:
-        while True:   # ends at struct.error: fewer than 4 bytes left at pos (the end, or a bad size)
-            (size,) = unpack(body, pos)
-            if size <= 8:
-                break
-            append(pos)
-            pos += size
-    except struct.error:
-        pass
-    n = len(body)
-    if pos > n:
-        raise BodyError(f"pull body: record at byte {starts[-1]} has size {pos - starts[-1]} beyond the body "
-                        f"({n} bytes)", addr=addr)
-    if pos < n:
-        what = f"has size {size}" if pos + 4 <= n else "is truncated"
-        raise BodyError(f"pull body: record at byte {pos} {what} (truncated record header or a bad size; "
-                        f"{n} bytes)", addr=addr)
-    rel = np.asarray(starts, dtype=np.int64)
-    if len(rel):
-        magic = vz.as_uint8(body)[rel[:, None] + np.arange(4, 8)].view(">i4").reshape(-1)
-        bad = (magic != MAGIC_V1) & (magic != MAGIC_V2)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise BodyError(f"pull body: record at byte {int(rel[i])} has magic code {int(magic[i]) & 0xFFFFFFFF:#x}",
-                            addr=addr)
-    return rel
-
-
-class _Decoder:
-    """Pull bodies of one view to RecordBatches of ``schema`` (MessageExt field names); the columns are
-    built by the local read's :class:`~rocketstream.store.read.bulk_read.ColumnBuilder`."""
-
-    def __init__(self, schema: pa.Schema, broker_name: str, tags: Collection[str] | None, check_crc: bool,
-                 addr: str) -> None:
-        self.schema = schema
-        self.broker_name = broker_name
-        self.tag_set = frozenset(tags) if tags else None
-        self.tag_values = pa.array(sorted(self.tag_set), pa.string()) if self.tag_set else None
-        self.check_crc = check_crc
-        self.addr = addr
-        self.columns = ColumnBuilder(schema, broker_name, self.tag_set)
-
-    def decode(self, body: Body, topic: str, queue_id: int, start: int, end: int) -> pa.RecordBatch:
-        buf = vz.as_uint8(body)
-        rel = record_starts(body, self.addr)
-        if not len(rel):
-            return pa.RecordBatch.from_pylist([], schema=self.schema)
-        h = vz.decode_headers(buf, rel, topic_len_hint=len(topic.encode("utf-8")))
-        problems = vz.record_problems(buf, h, rel, check_ports=True, check_position=False)
-        bad = vz.any_problem(problems)
-        if bad.any():
-            i = int(np.argmax(bad))
-            reasons = [vz.PROBLEM_DESCRIPTIONS[k] for k, m in problems.items() if m[i]]
-            raise BodyError(f"pull body of {topic}:{queue_id}: record at byte {int(rel[i])} does not decode: "
-                            f"{'; '.join(reasons)}", addr=self.addr)
-        qoff = h["queue_offset"]
-        # rows past the range end (a tag scan may run ahead) and rows of another queue are dropped
-        keep = (qoff >= start) & (qoff < end) & (h["queue_id"] == queue_id)
-        props = tag_col = keys_col = uniq_col = None
-        if self.columns.parse_props:
-            raw = vz.gather_segments(buf, h["props_pos"], h["props_len"], pa.binary())
-            props, tag_col, keys_col, uniq_col = self.columns.properties(raw)
-            if self.tag_values is not None:  # the broker filters by tag hash code: check the TAGS string
-                hit = pc.fill_null(pc.is_in(tag_col, value_set=self.tag_values), False).to_numpy(zero_copy_only=False)
-                keep &= hit
-        if not keep.all():
-            sel = np.flatnonzero(keep)
-            h = {k: v[sel] if isinstance(v, np.ndarray) and v.ndim else v for k, v in h.items()}
-            index = vz.numeric_array(sel)
-            props, tag_col, keys_col, uniq_col = (None if a is None else a.take(index)
-                                                  for a in (props, tag_col, keys_col, uniq_col))
-        if self.check_crc:
-            crc_bad = vz.body_crc_mismatches(buf, h)
-            if crc_bad.any():
-                i = int(np.argmax(crc_bad))
-                raise CorruptStoreError(f"BODYCRC mismatch in a pull body from {self.addr}: {topic}:{queue_id} "
-                                        f"offset {int(h['queue_offset'][i])}, stored {int(h['body_crc'][i])}",
-                                        offset=int(h["physical_offset"][i]))
-        try:
-            return self.columns.assemble(buf, h, topic, queue_id, h["physical_offset"], h["total_size"],
-                                         h["queue_offset"], props=props, tags=tag_col, keys=keys_col, uniq=uniq_col,
-                                         path=f"pull body from {self.addr} ({topic}:{queue_id})")
-        except CorruptStoreError as exc:   # a compressed body that does not inflate
-            raise BodyError(f"pull body of {topic}:{queue_id}: {exc}", addr=self.addr) from exc
-
-
-__all__ = ["BATCH_BYTES", "Body", "PULL_MAX_NUMS", "PULL_TIMEOUT_S", "PullApi", "PullTarget", "RANGES_IN_FLIGHT",
-           "TILES_IN_FLIGHT", "pull_ranges", "record_starts"]
+__all__ = ["Body", "PULL_FLAGS", "PULL_MAX_NUMS", "PULL_TIMEOUT_S", "PullApi", "PullTarget", "RANGES_IN_FLIGHT",
+           "TILES_IN_FLIGHT", "pull_ranges"]

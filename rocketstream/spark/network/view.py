@@ -25,16 +25,11 @@ import numpy as np
 from rocketstream.client.api import MQClientAPI
 from rocketstream.client.common import PullStatus
 from rocketstream.client.topic_stats import TopicStats, empty_topic_stats
+from rocketstream.codec import FLAG_BORNHOST_V6, POS_STORE_TIMESTAMP, POS_SYS_FLAG
 from rocketstream.errors import BrokerResponseError, DataLossError, OptionError, RocketStreamError
 from rocketstream.remoting import ResponseCode
 from rocketstream.spark.broker_view import QueueBounds
-from rocketstream.spark.network.puller import (
-    _PULL_FLAGS,
-    _STORE_TIMESTAMP_POS,
-    PULL_TIMEOUT_S,
-    PullTarget,
-    pull_ranges,
-)
+from rocketstream.spark.network.puller import PULL_FLAGS, PULL_TIMEOUT_S, PullTarget, pull_ranges
 from rocketstream.spark.network.routes import REQUEST_TIMEOUT_S, process_client, readable_brokers
 
 if TYPE_CHECKING:
@@ -174,11 +169,15 @@ class NetworkBrokerView:
 
     async def _store_time(self, topic: str, queue_id: int, offset: int) -> int | None:
         result = await self.api.pull(self.addr, group=self.location.group, topic=topic, queue_id=queue_id,
-                                     offset=offset, max_nums=1, sys_flag=_PULL_FLAGS, subscription="*",
+                                     offset=offset, max_nums=1, sys_flag=PULL_FLAGS, subscription="*",
                                      timeout=PULL_TIMEOUT_S)
-        if result.status is not PullStatus.FOUND or not result.body:
+        body = result.body
+        if result.status is not PullStatus.FOUND or not body or len(body) < POS_STORE_TIMESTAMP + 12 + 8:
             return None
-        return int(struct.unpack_from(">q", result.body, _STORE_TIMESTAMP_POS)[0]) if len(result.body) > 64 else None
+        # STORETIMESTAMP follows BORNHOST, 12 bytes further when that is IPv6 (MessageDecoder.decode)
+        (sys_flag,) = struct.unpack_from(">i", body, POS_SYS_FLAG)
+        at = POS_STORE_TIMESTAMP + (12 if sys_flag & FLAG_BORNHOST_V6 else 0)
+        return int(struct.unpack_from(">q", body, at)[0])
 
     def read_ranges(self, ranges: Sequence[tuple[str, int, int, int]], *, columns: Sequence[str],
                     tags: Collection[str] | None, check_crc: bool,

@@ -28,11 +28,7 @@ import pyarrow as pa
 
 from rocketstream.codec import EXT_ADDRESS_MAX, java_hash
 from rocketstream.codec import arrow_records as ar
-from rocketstream.codec.arrow_records import BATCH_BYTES, empty_batch, project_schema, select_rows
-
-# The network read (spark/network_view.py) still imports the column builder from here; it moves to
-# codec.arrow_records with the pull-body decoder, and this re-export goes with it.
-from rocketstream.codec.arrow_records import ColumnBuilder as ColumnBuilder
+from rocketstream.codec.arrow_records import BATCH_BYTES, ColumnBuilder, empty_batch, project_schema, select_rows
 from rocketstream.errors import CorruptStoreError, OptionError
 
 
