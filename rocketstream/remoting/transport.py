@@ -134,6 +134,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._big_head: bytes | None = None  # the large frame's part before its body (None: whole frame)
         self._frames: collections.deque[Frame] = collections.deque()
         self._queued = 0          # bytes of the frames in _frames
+        self._lost_partial = 0    # partial() when the unfinished frame's buffers were dropped
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None   # FrameError or the connection's error, after the frames
         self._eof = False
@@ -293,6 +294,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
     def _drop_partial(self) -> None:
         """Free what an unfinished frame holds: its buffer, its budget, the receive buffer (nothing is read
         any more; whole frames already queued stay for the reader)."""
+        if not self._lost_partial:
+            self._lost_partial = self.partial()   # still reported at end of stream (next_frame)
         self._release_reserved()
         self._big = self._big_view = self._big_head = None
         self._big_got = self._big_need = 0
@@ -333,6 +336,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     def partial(self) -> int:
         """Bytes received of a frame that has not arrived whole."""
+        if self._lost_partial:
+            return self._lost_partial
         if self._big is None:
             return self._end - self._start
         return 4 + self._big_got + (len(self._big_head) if self._big_head is not None else 0)

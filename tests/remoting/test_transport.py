@@ -180,12 +180,16 @@ def test_a_bad_length_is_a_frame_error_after_the_frames_before_it(length):
 @pytest.mark.parametrize("sent", [b"", b"\x00\x00", framed([b"abcdef"])[:7], framed([b"x" * 200_000])[:150_000],
                                   framed([struct.pack(">I", 10) + b"x" * 200_000])[:150_000],
                                   framed([struct.pack(">I", 10) + b"x" * 200_000])[:10]])
-def test_end_of_stream_in_a_frame_is_an_incomplete_read_with_the_bytes_received(sent):
+@pytest.mark.parametrize("lost", [False, True])
+def test_end_of_stream_in_a_frame_is_an_incomplete_read_with_the_bytes_received(sent, lost):
     async def run():
         proto, _ = new_protocol()
         if sent:
             feed(proto, sent, [])
         proto.eof_received()
+        if lost:   # the transport closed too: the unfinished frame's buffers are gone, its size is still told
+            proto.connection_lost(None)
+            assert proto._big is None
         with pytest.raises(asyncio.IncompleteReadError) as err:
             await proto.next_frame()
         assert len(err.value.partial) == len(sent)
