@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from rocketstream.codec import HostAddress
-from rocketstream.errors import StoreConfigError
+from rocketstream.errors import OptionError, StoreConfigError
+from rocketstream.remoting.server import ServerLimits
 from rocketstream.store.files.durable import os_errors
 from rocketstream.store.meta.config import (
     BUILTIN_BROKER_CONF,
@@ -66,6 +67,12 @@ _PROPERTIES: dict[str, tuple[str, str]] = {
     "syncFlushTimeout": ("sync_flush_timeout", "int"),
     "channelExpiredTimeout": ("channel_expired_timeout", "int"),
     "enablePropertyFilter": ("enable_property_filter", "bool"),
+    # NettyServerConfig and our connection bounds (remoting/server.py ServerLimits)
+    "writeBufferHighWaterMark": ("write_buffer_high_water_mark", "int"),
+    "writeBufferLowWaterMark": ("write_buffer_low_water_mark", "int"),
+    "serverChannelMaxWriteBufferSize": ("server_channel_max_write_buffer_size", "int"),
+    "serverChannelMaxReceiveAheadSize": ("server_channel_max_receive_ahead_size", "int"),
+    "serverMaxReceiveAheadSize": ("server_max_receive_ahead_size", "int"),
 }
 
 
@@ -104,6 +111,14 @@ class BrokerConfig:
     sync_flush_timeout: int = 5000                  # ms, a SYNC_FLUSH send waits this long for its flush
     channel_expired_timeout: int = 120000           # ms, ConsumerManager/ProducerManager CHANNEL_EXPIRED_TIMEOUT
     enable_property_filter: bool = False            # SQL92 subscriptions (broker/sql_filter.py)
+    # what one connection may hold (remoting/server.py ServerLimits): write buffer water marks (0: Netty's
+    # 64 KiB / 32 KiB, as 4.9.8 leaves them), the write buffer past which a peer that does not read is cut
+    # off (0: never), frame buffers allocated whole before their bytes arrive, per connection and in all
+    write_buffer_high_water_mark: int = 65536
+    write_buffer_low_water_mark: int = 32768
+    server_channel_max_write_buffer_size: int = 32 << 20
+    server_channel_max_receive_ahead_size: int = 4 << 20
+    server_max_receive_ahead_size: int = 64 << 20
     conf_path: Path | None = field(default=None, compare=False)
     store_config: StoreConfig | None = field(default=None, compare=False, repr=False)
 
@@ -115,6 +130,10 @@ class BrokerConfig:
             raise StoreConfigError(f"shortPollingTimeMills must be > 0, got {self.short_polling_time_mills}")
         if self.default_topic_queue_nums <= 0:
             raise StoreConfigError(f"defaultTopicQueueNums must be > 0, got {self.default_topic_queue_nums}")
+        try:
+            self.server_limits()
+        except OptionError as exc:
+            raise StoreConfigError(str(exc)) from None
 
     @property
     def broker_addr(self) -> str:
@@ -168,6 +187,14 @@ class BrokerConfig:
         if broker_name is not None:
             kw["broker_name"] = broker_name
         return replace(self, **kw)  # type: ignore[arg-type]  # keys are field names with checked types
+
+    def server_limits(self) -> ServerLimits:
+        """The broker's connection bounds (remoting/server.py)."""
+        return ServerLimits(write_buffer_high_water_mark=self.write_buffer_high_water_mark,
+                            write_buffer_low_water_mark=self.write_buffer_low_water_mark,
+                            max_write_buffer=self.server_channel_max_write_buffer_size,
+                            max_receive_ahead=self.server_channel_max_receive_ahead_size,
+                            max_receive_ahead_total=self.server_max_receive_ahead_size)
 
     def message_store_config(self) -> StoreConfig:
         """The store settings for this broker's store: the broker.conf's store options, this broker's

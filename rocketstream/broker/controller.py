@@ -61,7 +61,8 @@ BROKER_VERSION_DESC = "V4_9_8"
 class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.server = RemotingServer(config.broker_ip1, config.listen_port, name="broker")
+        self.server = RemotingServer(config.broker_ip1, config.listen_port, name="broker",
+                                     limits=config.server_limits())
         self.request_hooks: list[RequestHook] = self.server.request_hooks
         self.store: MessageStore = None  # type: ignore[assignment]   # opened by start()
         self.topics: TopicConfigManager = None  # type: ignore[assignment]

@@ -6,7 +6,14 @@ by opaque (``processResponseCommand``), and hands requests to a handler (``proce
 * unknown code -> ``REQUEST_CODE_NOT_SUPPORTED`` (3) with remark ``" request type N not supported"``;
 * a handler exception -> ``SYSTEM_ERROR`` (1) with the exception as remark (never for oneway);
 * a malformed or oversized frame -> this connection is closed, nothing else is affected
-  (``NettyDecoder`` closes the channel on a decode error).
+  (``NettyDecoder`` closes the channel on a decode error);
+* a peer that does not read its answers: writing waits while the socket's buffer is above its high water
+  mark (the reader of requests waits with it), and once more than ``max_write_buffer`` bytes wait to be
+  written (answers written without waiting, e.g. woken long-polling pulls) the connection is closed with a
+  logged reason (``serverChannelMaxWriteBufferSize``; Netty only marks such a channel unwritable).
+
+Closing drops what the socket does not take at once, as Netty's ``Channel.close`` fails the writes still in
+its outbound buffer: a peer that stops reading cannot keep a closed connection's answers in memory.
 
 Both ends may send requests (the broker sends ``NOTIFY_CONSUMER_IDS_CHANGED`` to clients), so the
 server's and the client's connections are the same class.
@@ -101,11 +108,13 @@ class Channel:
 
     def __init__(self, transport: asyncio.Transport, protocol: FrameProtocol, *,
                  handler: RequestHandler | None = None, max_frame: int = MAX_FRAME_LENGTH,
-                 on_close: Callable[[Channel], None] | None = None, name: str = "remoting") -> None:
+                 on_close: Callable[[Channel], None] | None = None, name: str = "remoting",
+                 max_write_buffer: int | None = None) -> None:
         self._transport = transport
         self._frames = protocol
         self.handler = handler
         self.max_frame = max_frame
+        self.max_write_buffer = max_write_buffer   # None: no limit (a client's connections)
         protocol.max_frame = max_frame
         self._on_close = on_close
         self.name = name
@@ -124,9 +133,16 @@ class Channel:
 
     # --- lifecycle
     def start(self) -> Channel:
-        self._reader_task = asyncio.get_running_loop().create_task(self._read_loop(),
-                                                                   name=f"{self.name}-reader-{self.addr}")
+        task = asyncio.get_running_loop().create_task(self._read_loop(), name=f"{self.name}-reader-{self.addr}")
+        self._reader_task = task
+        task.add_done_callback(self._reader_done)
         return self
+
+    def _reader_done(self, task: asyncio.Task) -> None:
+        # a cancelled task keeps its CancelledError, whose traceback holds the reader's frame and so this
+        # channel: not referring to the task any more leaves no cycle for a full GC to find
+        if self._reader_task is task:
+            self._reader_task = None
 
     @property
     def closed(self) -> bool:
@@ -142,8 +158,12 @@ class Channel:
         self.close_reason = reason
         self._closed.set()
         with contextlib.suppress(Exception):
-            self._write_out()   # frames sent before the close still go out first
-            self._transport.close()
+            self._write_out()   # frames sent before the close go to the socket first
+            if self._transport.get_write_buffer_size():
+                self._transport.abort()   # what the socket did not take is dropped (see the module text)
+            else:
+                self._transport.close()
+        self._frames.discard()
         for opaque, fut in list(self._pending.items()):
             if not fut.done():
                 fut.set_exception(RemotingConnectError(f"connection closed ({reason}) while waiting for "
@@ -210,6 +230,19 @@ class Channel:
                     self._transport.write(memoryview(frame))
         except (ConnectionError, OSError, RuntimeError) as exc:
             self.close(f"write failed: {exc}")
+            return
+        self._check_write_buffer()
+
+    def _check_write_buffer(self) -> None:
+        """Close the connection when more than ``max_write_buffer`` bytes wait to be written."""
+        if self.max_write_buffer is None:
+            return
+        waiting = self._transport.get_write_buffer_size()
+        if waiting > self.max_write_buffer:
+            reason = (f"{waiting} bytes wait to be written, more than the {self.max_write_buffer}-byte limit "
+                      f"(serverChannelMaxWriteBufferSize): the peer does not read")
+            log.warning("%s: closing connection %s: %s", self.name, self.addr, reason)
+            self.close(reason)
 
     async def invoke(self, request: RemotingCommand, timeout: float = DEFAULT_TIMEOUT_S, *,
                      body_buffer: bool = False) -> RemotingCommand:
@@ -292,8 +325,9 @@ class Channel:
             reason = "peer closed the connection" if not exc.partial else \
                 f"peer closed the connection in the middle of a frame ({len(exc.partial)} bytes)"
         except FrameError as exc:
-            reason = f"bad frame: {exc}"
-            log.warning("%s: closing connection: %s", self.name, exc)
+            problem = str(exc)   # the text, not the exception: a record kept by a handler would keep its frames
+            reason = f"bad frame: {problem}"
+            log.warning("%s: closing connection: %s", self.name, problem)
         except (ConnectionError, OSError) as exc:
             reason = f"connection error: {exc}"
         except RemotingError as exc:   # a response could not be written
@@ -376,7 +410,9 @@ class Channel:
                 self._transport.write(part)
         except (ConnectionError, OSError, RuntimeError) as exc:
             self.close(f"write failed: {exc}")
+            return
         self.last_activity = time.monotonic()
+        self._check_write_buffer()
 
     async def send_drain(self) -> None:
         """Wait while the socket's buffer is full (the wait of :meth:`send`)."""

@@ -230,3 +230,127 @@ def test_large_bodies_both_ways_and_a_body_buffer_only_for_the_caller_that_asked
         assert seen == [bytes]
 
     run(_with_server(body))
+
+
+async def _wait_for(what, predicate, timeout=10.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("how", ["reset", "close", "bad frame"])
+def test_a_closed_connection_is_freed_without_a_garbage_collection(how):
+    """Issue 19: the error of a reset connection kept a traceback through the transport back to the protocol
+    (and its 16 MiB buffer): a cycle only a full GC freed. With the collector off, the channel, its protocol
+    and the partial frame's buffer must go as soon as the connection is gone."""
+    import gc
+    import socket
+    import weakref
+
+    async def body():
+        server = await RemotingServer("127.0.0.1", 0, idle_timeout_s=None).start()
+        host, port = server.address.rsplit(":", 1)
+        try:
+            sock = socket.create_connection((host, int(port)))
+            # a large frame's start: its header, then part of a 3 MiB body
+            sock.sendall(struct.pack(">iI", 3 << 20, 2) + b"{}" + b"x" * 100_000)
+            await _wait_for("the server channel", lambda: server.channels)
+            (channel,) = server.channels
+            await _wait_for("the large frame's buffer", lambda: channel._frames._big_got == 100_000)
+            refs = [weakref.ref(channel), weakref.ref(channel._frames), weakref.ref(channel._frames._big)]
+            channel = None
+            if how == "reset":
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.close()
+            elif how == "close":
+                sock.close()
+            else:
+                sock.sendall(b"x" * (3 << 20) + struct.pack(">i", -1))   # the frame whole, then a bad length
+            await _wait_for("the channel to close", lambda: not server.channels)
+            await _wait_for("the channel to be freed", lambda: all(r() is None for r in refs))
+            if how == "bad frame":
+                sock.close()
+        finally:
+            await server.stop()
+
+    gc.collect()
+    gc.disable()
+    try:
+        run(body())
+    finally:
+        gc.enable()
+
+
+def test_a_peer_that_does_not_read_is_cut_off_past_the_write_budget(caplog):
+    """Answers written without waiting (as woken long-polling pulls are) to a peer that reads nothing: the
+    connection is closed, with a logged reason, once more than max_write_buffer bytes wait; writing waits
+    above the high water mark until the low one."""
+    import socket
+
+    from rocketstream.remoting.command import encode_frame
+    from rocketstream.remoting.server import ServerLimits
+
+    async def body():
+        limits = ServerLimits(write_buffer_high_water_mark=128 << 10, write_buffer_low_water_mark=16 << 10,
+                              max_write_buffer=8 << 20)
+        server = RemotingServer("127.0.0.1", 0, idle_timeout_s=None, limits=limits)
+
+        def flood(ch, req):
+            for _ in range(int(req.field("n"))):
+                ch.send_nowait(req.response(0, body=b"z" * (1 << 20)))
+            return None
+
+        server.register(1005, flood)
+        await server.start()
+        host, port = server.address.rsplit(":", 1)
+        try:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)   # before connect: a small window
+            sock.connect((host, int(port)))
+            await _wait_for("the server channel", lambda: server.channels)
+            (channel,) = server.channels
+            assert channel._transport.get_write_buffer_limits() == (16 << 10, 128 << 10)
+            sock.sendall(encode_frame(RemotingCommand.request(1005, {"n": 6})))   # 6 MiB: within the budget
+            await _wait_for("the answers to wait", lambda: channel._transport.get_write_buffer_size() > 1 << 20)
+            assert not channel.closed and channel._frames._write_paused
+            sock.sendall(encode_frame(RemotingCommand.request(1005, {"n": 16})))   # 22 MiB: past it
+            await _wait_for("the cut-off", lambda: channel.closed)
+            assert "does not read" in channel.close_reason and "8388608-byte limit" in channel.close_reason
+            await _wait_for("the transport to be gone", lambda: channel._transport.is_closing()
+                            and channel._transport.get_write_buffer_size() == 0)
+            assert not server.channels
+            sock.close()
+        finally:
+            await server.stop()
+
+    with caplog.at_level("WARNING", logger="rocketstream.remoting"):
+        run(body())
+    assert any("serverChannelMaxWriteBufferSize" in r.getMessage() for r in caplog.records)
+
+
+def test_connection_limits_from_broker_conf(tmp_path):
+    """broker.conf's NettyServerConfig water marks and our connection bounds reach the broker's server; 0 for
+    the water marks keeps Netty's 64 KiB / 32 KiB (4.9.8's default); bad values name the property."""
+    from rocketstream.broker.config import BrokerConfig
+    from rocketstream.errors import StoreConfigError
+    from rocketstream.remoting.server import ServerLimits
+
+    assert BrokerConfig().server_limits() == ServerLimits()
+    assert ServerLimits().water_marks == (64 << 10, 32 << 10)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("writeBufferHighWaterMark=1048576\nwriteBufferLowWaterMark=262144\n"
+                    "serverChannelMaxWriteBufferSize=100000000\nserverChannelMaxReceiveAheadSize=0\n"
+                    "serverMaxReceiveAheadSize=123\n")
+    limits = BrokerConfig.from_conf(conf).server_limits()
+    assert limits == ServerLimits(write_buffer_high_water_mark=1 << 20, write_buffer_low_water_mark=256 << 10,
+                                  max_write_buffer=100_000_000, max_receive_ahead=0, max_receive_ahead_total=123)
+    assert limits.water_marks == (1 << 20, 256 << 10)
+    assert ServerLimits(write_buffer_high_water_mark=0, write_buffer_low_water_mark=0).water_marks == \
+        (64 << 10, 32 << 10)
+    conf.write_text("writeBufferHighWaterMark=1000\nwriteBufferLowWaterMark=2000\n")
+    with pytest.raises(StoreConfigError, match="writeBufferLowWaterMark.*broker.conf"):
+        BrokerConfig.from_conf(conf)
+    conf.write_text("serverChannelMaxWriteBufferSize=-1\n")
+    with pytest.raises(StoreConfigError, match="serverChannelMaxWriteBufferSize"):
+        BrokerConfig.from_conf(conf)

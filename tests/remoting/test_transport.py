@@ -157,7 +157,7 @@ def test_a_large_frame_without_a_body_or_with_a_huge_header_length_comes_whole()
         feed(proto, framed([no_body, huge]), [4096])
         for expected in (no_body, huge):
             frame = await proto.next_frame()
-            assert type(frame) is bytearray and frame == expected
+            assert type(frame) is memoryview and frame == expected
     asyncio.run(run())
 
 
@@ -180,12 +180,16 @@ def test_a_bad_length_is_a_frame_error_after_the_frames_before_it(length):
 @pytest.mark.parametrize("sent", [b"", b"\x00\x00", framed([b"abcdef"])[:7], framed([b"x" * 200_000])[:150_000],
                                   framed([struct.pack(">I", 10) + b"x" * 200_000])[:150_000],
                                   framed([struct.pack(">I", 10) + b"x" * 200_000])[:10]])
-def test_end_of_stream_in_a_frame_is_an_incomplete_read_with_the_bytes_received(sent):
+@pytest.mark.parametrize("lost", [False, True])
+def test_end_of_stream_in_a_frame_is_an_incomplete_read_with_the_bytes_received(sent, lost):
     async def run():
         proto, _ = new_protocol()
         if sent:
             feed(proto, sent, [])
         proto.eof_received()
+        if lost:   # the transport closed too: the unfinished frame's buffers are gone, its size is still told
+            proto.connection_lost(None)
+            assert proto._big is None
         with pytest.raises(asyncio.IncompleteReadError) as err:
             await proto.next_frame()
         assert len(err.value.partial) == len(sent)
@@ -229,4 +233,75 @@ def test_a_waiting_reader_is_woken_by_the_frame():
         assert not task.done()
         feed(proto, framed([b"late"]), [1])
         assert await asyncio.wait_for(task, 1) == b"late"
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_beyond_the_receive_ahead_budget_a_large_frame_buffer_grows_as_its_bytes_arrive(split):
+    """Issue 19: a frame announcing 16 MiB made a 16 MiB buffer at once. Past the budgets the buffer is at
+    most twice what arrived (or _GROW_FROM), and the frame still comes out whole and in place."""
+    async def run():
+        shared = tr.ReceiveAhead(6 << 20)
+        proto = FrameProtocol(16 << 20, addr="127.0.0.1:1", ahead_limit=4 << 20, shared=shared)
+        proto.connection_made(FakeTransport())
+        other = FrameProtocol(16 << 20, addr="127.0.0.1:2", ahead_limit=4 << 20, shared=shared)
+        other.connection_made(FakeTransport())
+        length = (16 << 20) - 4
+        head = struct.pack(">I", 2) + b"{}" if split else struct.pack(">I", 0xFFFFFF)
+        payload = head + bytes(range(256)) * ((length - len(head)) // 256) + b"\x07" * ((length - len(head)) % 256)
+        data = struct.pack(">i", length) + payload
+        feed(proto, data[:8 + 2 * split], [])
+        assert proto._big is not None and len(proto._big) == tr._GROW_FROM   # not 16 MiB
+        pos = 8 + 2 * split
+        while pos < len(data):
+            n = min(100_000, len(data) - pos)
+            feed(proto, data[pos:pos + n], [])
+            pos += n
+            if proto._big is not None:
+                assert len(proto._big) <= max(tr._GROW_FROM, 2 * proto._big_got), (len(proto._big), proto._big_got)
+        frame = await proto.next_frame()
+        assert whole(frame) == payload
+        assert shared.used == 0
+        # within the budgets a frame's buffer is made whole at once (the fast path), and counted until filled
+        small = struct.pack(">I", 2) + b"{}" + b"s" * (3 << 20)
+        feed(other, framed([small])[:20], [])
+        assert len(other._big) == (3 << 20) and shared.used == 3 << 20
+        feed(proto, framed([small])[:20], [])   # 3 + 3 MiB fit the shared 6 MiB
+        assert len(proto._big) == (3 << 20) and shared.used == 6 << 20
+        third = FrameProtocol(16 << 20, addr="127.0.0.1:3", ahead_limit=4 << 20, shared=shared)
+        third.connection_made(FakeTransport())
+        feed(third, framed([small])[:20], [])   # the shared budget is spent: this one grows
+        assert len(third._big) == tr._GROW_FROM and shared.used == 6 << 20
+        other.connection_lost(ConnectionResetError("reset"))   # a lost connection gives its share back
+        assert shared.used == 3 << 20 and other._big is None
+        feed(proto, framed([small])[20:], [])
+        assert whole(await proto.next_frame()) == small and shared.used == 0
+    asyncio.run(run())
+
+
+def test_reading_pauses_while_queued_frames_hold_many_bytes():
+    async def run():
+        proto, t = new_protocol()
+        big = struct.pack(">I", 2) + b"{}" + b"b" * (3 << 20)
+        feed(proto, framed([big] * 3), [])
+        assert t.paused and len(proto._frames) == 3   # 9 MiB waiting: more than _PAUSE_BYTES
+        await proto.next_frame()
+        assert t.paused                                # 6 MiB still waiting
+        await proto.next_frame()
+        await proto.next_frame()
+        assert not t.paused
+    asyncio.run(run())
+
+
+def test_the_error_kept_after_a_reset_has_no_traceback():
+    async def run():
+        proto, _ = new_protocol()
+        try:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        except ConnectionResetError as exc:
+            proto.connection_lost(exc)
+        assert proto._error.__traceback__ is None and proto._error.__context__ is None
+        with pytest.raises(ConnectionResetError, match="reset by peer") as err:
+            await proto.next_frame()
+        assert err.value is not proto._error
     asyncio.run(run())
