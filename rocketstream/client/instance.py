@@ -320,6 +320,17 @@ class MQClientInstance:
     def topic_route(self, topic: str) -> TopicRouteData | None:
         return self.routes.get(topic)
 
+    async def find_route(self, topic: str, why: str) -> TopicRouteData:
+        """The route of ``topic``, fetched from the name server once when it is not known yet;
+        MQClientError ("no route for topic T: <why>") when the name server has none."""
+        route = self.routes.get(topic)
+        if route is None:
+            await self.update_route(topic)
+            route = self.routes.get(topic)
+        if route is None:
+            raise MQClientError(f"no route for topic {topic}: {why}")
+        return route
+
     def broker_addr(self, broker_name: str) -> str | None:
         """``findBrokerAddressInPublish``: the master's address."""
         return self.broker_addrs.get(broker_name, {}).get(MASTER_ID)

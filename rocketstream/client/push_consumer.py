@@ -107,12 +107,7 @@ async def check_client_config(instance: MQClientInstance, group: str, sub: Subsc
     """``checkClientInBroker``: CHECK_CLIENT_CONFIG (46) for a non-TAG (SQL92) subscription to every master
     of the topic's route; a broker that cannot filter with it makes ``start`` fail (MQClientError naming
     the broker and its answer) instead of the consumer silently receiving everything."""
-    route = instance.topic_route(sub.topic)
-    if route is None:
-        await instance.update_route(sub.topic)
-        route = instance.topic_route(sub.topic)
-    if route is None:
-        raise MQClientError(f"no route for topic {sub.topic}: cannot check the SQL92 subscription")
+    route = await instance.find_route(sub.topic, "cannot check the SQL92 subscription")
     body = {"clientId": instance.client_id, "group": group, "subscriptionData": sub.to_json()}
     for bd in route.broker_datas:
         addr = bd.master_addr()
@@ -480,12 +475,7 @@ class PushConsumer:
         props.setdefault(PROPERTY_UNIQ_KEY, new_uniq_key())
         copy = Message(topic, bytes(msg.body), flag=msg.flag, properties=props, delay_level=3 + msg.reconsume_times)
         try:
-            route = inst.topic_route(topic)
-            if route is None:
-                await inst.update_route(topic)
-                route = inst.topic_route(topic)
-            if route is None:
-                raise MQClientError(f"no route for {topic}")
+            route = await inst.find_route(topic, "cannot send the message back to the broker")
             mq = publish_info(topic, route).select()
             addr = await self.rebalance.master_addr(mq.broker_name, topic)
             wire = copy.wire_properties()
