@@ -66,6 +66,11 @@ _PROPERTIES: dict[str, tuple[str, str]] = {
     "syncFlushTimeout": ("sync_flush_timeout", "int"),
     "channelExpiredTimeout": ("channel_expired_timeout", "int"),
     "enablePropertyFilter": ("enable_property_filter", "bool"),
+    # rocketstream's own limits (RocketMQ has none): queue counts per topic, a held pull's hold time,
+    # how long auto-created topics wait to be written to topics.json and announced together
+    "maxTopicQueueNums": ("max_topic_queue_nums", "int"),
+    "maxPullSuspendTimeMills": ("max_pull_suspend_time_mills", "int"),
+    "topicConfigFlushDelayMills": ("topic_config_flush_delay_mills", "int"),
 }
 
 
@@ -104,6 +109,9 @@ class BrokerConfig:
     sync_flush_timeout: int = 5000                  # ms, a SYNC_FLUSH send waits this long for its flush
     channel_expired_timeout: int = 120000           # ms, ConsumerManager/ProducerManager CHANNEL_EXPIRED_TIMEOUT
     enable_property_filter: bool = False            # SQL92 subscriptions (broker/sql_filter.py)
+    max_topic_queue_nums: int = 1024                # read/write queues a topic may have (admin 17 refuses more)
+    max_pull_suspend_time_mills: int = 30000        # a held pull's cap: 20 s lite pull, 15 s push + margin
+    topic_config_flush_delay_mills: int = 100       # auto-created topics: topics.json + registration batched
     conf_path: Path | None = field(default=None, compare=False)
     store_config: StoreConfig | None = field(default=None, compare=False, repr=False)
 
@@ -115,6 +123,13 @@ class BrokerConfig:
             raise StoreConfigError(f"shortPollingTimeMills must be > 0, got {self.short_polling_time_mills}")
         if self.default_topic_queue_nums <= 0:
             raise StoreConfigError(f"defaultTopicQueueNums must be > 0, got {self.default_topic_queue_nums}")
+        for name, value in (("maxTopicQueueNums", self.max_topic_queue_nums),
+                            ("maxPullSuspendTimeMills", self.max_pull_suspend_time_mills)):
+            if value <= 0:
+                raise StoreConfigError(f"{name} must be > 0, got {value}")
+        if self.topic_config_flush_delay_mills < 0:
+            raise StoreConfigError(
+                f"topicConfigFlushDelayMills must be >= 0, got {self.topic_config_flush_delay_mills}")
 
     @property
     def broker_addr(self) -> str:

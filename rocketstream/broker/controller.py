@@ -191,6 +191,8 @@ class BrokerController:
             await ch.aclose()
         self._ns_channels.clear()
         try:
+            if self.topics is not None:   # auto-created topics still waiting for their topics.json write
+                self.topics.flush()
             if self.offsets is not None:
                 self.offsets.persist()
             if self.subscription_groups is not None:
