@@ -323,3 +323,27 @@ def test_broker_stop_writes_pending_topics(tmp_path):
             assert b.topics.get("AutoCreated") is not None
             assert b.store.put_message(Message(topic="AutoCreated", body=b"y"), 0).ok
     run(main())
+
+
+def test_auto_created_topics_are_announced_incrementally(tmp_path):
+    """With ``on_new_topics`` (the controller's incremental registration), the topics created in one loop
+    turn are announced on the next, alone: no whole-table registration per window."""
+    table = _CountingTable(tmp_path, read_only=False)
+    full, increments = [], []
+    topics = TopicConfigManager(table, BrokerConfig(), on_change=lambda: full.append(1),
+                                on_new_topics=increments.append)
+    topics.init_system_topics()
+
+    async def main():
+        for i in range(300):
+            topics.create_in_send(f"T{i}", "TBW102", "127.0.0.1:1", 4)
+        assert not increments
+        await asyncio.sleep(0)
+        assert len(increments) == 1 and set(increments[0]["topicConfigTable"]) == {f"T{i}" for i in range(300)}
+        assert increments[0]["dataVersion"] == topics.data_version
+        topics.create_in_send("Later", "TBW102", "127.0.0.1:1", 4)
+        await asyncio.sleep(0)
+        assert len(increments) == 2 and set(increments[1]["topicConfigTable"]) == {"Later"}
+        topics.flush()
+        assert not full and "Later" in json.loads(table.path.read_text())["topicConfigTable"]
+    asyncio.run(main())
