@@ -62,9 +62,17 @@ from typing import Any
 
 from rocketstream.broker.query_cq import query_consume_queue
 from rocketstream.broker.stats import BrokerStats
+from rocketstream.codec import names
 from rocketstream.codec.fastjson import FrozenObject
 from rocketstream.codec.ids import decode_offset_msg_id
-from rocketstream.errors import BodyError, HeaderFieldError, OptionError, RemotingError, RemotingTimeoutError
+from rocketstream.errors import (
+    BodyError,
+    HeaderFieldError,
+    OptionError,
+    RemotingError,
+    RemotingTimeoutError,
+    StoreConfigError,
+)
 from rocketstream.remoting import json_body as _json
 from rocketstream.remoting.channel import Channel
 from rocketstream.remoting.codes import LanguageCode, RequestCode, ResponseCode, Version
@@ -85,11 +93,19 @@ SYSTEM_TOPICS = frozenset({
     "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
 })
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
-TOPIC_MAX_LENGTH = 127
+TOPIC_MAX_LENGTH = names.TOPIC_MAX_LENGTH
 TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
 # AdminBrokerProcessor.initConfigBlackList: these two plus BrokerConfig.configBlackList
 # (default "configBlackList;brokerConfigPath")
 CONFIG_BLACK_LIST = frozenset({"brokerConfigPath", "rocketmqHome", "configBlackList"})
+MAX_TOPIC_QUEUE_NUMS = 1024      # BrokerConfig.max_topic_queue_nums's default, for controllers without one
+# UPDATE_BROKER_CONFIG: the settings read on every request (the rest are read once, at start)
+RUNTIME_SETTINGS = frozenset({
+    "autoCreateTopicEnable", "autoCreateSubscriptionGroup", "longPollingEnable", "shortPollingTimeMills",
+    "brokerPermission", "notifyConsumerIdsChangedEnable", "channelExpiredTimeout", "enablePropertyFilter",
+    "regionId", "maxTopicQueueNums", "maxPullSuspendTimeMills", "topicConfigFlushDelayMills",
+})
+LOOP_SLICE_S = 0.005             # admin work walking queues gives the loop back this often
 CALL_CONSUMER_TIMEOUT_S = 10.0   # Broker2Client.callClient: invokeSync(channel, request, 10000)
 V3_1_8_SNAPSHOT = 62             # MQVersion.Version.V3_1_8_SNAPSHOT.ordinal(): callConsumer's minimum
 NOT_SET_REMARK = "not set any response code"   # RemotingCommand.createResponseCommand(Class) leaves it
@@ -128,14 +144,9 @@ def system_topics(cluster: str, broker_name: str) -> set[str]:
 
 
 def validate_topic(topic: str) -> str | None:
-    """``TopicValidator.validateTopic``: the remark of the SYSTEM_ERROR answer, or None when valid."""
-    if not topic.strip():
-        return "The specified topic is blank."
-    if any(not (c.isascii() and (c.isalnum() or c in "%|-_")) for c in topic):
-        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return "The specified topic is longer than topic max length."
-    return None
+    """``TopicValidator.validateTopic`` (codec/names.py): the remark of the SYSTEM_ERROR answer, or None
+    when valid."""
+    return names.topic_problem(topic)
 
 
 def human_readable_bytes(n: int) -> str:
@@ -394,6 +405,11 @@ class AdminProcessor:
             return req.response(ResponseCode.SYSTEM_ERROR, remark)
         if self._is_system_topic(topic):
             return req.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+        cap = int(getattr(self.c.config, "max_topic_queue_nums", MAX_TOPIC_QUEUE_NUMS))
+        for name, value in (("readQueueNums", read_q), ("writeQueueNums", write_q)):
+            if value > cap:   # GET_TOPIC_STATS_INFO and the planners walk every queue
+                return req.response(ResponseCode.SYSTEM_ERROR,
+                                    f"{name} {value} is over the broker's maxTopicQueueNums {cap}")
         self.c.topics.create(topic, read_q, write_q, perm, sys_flag)
         log.info("updateAndCreateTopic %s read=%d write=%d perm=%d by %s", topic, read_q, write_q, perm,
                  channel.addr)
@@ -404,7 +420,7 @@ class AdminProcessor:
         ``cleanUnusedTopic`` deletes the queue files; our store has no such operation)."""
         topic = req.field("topic")
         remark = validate_topic(topic)
-        if remark is not None:
+        if remark is not None and self.c.topics.get(topic) is None:   # one the table holds goes, legal or not
             return req.response(ResponseCode.SYSTEM_ERROR, remark)
         if self._is_system_topic(topic):
             return req.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
@@ -419,18 +435,36 @@ class AdminProcessor:
                 "topicConfigTable": table}
         return req.response(ResponseCode.SUCCESS, fields={}, body=_json.dumps(body))
 
-    def get_topic_stats_info(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    def _over_cap(self, req: RemotingCommand, topic: str, nums: int) -> RemotingCommand | None:
+        """A topic kept before queue counts were bounded may have more queues than ``maxTopicQueueNums``:
+        its per-queue answers are refused (walking 2·10⁹ queues is no answer), naming the setting."""
+        cap = int(getattr(self.c.config, "max_topic_queue_nums", MAX_TOPIC_QUEUE_NUMS))
+        if nums <= cap:
+            return None
+        return req.response(ResponseCode.SYSTEM_ERROR,
+                            f"topic[{topic}] has {nums} queues, over the broker's maxTopicQueueNums {cap}: "
+                            "update the topic with fewer queues")
+
+    async def get_topic_stats_info(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """``TopicStatsTable``; computed in slices of the loop's time (:class:`LoopSlicer`), so other
+        requests are answered while a topic of many queues is walked."""
         topic = req.field("topic")
         tc = self.c.topics.get(topic)
         if tc is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        nums = int(tc.write_queue_nums)
+        refused = self._over_cap(req, topic, nums)
+        if refused is not None:
+            return refused
         store = self.c.store
         # The body json_body writes for {"offsetTable": {MessageQueueKey: {...}}} (keys in queue-id order),
         # composed here: a planner asks for a thousand queues every trigger.
         head = '{"brokerName":' + _json.dumps(self.broker_name).decode("utf-8", "surrogatepass") + ',"queueId":'
         tail = ',"topic":' + _json.dumps(topic).decode("utf-8", "surrogatepass") + '}:{"lastUpdateTimestamp":'
         entries = []
-        for qid in range(int(tc.write_queue_nums)):
+        slicer = LoopSlicer()
+        for qid in range(nums):
+            await slicer.maybe_yield()
             lo = max(store.min_offset(topic, qid), 0)
             hi = max(store.max_offset(topic, qid), 0)
             ts = self.store_time_at(topic, qid, hi - 1) if hi > 0 else 0
@@ -448,8 +482,13 @@ class AdminProcessor:
 
     def update_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         """``Configuration.update``: only properties the configuration already has are taken
-        (``mergeIfExist``); values are converted to the field's type. In memory only: the broker.conf
-        file is not rewritten."""
+        (``mergeIfExist``: unknown names are ignored); values are converted to the field's type. In memory
+        only: the broker.conf file is not rewritten.
+
+        Only the settings the broker reads while it runs (:data:`RUNTIME_SETTINGS`) change; a request that
+        names another known setting (``storePathRootDir``, ``flushDiskType``, ``aclEnable``, ...: read once at
+        start) is refused whole, SYSTEM_ERROR naming them, so GET_BROKER_CONFIG shows the config in force.
+        A value the setting refuses (BrokerConfig's checks) is refused the same way."""
         if req.body is None:
             return req.response(ResponseCode.SUCCESS)
         try:
@@ -461,11 +500,21 @@ class AdminProcessor:
         black.update(p for p in str(getattr(self.c.config, "config_black_list", "")).split(";") if p)
         if black & set(props):
             return req.response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+        known = config_properties(*self._config_objects())
+        fixed = sorted(k for k in props if k in known and k not in RUNTIME_SETTINGS)
+        if fixed:
+            return req.response(ResponseCode.SYSTEM_ERROR,
+                                f"these settings cannot change while the broker runs (set them in broker.conf and "
+                                f"restart): {', '.join(fixed)}")
+        props = {k: v for k, v in props.items() if k in RUNTIME_SETTINGS}
         updater = getattr(self.c.config, "update_properties", None)
-        if callable(updater):
-            updater(props)
-        else:
-            self._set_config_fields(self.c.config, props)
+        try:
+            if callable(updater):
+                updater(props)
+            else:
+                self._set_config_fields(self.c.config, props)
+        except StoreConfigError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"updateBrokerConfig: {exc}")
         self.config_version = {"counter": self.config_version["counter"] + 1,
                                "timestamp": time.time_ns() // 1_000_000}
         log.info("updateBrokerConfig %s by %s", props, channel.addr)
@@ -475,10 +524,13 @@ class AdminProcessor:
 
     @staticmethod
     def _set_config_fields(config: object, props: Mapping[str, str]) -> None:
-        """``MixAll.properties2Object``: a property whose setter argument does not parse is skipped."""
+        """``MixAll.properties2Object``: a property whose setter argument does not parse is skipped. The
+        values are checked together first (the dataclass's own checks on a copy: StoreConfigError), then
+        set on ``config`` itself (the broker's parts share that object)."""
         if not dataclasses.is_dataclass(config):
             return
         by_camel = {_camel(f.name): f.name for f in dataclasses.fields(config)}
+        changes: dict[str, object] = {}
         for key, raw in props.items():
             attr = by_camel.get(key)
             if attr is None:
@@ -502,6 +554,11 @@ class AdminProcessor:
                 log.warning("updateBrokerConfig: %s=%r does not parse as %s; kept %r", key, raw,
                             type(current).__name__, current)
                 continue
+            changes[attr] = value
+        if not changes:
+            return
+        dataclasses.replace(config, **changes)  # type: ignore[type-var]  # __post_init__'s checks
+        for attr, value in changes.items():
             object.__setattr__(config, attr, value)
 
     def get_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
@@ -634,6 +691,9 @@ class AdminProcessor:
         if tc is None:
             return req.response(ResponseCode.SYSTEM_ERROR,
                                 f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}")
+        refused = self._over_cap(req, topic, int(tc.write_queue_nums))
+        if refused is not None:
+            return refused
         table: dict[MessageQueueKey, int] = {}
         store = self.c.store
         for qid in range(tc.write_queue_nums):
@@ -742,6 +802,11 @@ class AdminProcessor:
                 continue
             table: dict[object, object] = {}
             nums = tc.write_queue_nums if by_write_queues else tc.read_queue_nums
+            cap = int(getattr(self.c.config, "max_topic_queue_nums", MAX_TOPIC_QUEUE_NUMS))
+            if nums > cap:   # kept before queue counts were bounded: not walked (see _over_cap)
+                log.warning("consumeStats, topic %s has %d queues, over maxTopicQueueNums %d: left out",
+                            topic, nums, cap)
+                continue
             for qid in range(int(nums)):
                 broker_offset = max(store.max_offset(topic, qid), 0)
                 consumer_offset = max(self.c.offsets.query_offset(group, topic, qid), 0)
@@ -817,6 +882,9 @@ class AdminProcessor:
             name = doc.get("groupName")
             if not isinstance(name, str) or not name:
                 raise BodyError("SubscriptionGroupConfig: groupName is missing or not a string", addr=channel.addr)
+            problem = names.group_problem(name)
+            if problem is not None:
+                raise BodyError(f"SubscriptionGroupConfig: groupName: {problem}", addr=channel.addr)
             fields: dict[str, object] = {}
             for key, attr, default in SUBSCRIPTION_GROUP_FIELDS:
                 if key == "groupName":
@@ -837,6 +905,12 @@ class AdminProcessor:
                     except ValueError:
                         raise BodyError(f"SubscriptionGroupConfig: {key} is not an integer: {value!r:.40}") from None
                 fields[attr] = value
+            cap = int(getattr(self.c.config, "max_topic_queue_nums", MAX_TOPIC_QUEUE_NUMS))
+            retry_queues = fields.get("retry_queue_nums", 1)
+            assert isinstance(retry_queues, int)
+            if retry_queues > cap:   # the %RETRY% topic gets this many queues
+                raise BodyError(f"SubscriptionGroupConfig: retryQueueNums {retry_queues} is over the broker's "
+                                f"maxTopicQueueNums {cap}", addr=channel.addr)
             groups = self.c.subscription_groups
             current = groups.find_or_create(name, True)
             groups.update(dataclasses.replace(current, **fields))
@@ -858,6 +932,20 @@ class AdminProcessor:
             self.c.offsets.remove_offset(group)
         log.info("deleteSubscriptionGroup %s (removeOffset=%s) by %s", group, remove_offset, channel.addr)
         return req.response(ResponseCode.SUCCESS)
+
+
+class LoopSlicer:
+    """Long admin work on the event loop in slices: :meth:`maybe_yield` gives the loop back once
+    ``slice_s`` has passed since the last time, so a control request waits at most about one slice."""
+
+    def __init__(self, slice_s: float = LOOP_SLICE_S) -> None:
+        self.slice_s = slice_s
+        self._since = time.perf_counter()
+
+    async def maybe_yield(self) -> None:
+        if time.perf_counter() - self._since >= self.slice_s:
+            await asyncio.sleep(0)
+            self._since = time.perf_counter()
 
 
 def _runtime_text(ms: int) -> str:

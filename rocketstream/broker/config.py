@@ -73,6 +73,11 @@ _PROPERTIES: dict[str, tuple[str, str]] = {
     "serverChannelMaxWriteBufferSize": ("server_channel_max_write_buffer_size", "int"),
     "serverChannelMaxReceiveAheadSize": ("server_channel_max_receive_ahead_size", "int"),
     "serverMaxReceiveAheadSize": ("server_max_receive_ahead_size", "int"),
+    # rocketstream's own limits (RocketMQ has none): queue counts per topic, a held pull's hold time,
+    # how long auto-created topics wait to be written to topics.json and announced together
+    "maxTopicQueueNums": ("max_topic_queue_nums", "int"),
+    "maxPullSuspendTimeMills": ("max_pull_suspend_time_mills", "int"),
+    "topicConfigFlushDelayMills": ("topic_config_flush_delay_mills", "int"),
 }
 
 
@@ -119,6 +124,9 @@ class BrokerConfig:
     server_channel_max_write_buffer_size: int = 32 << 20
     server_channel_max_receive_ahead_size: int = 4 << 20
     server_max_receive_ahead_size: int = 64 << 20
+    max_topic_queue_nums: int = 1024                # read/write queues a topic may have (admin 17 refuses more)
+    max_pull_suspend_time_mills: int = 30000        # a held pull's cap: 20 s lite pull, 15 s push + margin
+    topic_config_flush_delay_mills: int = 100       # auto-created topics: topics.json + registration batched
     conf_path: Path | None = field(default=None, compare=False)
     store_config: StoreConfig | None = field(default=None, compare=False, repr=False)
 
@@ -134,6 +142,13 @@ class BrokerConfig:
             self.server_limits()
         except OptionError as exc:
             raise StoreConfigError(str(exc)) from None
+        for name, value in (("maxTopicQueueNums", self.max_topic_queue_nums),
+                            ("maxPullSuspendTimeMills", self.max_pull_suspend_time_mills)):
+            if value <= 0:
+                raise StoreConfigError(f"{name} must be > 0, got {value}")
+        if self.topic_config_flush_delay_mills < 0:
+            raise StoreConfigError(
+                f"topicConfigFlushDelayMills must be >= 0, got {self.topic_config_flush_delay_mills}")
 
     @property
     def broker_addr(self) -> str:

@@ -131,7 +131,8 @@ class BrokerController:
             await self.server.stop()
             raise
         try:
-            self.topics = TopicConfigManager(self.store.topic_config, self.config, on_change=self.request_register)
+            self.topics = TopicConfigManager(self.store.topic_config, self.config, on_change=self.request_register,
+                                             on_new_topics=self.request_register)
             self.topics.init_system_topics()
             self.offsets = BrokerOffsetManager(self.store.root)
             self.offsets.load()
@@ -192,6 +193,8 @@ class BrokerController:
             await ch.aclose()
         self._ns_channels.clear()
         try:
+            if self.topics is not None:   # auto-created topics still waiting for their topics.json write
+                self.topics.flush()
             if self.offsets is not None:
                 self.offsets.persist()
             if self.subscription_groups is not None:
@@ -225,24 +228,26 @@ class BrokerController:
             await self.register_now()
 
     # --- name server registration (BrokerOuterAPI) ------------------------------------------------
-    def request_register(self) -> None:
-        """Register with the name servers soon (a topic was created or changed)."""
+    def request_register(self, wrapper: dict[str, Any] | None = None) -> None:
+        """Register with the name servers soon (a topic was created or changed); ``wrapper``: only these
+        topics (``registerIncrementBrokerData``), else the whole table."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:   # not started yet: start() registers anyway
             return
         if self._running:
-            self.spawn(self.register_now(), "register-broker-now")
+            self.spawn(self.register_now(wrapper), "register-broker-now")
 
-    async def register_now(self) -> None:
+    async def register_now(self, wrapper: dict[str, Any] | None = None) -> None:
         """``registerBrokerAll``: REGISTER_BROKER to every name server, in parallel; failures are logged
-        (the next period retries), as BrokerOuterAPI logs them."""
+        (the next period retries), as BrokerOuterAPI logs them. ``wrapper``: an incremental registration
+        (the name server keeps the topics it leaves out)."""
         addrs = self.config.namesrv_addrs
         if not addrs:
             return
         async with self._register_lock:
             body = json_body.dumps({"filterServerList": [],
-                                    "topicConfigSerializeWrapper": self.topics.wrapper_json()})
+                                    "topicConfigSerializeWrapper": wrapper or self.topics.wrapper_json()})
             fields = {"brokerAddr": self.broker_addr, "brokerId": self.config.broker_id,
                       "brokerName": self.config.broker_name, "clusterName": self.config.broker_cluster_name,
                       "haServerAddr": f"{self.config.broker_ip1}:{self.config.listen_port + 1}",

@@ -185,6 +185,8 @@ def process_pull(controller: BrokerContext, channel: Channel, request: RemotingC
         controller.stats.on_get(h.consumer_group, h.topic, result.message_count)
     elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and has_suspend:
         hold_ms = h.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
+        hold_ms = min(hold_ms, cfg.max_pull_suspend_time_mills)   # the client's ask, capped (config.py)
+        request.body = None   # a pull carries no body: a held one keeps none
         controller.pull_holds.suspend(PullRequest(channel, request, h.topic, h.queue_id, h.queue_offset,
                                                   codes, time.monotonic() + max(hold_ms, 0) / 1000.0))
         response = None

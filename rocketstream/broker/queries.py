@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 from rocketstream.broker import acl
 from rocketstream.broker.context import BrokerContext
-from rocketstream.errors import StoreError
+from rocketstream.codec import names
+from rocketstream.errors import HeaderFieldError, StoreError
 from rocketstream.remoting.channel import Channel
 from rocketstream.remoting.codes import RequestCode, ResponseCode
 from rocketstream.remoting.command import RemotingCommand
@@ -45,6 +46,10 @@ def update_consumer_offset(controller: BrokerContext, channel: Channel, req: Rem
     """Usually oneway (the client's 5-s persist): the channel never answers a oneway request."""
     group, topic = req.field("consumerGroup"), req.field("topic")
     queue_id, offset = req.int_field("queueId"), req.int_field("commitOffset")
+    # consumerOffset.json keys topic@group: only legal names are kept (codec/names.py)
+    for name, problem in (("topic", names.topic_problem(topic)), ("consumerGroup", names.group_problem(group))):
+        if problem is not None:
+            raise HeaderFieldError(name, problem)
     controller.offsets.commit_offset(channel.addr, group, topic, queue_id, offset)
     return req.response(ResponseCode.SUCCESS)
 

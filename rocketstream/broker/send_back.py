@@ -8,6 +8,8 @@ limit; honoured from clients of V3_4_9 on, as Java does).
 
 Steps, in Java's order and with its response codes and remarks:
 
+0. the group must be a legal group name whose ``%RETRY%`` / ``%DLQ%`` topics are legal topic names
+   (codec/names.py; our check, before anything is created): else SYSTEM_ERROR naming the group;
 1. the subscription group must exist (or be auto-created): else SUBSCRIPTION_GROUP_NOT_EXIST (26);
 2. the broker must be writable: else NO_PERMISSION (16) "the broker[<ip>] sending message is forbidden";
 3. ``retryQueueNums <= 0``: SUCCESS and nothing stored;
@@ -38,6 +40,7 @@ from typing import Any, Protocol
 
 from rocketstream import codec
 from rocketstream.broker import acl
+from rocketstream.codec import names
 from rocketstream.errors import HeaderFieldError, StoreError
 from rocketstream.remoting.codes import RequestCode, ResponseCode
 from rocketstream.remoting.command import RemotingCommand
@@ -94,6 +97,11 @@ def send_back(controller: _Controller, channel: object, request: RemotingCommand
     group = request.field("group")
     if not group:
         raise HeaderFieldError("group", "is empty")
+    # before anything is created: the group and the %RETRY% / %DLQ% topics named after it must be legal
+    # (an 8.5 MB group name once made topics.json 17 MB and every registration fail)
+    problem = names.derived_topic_problem(group)
+    if problem is not None:
+        return request.response(ResponseCode.SYSTEM_ERROR, problem)
     delay_level = _int32_field(request, "delayLevel", required=True)
     assert delay_level is not None   # required
     unit_mode = request.bool_field("unitMode")

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rocketstream.codec import names
 from rocketstream.codec.fastjson import dump_fastjson, parse_fastjson
-from rocketstream.errors import OffsetFileError
+from rocketstream.errors import HeaderFieldError, OffsetFileError
 from rocketstream.store.files.durable import os_errors
 from rocketstream.store.meta.offsets import exclusive_lock, load_with_bak, replace_offset_file
 
@@ -210,11 +211,13 @@ class SubscriptionGroupManager:
     def find_or_create(self, group: str, auto_create: bool) -> SubscriptionGroupConfig | None:
         """``findSubscriptionGroupConfig``: the group's settings; an unknown group is created with the
         defaults and persisted when ``auto_create`` (the broker's autoCreateSubscriptionGroup) or when it
-        is a system group (``CID_RMQ_SYS_``), else None."""
+        is a system group (``CID_RMQ_SYS_``), else None. A group to be created under an illegal name
+        (codec/names.py) raises HeaderFieldError naming the field ``group``."""
         with self._lock:
             cfg = self._table.get(group)
             if cfg is not None or not (auto_create or is_sys_consumer_group(group)):
                 return cfg
+            _check_name(group)
             cfg = SubscriptionGroupConfig(group)
             self._table[group] = cfg
             log.info("auto create a subscription group, %s", cfg)
@@ -224,6 +227,7 @@ class SubscriptionGroupManager:
 
     def update(self, cfg: SubscriptionGroupConfig) -> None:
         """``updateSubscriptionGroupConfig``: create or replace, next data version, persist."""
+        _check_name(cfg.group_name)
         with self._lock:
             old = self._table.get(cfg.group_name)
             self._table[cfg.group_name] = cfg
@@ -285,6 +289,14 @@ class SubscriptionGroupManager:
         """``DataVersion.nextVersion``: counter + 1, timestamp now."""
         self.data_version = {**self.data_version, "counter": self.data_version["counter"] + 1,
                              "timestamp": _now_ms()}
+
+
+def _check_name(group: str) -> None:
+    """A group is kept only under a legal name (``Validators.checkGroup``, codec/names.py): the file, the
+    registrations and every answer that lists groups carry it."""
+    problem = names.group_problem(group)
+    if problem is not None:
+        raise HeaderFieldError("group", problem)
 
 
 def _now_ms() -> int:

@@ -8,7 +8,7 @@ import logging
 import zlib
 from collections.abc import Mapping
 
-from rocketstream.codec import INT32
+from rocketstream.codec import INT32, names
 from rocketstream.errors import BodyError
 from rocketstream.namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from rocketstream.namesrv.route_info import DataVersion, RouteInfoManager, TopicConfig
@@ -77,6 +77,21 @@ def _wrapper(doc: object, what: str) -> tuple[DataVersion, dict[str, TopicConfig
         tc = _topic_config(name, config, what)
         configs[tc.topic_name] = tc
     return _data_version(doc.get("dataVersion"), what), configs
+
+
+def _routable(configs: dict[str, TopicConfig], broker_name: str, cluster_name: str,
+              broker_addr: str) -> dict[str, TopicConfig]:
+    """The registered topics that get routes: legal topic names (codec/names.py: a broker that kept an
+    illegal one, e.g. from before it checked names, does not make it routable), and the topics named
+    after the broker and its cluster whatever their names (a Java broker creates those at start)."""
+    own = {broker_name, cluster_name, f"{cluster_name}_REPLY_TOPIC"}
+    bad = [name for name in configs if name not in own and names.registered_topic_problem(name) is not None]
+    if not bad:
+        return configs
+    log.warning("registerBroker from %s: %d topic(s) with illegal names get no route, e.g. %s: %s", broker_addr,
+                len(bad), names.quote_name(bad[0]), names.registered_topic_problem(bad[0]))
+    refused = set(bad)
+    return {name: tc for name, tc in configs.items() if name not in refused}
 
 
 def decode_register_broker_body(body: bytes, compressed: bool, *, with_filter_server: bool = True
@@ -222,6 +237,7 @@ class DefaultRequestProcessor:
                 req.body, compressed, with_filter_server=req.version >= Version.V3_0_11)
         else:
             dv, configs, servers = DataVersion(0, 0), {}, []
+        configs = _routable(configs, broker_name, cluster_name, broker_addr)
         result = self.routes.register_broker(cluster_name, broker_addr, broker_name, broker_id, ha_server_addr,
                                              dv, configs, servers, channel)
         return req.response(ResponseCode.SUCCESS,
