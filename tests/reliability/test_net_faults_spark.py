@@ -484,15 +484,18 @@ def _wait(cond, timeout: float, what: str) -> float:
     raise AssertionError(f"not within {timeout} s: {what}")
 
 
+@pytest.mark.slow   # ~1.5 min (two or three query starts): kept out of the default run's budget
 @pytest.mark.xfail(strict=True, reason=(
-    "defect: a broker that leaves the topic's route (clean stop: UNREGISTER_BROKER) drops out of the next "
-    "batch's end offsets (rocketstream/spark/stream.py latestOffset -> _checked_starts keeps only queues in "
-    "the current bounds), and when it registers again its queues are 'new' and start at their min offset: "
-    "every message it held is read a second time (duplicates in the sink)"))
+    "defect: while a broker of the checkpoint's offsets is out of the topic's route the query cannot make "
+    "progress for the other brokers either: the first failure is a RemotingConnectError committing to it, and "
+    "every restart from the checkpoint fails in latestOffset -> positions.commit_offsets -> broker_view.view_of "
+    "with StoreError \"no store root known for broker 'route-b' (known: route-a)\" (local-mode wording, no "
+    "address)"))   # see RELIABILITY.md item 19
 def test_broker_leaves_routes_mid_query_and_returns(spark, tmp_path: Path) -> None:
     """Two brokers serve the topic; the query has read everything; broker b stops cleanly (its queues leave
-    the route) while batches from broker a go on; b comes back on the same store. Exactly once: no row of b
-    read twice, nothing lost, and the query keeps going after b left (no hang, no failure)."""
+    the route) and broker a gets new messages; b comes back on the same store. The query may fail once with a
+    typed error naming b (restarted from its checkpoint, as a user would), but must then go on with broker
+    a's messages while b is away; after b is back, exactly once: no row of b read twice, nothing lost."""
     group = "NetFaultRouteG"
     ns = NameServer(f"127.0.0.1:{free_port()}", tmp_path / "namesrv.log")
     a = Broker("ours", "route-a", "127.0.0.1", free_port(), ns.addr, tmp_path / "store-a", tmp_path / "a")
@@ -517,26 +520,52 @@ def test_broker_leaves_routes_mid_query_and_returns(spark, tmp_path: Path) -> No
         _wait(lambda: _route_brokers(ns.addr) == {"route-a", "route-b"}, 60, "both brokers in the route")
         for name in counts:
             _produce_to(ns.addr, name, QUEUES, counts[name], 200)
-        frame = (spark.readStream.format("rocketmq").schema("brokerName string, " + SCHEMA)
-                 .option("nameServer", ns.addr).option("topic", TOPIC).option("consumerGroup", group)
-                 .option("startingOffsets", "earliest").load())
-        query = (frame.writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(ckpt))
-                 .trigger(processingTime="0 seconds").start())
-        _wait(lambda: caught_up("route-a", "route-b") or not query.isActive, 300, "the first 400 rows")
+        def start():
+            frame = (spark.readStream.format("rocketmq").schema("brokerName string, " + SCHEMA)
+                     .option("nameServer", ns.addr).option("topic", TOPIC).option("consumerGroup", group)
+                     .option("startingOffsets", "earliest").load())
+            return (frame.writeStream.format("parquet").option("path", str(out))
+                    .option("checkpointLocation", str(ckpt)).trigger(processingTime="0 seconds").start())
+
+        failures: list[str] = []
+
+        def running() -> bool:
+            """True once the query is up; a failed query is restarted from its checkpoint, as a user would
+            (twice at most while broker b is away: a query that cannot go on without b is a finding)."""
+            nonlocal query
+            if query is not None and query.isActive:
+                return True
+            if query is not None:
+                exc = query.exception()
+                text = "" if exc is None else str(exc)
+                if SPARK_START_TIMEOUT not in text:
+                    failures.append(text)
+                assert len(failures) <= 2, (
+                    f"the query fails at every restart ({len(failures)} failures) while broker b is out of the "
+                    f"route; last error: {text[-1500:]}")
+            query = start()
+            return False
+
+        query = start()
+        _wait(lambda: running() and caught_up("route-a", "route-b"), 300, "the first 400 rows")
         b.stop()   # SIGTERM: our broker unregisters, the name server drops its queues from the route
         figures["route_drop_s"] = round(_wait(lambda: _route_brokers(ns.addr) == {"route-a"}, 60,
                                               "broker b out of the route"), 1)
         _produce_to(ns.addr, "route-a", QUEUES, counts["route-a"], 100)
-        figures["batch_without_b_s"] = round(_wait(lambda: caught_up("route-a") or not query.isActive, 300,
+        figures["batch_without_b_s"] = round(_wait(lambda: running() and caught_up("route-a"), 300,
                                                    "broker a's new rows while b is away"), 1)
-        assert query.isActive, f"the query failed while broker b was out of the route: {query.exception()}"
+        figures["failures_while_away"] = len(failures)
+        figures["errors"] = [f[-300:] for f in failures]
+        for f in failures:   # a failure while b is away must say which broker it could not reach
+            assert b.addr in f or "route-b" in f, f[-2000:]
         figures["b_in_offsets_while_away"] = bool(committed("route-b"))
         b.start()
         _wait(lambda: _route_brokers(ns.addr) == {"route-a", "route-b"}, 60, "broker b back in the route")
         for name in counts:
             _produce_to(ns.addr, name, QUEUES, counts[name], 100)
-        _wait(lambda: caught_up("route-a", "route-b") or not query.isActive, 300, "every row after b came back")
-        assert query.isActive, f"the query failed after broker b came back: {query.exception()}"
+        _wait(lambda: running() and caught_up("route-a", "route-b"), 300, "every row after b came back")
+        figures["failures"] = len(failures)
+        assert query is not None
         query.stop()
     finally:
         if query is not None and query.isActive:
