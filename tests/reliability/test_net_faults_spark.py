@@ -4,13 +4,14 @@ a second "host" (a network namespace with its own address, joined by a veth pair
 
 Default run (the session's Spark, no extra JVM):
 
-* ``test_link_cut_mid_query``: a Trigger.AvailableNow query (``maxMessagesPerTrigger`` 250, parquet file sink,
-  checkpoint, ``consumerGroup``) over 4,000 messages on our broker; the link is cut after the query's second
-  committed batch. The query must end in a typed error naming the broker's address within the network
-  view's timeouts (``PULL_TIMEOUT_S`` 30 s for a read task, ``REQUEST_TIMEOUT_S`` 10 s for planning) plus
-  slack — or wait and resume once the link is back. The link is restored and the same query restarted
-  from its checkpoint: the sink holds every message exactly once, and the broker's offset table for the
-  group equals the checkpoint's last committed offsets and the queues' max offsets.
+* ``test_fault_mid_available_now_query[cut-ours]``: a Trigger.AvailableNow query (``maxMessagesPerTrigger``
+  250, parquet file sink, checkpoint, ``consumerGroup``) over 2,000 messages on our broker; the link is cut
+  after the query's second committed batch (slow: also a broker SIGKILL instead, and both on 4.9.8). The
+  query must end in a typed error naming the broker's address within the network view's timeouts
+  (``PULL_TIMEOUT_S`` 30 s for a read task, ``REQUEST_TIMEOUT_S`` 10 s for planning) plus slack, or wait
+  and resume once the link is back. The link is restored and the same query restarted from its
+  checkpoint: the sink holds every message exactly once, and the broker's offset table for the group
+  equals the checkpoint's last committed offsets and the queues' max offsets.
 * ``test_name_server_down_at_query_start``: nothing listens at the name server address: the stream and the
   batch read fail with a typed error naming that address, within the connect timeout plus slack.
 
@@ -18,7 +19,8 @@ Slow (``-m slow``): ``campaign`` runs ``spark_stream_job.py`` (processing-time t
 while ``spark_net_producer.py`` writes; faults are link cuts (netns), broker SIGKILLs (ours and the real
 4.9.8 broker, in the namespace) and name-server kills, each followed by restore/restart; a failed query is
 restarted from its checkpoint (as test_spark_network_kill.py); a final Trigger.AvailableNow run; the same
-exactly-once and offset-table checks.
+exactly-once and offset-table checks. ``test_broker_leaves_routes_mid_query_and_returns``: two brokers, one
+stops cleanly (out of the route) mid-query and comes back (a known defect: strict xfail).
 
     pytest -s tests/reliability/test_net_faults_spark.py                           # default run
     pytest -m slow -s tests/reliability/test_net_faults_spark.py                   # the campaigns
@@ -159,7 +161,7 @@ def test_fault_mid_available_now_query(spark, tmp_path: Path, netns, fault: str,
     """``cut``: the link to the broker's namespace goes down after the second batch; ``kill``: the broker is
     SIGKILLed then (restarted on the same store and port as the "restore")."""
     _java_or_skip(kind)
-    total, group = 4000, "NetFaultSparkG"
+    total, group = 2000, "NetFaultSparkG"
     problems: list[str] = []
     figures: dict = {"item": "net-faults-spark-available-now", "fault": fault, "broker": kind, "messages": total}
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
