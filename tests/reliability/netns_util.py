@@ -65,6 +65,25 @@ def require_netns() -> None:
         pytest.skip(reason)
 
 
+def sweep_stale() -> list[str]:
+    """Delete namespaces left by test processes that died before their clean-up (``rsfaults-<pid>-<n>`` whose
+    pid is gone); deleting a namespace destroys its veth end and so the pair. The names deleted."""
+    gone = []
+    for line in _ip("netns", "list", check=False).stdout.splitlines():
+        name = line.split()[0] if line.strip() else ""
+        parts = name.split("-")
+        if len(parts) != 3 or parts[0] != "rsfaults" or not parts[1].isdigit():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+            continue   # its test process still runs
+        except ProcessLookupError:
+            pass
+        _ip("netns", "del", name, check=False)
+        gone.append(name)
+    return gone
+
+
 def _used_addresses() -> set[str]:
     out = _ip("-o", "-4", "addr", "show").stdout
     return {tok.split("/")[0] for line in out.splitlines() for tok in line.split() if "/" in tok}
@@ -81,6 +100,7 @@ class NetHost:
 
     @classmethod
     def create(cls) -> NetHost:
+        sweep_stale()
         n = next(_COUNTER)
         tag = f"{os.getpid() % 100000}x{n}"
         ns = f"rsfaults-{os.getpid()}-{n}"
