@@ -192,10 +192,16 @@ def test_fault_mid_available_now_query(spark, tmp_path: Path, netns, fault: str,
             t_cut = time.monotonic()
 
             def restore() -> float:
+                """Link up (or broker restarted), then wait until the name server routes the topic again: a
+                broker whose connection to it broke is dropped until it registers again (every 30 s)."""
                 if fault == "cut":
-                    return host.restore()
-                broker.start()
-                return time.monotonic()
+                    t = host.restore()
+                else:
+                    broker.start()
+                    t = time.monotonic()
+                figures["route_back_s"] = round(_wait(lambda: _route_brokers(ns.addr) == {broker.name}, 120,
+                                                      "the topic's route back on the name server"), 1)
+                return t
             figures["batches_before_cut"] = _commits(ckpt)
             while query.isActive and time.monotonic() - t_cut < PULL_TIMEOUT_S + SLACK_S:
                 time.sleep(0.1)
@@ -351,6 +357,9 @@ def campaign(base: Path, kind: str, faults: list[str], rate: float = 150, seed: 
                 t_back = time.monotonic()
             ended_during = job.poll() is not None
             rec["down_s"] = round(t_back - t_fault, 1)
+            # a broker whose connection to the name server broke is out of the route until it registers again
+            rec["route_back_s"] = round(_wait(lambda: _route_brokers(ns.addr) == {broker.name}, 120,
+                                              "the topic's route back on the name server"), 1)
             # the query rides through (commits a batch after the restore) or fails (and is restarted)
             commits_back = _commits(ckpt)
             deadline = time.monotonic() + PULL_TIMEOUT_S + SLACK_S + 60
