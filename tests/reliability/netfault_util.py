@@ -27,9 +27,9 @@ def env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
-def free_port(host: str = "127.0.0.1", span: tuple[int, ...] = (0,)) -> int:
-    """A port free on 127.0.0.1 for every offset in ``span`` (addresses inside a fresh namespace are all free)."""
-    del host
+def free_port(span: tuple[int, ...] = (0,)) -> int:
+    """A port P with P+d free on 127.0.0.1 for every d in ``span`` (inside a fresh namespace every port is free;
+    a name server on the link's root address shares the root namespace's ports, so it takes one free here)."""
     return peers.free_port(span)
 
 
@@ -40,7 +40,7 @@ class NameServer:
     proc: subprocess.Popen | None = None
 
     def start(self) -> NameServer:
-        host, port = self.addr.rsplit(":", 1)
+        port = self.addr.rsplit(":", 1)[1]
         self.proc = peers._spawn([sys.executable, "-m", "rocketstream.cli", "namesrv", "--listen", self.addr],
                                  env(), self.log)
         peers.Server("rocketstream namesrv", self.proc, self.log, int(port)).wait_ready("boot success", 90)
