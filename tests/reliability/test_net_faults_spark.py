@@ -499,8 +499,9 @@ def _wait(cond, timeout: float, what: str) -> float:
 @pytest.mark.xfail(strict=True, reason=(
     "defect: while a broker of the checkpoint's offsets is out of the topic's route the query cannot make "
     "progress for the other brokers either: the first failure is a RemotingConnectError committing to it, and "
-    "every restart from the checkpoint fails in latestOffset -> positions.commit_offsets -> broker_view.view_of "
-    "with StoreError \"no store root known for broker 'route-b' (known: route-a)\" (local-mode wording, no "
+    "every restart from the checkpoint fails in stream.py latestOffset -> _commit -> the offsets commit "
+    "(spark/commits.py commit; positions.commit_offsets before the spark refactor) -> broker_view.view_of with "
+    "StoreError \"no store root known for broker 'route-b' (known: route-a)\" (local-mode wording, no "
     "address)"))   # see RELIABILITY.md item 19
 def test_broker_leaves_routes_mid_query_and_returns(spark, tmp_path: Path) -> None:
     """Two brokers serve the topic; the query has read everything; broker b stops cleanly (its queues leave
