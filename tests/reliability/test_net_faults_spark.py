@@ -502,7 +502,7 @@ def _wait(cond, timeout: float, what: str) -> float:
     "every restart from the checkpoint fails in stream.py latestOffset -> _commit -> the offsets commit "
     "(spark/commits.py commit; positions.commit_offsets before the spark refactor) -> broker_view.view_of with "
     "StoreError \"no store root known for broker 'route-b' (known: route-a)\" (local-mode wording, no "
-    "address)"))   # see RELIABILITY.md item 19
+    "address)"))   # see RELIABILITY.md item 20
 def test_broker_leaves_routes_mid_query_and_returns(spark, tmp_path: Path) -> None:
     """Two brokers serve the topic; the query has read everything; broker b stops cleanly (its queues leave
     the route) and broker a gets new messages; b comes back on the same store. The query may fail once with a
