@@ -511,7 +511,7 @@ class LitePullConsumer:
         if self._state != "RUNNING":
             raise MQClientError(f"the LitePullConsumer {self.group} is not running (state {self._state})")
         if self.config.auto_commit and time.monotonic() - self._last_commit >= self.config.auto_commit_interval_s:
-            self.commit()
+            self._auto_commit()
         deadline = time.monotonic() + (self.config.poll_timeout_s if timeout is None else timeout)
         while True:
             left = deadline - time.monotonic()
@@ -551,6 +551,27 @@ class LitePullConsumer:
             for mq, off in table.items():
                 await store.update_consume_offset_to_broker(mq, off, oneway=False)
         self.instance.run(persist(), 15.0)
+
+    def _auto_commit(self) -> None:
+        """``maybeAutoCommit`` -> ``commitAll``: the consumed offsets go into the offset store, and the broker
+        learns them from a persist in the background (oneway UPDATE_CONSUMER_OFFSET; a failure is logged and
+        the next auto commit or the instance's persist every 5 s sends them again). ``poll`` never fails on the
+        broker's account: with the broker unreachable, a synchronous commit would raise from every poll."""
+        store, instance = self.offset_store, self.instance
+        if store is None or instance is None:
+            return
+        for mq, off in dict(self._consume_offset).items():
+            store.update_offset(mq, off, False)
+        self._last_commit = time.monotonic()
+        if isinstance(store, LocalFileOffsetStore):
+            store.persist_now()
+            return
+        queues = list(self._consume_offset)
+
+        async def persist() -> None:
+            await store.persist_all(queues)
+
+        instance.spawn(persist())
 
     def committed(self, mq: MessageQueue) -> int:
         """The offset stored for ``mq`` (broker or offsets.json); -1 when none."""
