@@ -66,6 +66,10 @@ _PROPERTIES: dict[str, tuple[str, str]] = {
     "syncFlushTimeout": ("sync_flush_timeout", "int"),
     "channelExpiredTimeout": ("channel_expired_timeout", "int"),
     "enablePropertyFilter": ("enable_property_filter", "bool"),
+    "transactionTimeOut": ("transaction_time_out", "int"),
+    "transactionCheckMax": ("transaction_check_max", "int"),
+    "transactionCheckInterval": ("transaction_check_interval", "int"),
+    "rejectTransactionMessage": ("reject_transaction_message", "bool"),
 }
 
 
@@ -104,6 +108,10 @@ class BrokerConfig:
     sync_flush_timeout: int = 5000                  # ms, a SYNC_FLUSH send waits this long for its flush
     channel_expired_timeout: int = 120000           # ms, ConsumerManager/ProducerManager CHANNEL_EXPIRED_TIMEOUT
     enable_property_filter: bool = False            # SQL92 subscriptions (broker/sql_filter.py)
+    transaction_time_out: int = 6000                # ms, a half message is checked back once this old
+    transaction_check_max: int = 15                 # check-backs before TRANS_CHECK_MAX_TIME_TOPIC
+    transaction_check_interval: int = 60000         # ms between two check passes (broker/transaction.py)
+    reject_transaction_message: bool = False        # refuse half messages (NO_PERMISSION)
     conf_path: Path | None = field(default=None, compare=False)
     store_config: StoreConfig | None = field(default=None, compare=False, repr=False)
 
@@ -115,6 +123,10 @@ class BrokerConfig:
             raise StoreConfigError(f"shortPollingTimeMills must be > 0, got {self.short_polling_time_mills}")
         if self.default_topic_queue_nums <= 0:
             raise StoreConfigError(f"defaultTopicQueueNums must be > 0, got {self.default_topic_queue_nums}")
+        if self.transaction_check_interval <= 0:
+            raise StoreConfigError(f"transactionCheckInterval must be > 0, got {self.transaction_check_interval}")
+        if self.transaction_time_out < 0:
+            raise StoreConfigError(f"transactionTimeOut must be >= 0, got {self.transaction_time_out}")
 
     @property
     def broker_addr(self) -> str:
