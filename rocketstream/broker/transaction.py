@@ -74,6 +74,10 @@ SLICE = 64                                  # half records handled before the ev
 JAVA_MAP_CAPACITY = 16
 _HOST_BITS = codec.FLAG_BORNHOST_V6 | codec.FLAG_STOREHOST_V6
 _INT64 = 2**63
+# getMessage statuses TransactionalMessageBridge.getMessage reads as NO_NEW_MSG (4.9.8's store makes a missing
+# queue on the fly: it answers NO_MESSAGE_IN_QUEUE where ours says NO_MATCHED_LOGIC_QUEUE)
+_NO_NEW_MSG = frozenset({GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_OVERFLOW_ONE,
+                         GetMessageStatus.NO_MATCHED_LOGIC_QUEUE})
 
 
 def _now_ms() -> int:
@@ -387,8 +391,7 @@ class TransactionalMessageCheckService:
         res = self.controller.store.get_message(SYS_TRANS_GROUP, TRANS_OP_HALF_TOPIC, queue_id, op_offset, OP_PULL_NUMS)
         state.next_op_offset = res.next_begin_offset
         state.last_found = None
-        if res.status in (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_OVERFLOW_ONE,
-                          GetMessageStatus.NO_MATCHED_LOGIC_QUEUE):
+        if res.status in _NO_NEW_MSG:
             return True
         if res.status is not GetMessageStatus.FOUND:   # OFFSET_ILLEGAL / NO_MATCHED_MSG: move the op offset
             self._update_offset(TRANS_OP_HALF_TOPIC, queue_id, res.next_begin_offset)
@@ -440,7 +443,7 @@ class TransactionalMessageCheckService:
                 null_count += 1
                 if null_count > MAX_RETRY_COUNT_WHEN_HALF_NULL + 1:
                     break
-                if status in (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_OVERFLOW_ONE):
+                if status in _NO_NEW_MSG:
                     break
                 log.info("transaction check: no half message at %s/%d offset %d (%s); going on from %d",
                          TRANS_HALF_TOPIC, queue_id, i, status.name, next_begin)
@@ -470,6 +473,11 @@ class TransactionalMessageCheckService:
                           or (found is not None and found[-1].born_timestamp - start > self.timeout_ms)
                           or age <= -1)
             if not need_check:
+                if found is None:
+                    # no op record left to read, and still no check due: 4.9.8 spins on this offset until
+                    # MAX_PROCESS_TIME_LIMIT (or until the message ages past its immunity); stop here instead,
+                    # the next pass looks again
+                    break
                 self._fill_op_remove_map(state, queue_id, state.next_op_offset, half_offset)
                 continue
             renewed = self._put_back(rec, props)
