@@ -28,8 +28,17 @@ older than the store's ``fileReservedTime``) is moved to ``TRANS_CHECK_MAX_TIME_
 on first use) instead. The two consumer offsets then advance as ``check`` advances them. The whole pass runs
 on the broker's event loop in slices (never more than :data:`SLICE` records between two yields).
 
-A stricter check than 4.9.8's, on purpose: END_TRANSACTION only accepts a record of the half topic (4.9.8
-would also "commit" any record whose properties happen to match).
+**Bytes.** Every record written here is the one 4.9.8 writes (read back from stores the real broker wrote in
+the same scenarios, tests/broker/test_transaction.py and tests/client/test_transaction_brokers.py): properties
+strings built by the broker are a Java ``HashMap``'s iteration order (:func:`java_hashmap_ordered`) with no
+separator after the last pair; the op record carries ``WAIT=true`` and ``TAGS=d`` and no UNIQ_KEY, born and
+stored by the broker's own address; a check request's body carries ``WAIT=false`` (the map 4.9.8 encodes it
+from). The half topic gets its topic config (1 queue) from the check service, the op topic none; the
+``CID_RMQ_SYS_TRANS`` offsets land in ``consumerOffset.json`` like any group's.
+
+Deviations, on purpose: END_TRANSACTION only accepts a record of the half topic (4.9.8 would also "commit" any
+record whose properties happen to match); a pass stops at a half message that is neither due nor done once no
+op record is left to read (4.9.8 spins on it until ``MAX_PROCESS_TIME_LIMIT``).
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ log = logging.getLogger("rocketstream.broker.transaction")
 SYS_TRANS_GROUP = "CID_RMQ_SYS_TRANS"        # TransactionalMessageUtil.buildConsumerGroup
 REMOVE_TAG = "d"                            # TransactionalMessageUtil.REMOVETAG
 PROPERTY_PRODUCER_GROUP = "PGROUP"          # MessageConst.PROPERTY_PRODUCER_GROUP
+PROPERTY_CLUSTER = "CLUSTER"                # MessageConst.PROPERTY_CLUSTER
 PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
@@ -137,9 +147,6 @@ def half_message(topic: str, queue_id: int, props: Mapping[str, str], *, body: b
                    born_timestamp=born_timestamp, born_host=born_host,
                    sys_flag=sys_flag & ~codec.TRANSACTION_MASK & ~_HOST_BITS, reconsume_times=reconsume_times,
                    as_sent=True, no_trailing_separator=True)
-
-
-PROPERTY_CLUSTER = "CLUSTER"
 
 
 def _real_queue(rec: MessageRecord) -> tuple[str, int]:
@@ -416,6 +423,9 @@ class TransactionalMessageCheckService:
         return rec, res.status, res.next_begin_offset
 
     async def _check_queue(self, queue_id: int) -> None:
+        """One half queue (the loop of ``TransactionalMessageServiceImpl.check``): from the group's half
+        offset, skip what the op records mark done, discard, keep immune, or check back what is due, and stop
+        at the first message too young or stored after the pass began; then move the two offsets."""
         start = _now_ms()
         half_offset = self._fetch_offset(TRANS_HALF_TOPIC, queue_id)
         op_offset = self._fetch_offset(TRANS_OP_HALF_TOPIC, queue_id)
