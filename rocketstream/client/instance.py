@@ -467,7 +467,8 @@ class MQClientInstance:
     # ------------------------------------------------------------------------- inbound requests
     def _on_request(self, channel: Channel, request: RemotingCommand) -> Any:
         """``ClientRemotingProcessor``: NOTIFY_CONSUMER_IDS_CHANGED wakes the rebalance; 307, 309, 220 and 221
-        are answered by client_remoting.py; anything else is answered REQUEST_CODE_NOT_SUPPORTED (nothing
+        are answered by client_remoting.py; CHECK_TRANSACTION_STATE (39) goes to the transactional producer of
+        its group (client/transaction_check.py); anything else is answered REQUEST_CODE_NOT_SUPPORTED (nothing
         for a oneway request)."""
         if request.code in client_remoting.HANDLED:
             return client_remoting.handle_request(self, request)
