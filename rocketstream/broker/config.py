@@ -78,6 +78,10 @@ _PROPERTIES: dict[str, tuple[str, str]] = {
     "maxTopicQueueNums": ("max_topic_queue_nums", "int"),
     "maxPullSuspendTimeMills": ("max_pull_suspend_time_mills", "int"),
     "topicConfigFlushDelayMills": ("topic_config_flush_delay_mills", "int"),
+    "transactionTimeOut": ("transaction_time_out", "int"),
+    "transactionCheckMax": ("transaction_check_max", "int"),
+    "transactionCheckInterval": ("transaction_check_interval", "int"),
+    "rejectTransactionMessage": ("reject_transaction_message", "bool"),
 }
 
 
@@ -127,6 +131,10 @@ class BrokerConfig:
     max_topic_queue_nums: int = 1024                # read/write queues a topic may have (admin 17 refuses more)
     max_pull_suspend_time_mills: int = 30000        # a held pull's cap: 20 s lite pull, 15 s push + margin
     topic_config_flush_delay_mills: int = 100       # auto-created topics: topics.json + registration batched
+    transaction_time_out: int = 6000                # ms, a half message is checked back once this old
+    transaction_check_max: int = 15                 # check-backs before TRANS_CHECK_MAX_TIME_TOPIC
+    transaction_check_interval: int = 60000         # ms between two check passes (broker/transaction.py)
+    reject_transaction_message: bool = False        # refuse half messages (NO_PERMISSION)
     conf_path: Path | None = field(default=None, compare=False)
     store_config: StoreConfig | None = field(default=None, compare=False, repr=False)
 
@@ -149,6 +157,10 @@ class BrokerConfig:
         if self.topic_config_flush_delay_mills < 0:
             raise StoreConfigError(
                 f"topicConfigFlushDelayMills must be >= 0, got {self.topic_config_flush_delay_mills}")
+        if self.transaction_check_interval <= 0:
+            raise StoreConfigError(f"transactionCheckInterval must be > 0, got {self.transaction_check_interval}")
+        if self.transaction_time_out < 0:
+            raise StoreConfigError(f"transactionTimeOut must be >= 0, got {self.transaction_time_out}")
 
     @property
     def broker_addr(self) -> str:

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
-from rocketstream.broker import acl, admin, client_manager, locks, pull, queries, send, send_back
+from rocketstream.broker import acl, admin, client_manager, locks, pull, queries, send, send_back, transaction
 from rocketstream.broker.config import BrokerConfig
 from rocketstream.broker.consumer_manager import ConsumerManager, ProducerManager
 from rocketstream.broker.flush import FlushService
@@ -76,6 +76,7 @@ class BrokerController:
             lambda topic, queue_id, start, end: self.store.peek_cq_units(topic, queue_id, start, end),
             lambda req: pull.execute_when_wakeup(self, req))
         self.schedule: ScheduleMessageService | None = None   # made by _wire_modules at start
+        self.transactions: transaction.TransactionalMessageCheckService | None = None   # likewise
         self.boot_timestamp = int(time.time() * 1000)
         self._services: list[tuple[Callable[[], Awaitable[None]], str]] = []
         self._service_tasks: list[asyncio.Task] = []
@@ -152,6 +153,8 @@ class BrokerController:
                 self._service_tasks.append(asyncio.get_running_loop().create_task(fn(), name=name))  # type: ignore[arg-type]
             if self.schedule is not None:
                 self.schedule.start()
+            if self.transactions is not None:
+                self.transactions.start()
             await self.register_now()
         except BaseException:
             await self.stop()
@@ -164,6 +167,7 @@ class BrokerController:
                                                self.store.root / "config")
         self.schedule.load()
         send_back.register(self)
+        self.transactions = transaction.register(self)   # END_TRANSACTION + the check-back service
         admin.register(self)
         acl.register(self)   # adds its request hook when aclEnable
 
@@ -181,6 +185,8 @@ class BrokerController:
         if self.flusher is not None:   # the flush in progress ends before anything is closed
             await self.flusher.stop()
         self.pull_holds.stop()
+        if self.transactions is not None:
+            self.transactions.stop()
         if self.schedule is not None:
             try:
                 self.schedule.stop()

@@ -7,7 +7,8 @@ topics, topic name, topics nobody may send to, topic lookup or auto-create from 
 (``handleRetryAndDLQ``: at ``maxReconsumeTimes`` the message goes to ``%DLQ%<group>``), then the put:
 body, flag, sysFlag, bornTimestamp and reconsumeTimes as the producer sent them, the born host = the
 client's socket address, properties as sent plus ``CLUSTER`` and without ``WAIT`` (single messages);
-``DELAY`` makes the store rewrite the message to ``SCHEDULE_TOPIC_XXXX``. The response carries the
+``DELAY`` makes the store rewrite the message to ``SCHEDULE_TOPIC_XXXX``; ``TRAN_MSG=true`` makes it a
+half message (broker/transaction.py). The response carries the
 offsetMsgId(s), queue id and queue offset, and the ``MSG_REGION`` / ``TRACE_ON`` extFields the Java
 producer reads without a null check.
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from rocketstream import codec
+from rocketstream.broker import transaction
 from rocketstream.broker.config import PERM_READ, PERM_WRITE
 from rocketstream.broker.context import BrokerContext
 from rocketstream.broker.topic_manager import (
@@ -274,11 +276,8 @@ def send_message(controller: BrokerContext, channel: Channel,
     props = _decode_props(header.properties, props_field)
     if request.code == RequestCode.SEND_BATCH_MESSAGE:
         return _send_batch(controller, channel, request, header, tc, queue_id, sys_flag, props)
-    if props.get(codec.PROPERTY_TRAN_MSG, "").lower() == "true" or sys_flag & codec.TRANSACTION_MASK:
-        # transactional half messages (TransactionalMessageService) are not implemented: refused as a
-        # broker with rejectTransactionMessage=true refuses them
-        return _response(controller, request, ResponseCode.NO_PERMISSION,
-                         f"the broker[{controller.config.broker_ip1}] sending transaction message is forbidden")
+    if props.get(codec.PROPERTY_TRAN_MSG, "").lower() == "true":   # Boolean.parseBoolean(TRAN_MSG)
+        return _send_half(controller, channel, request, header, queue_id, sys_flag, props)
     props[PROPERTY_CLUSTER] = controller.config.broker_cluster_name
     # 4.9.8 stores no WAIT for single messages (9 bytes saved) - but a delayed message's properties string is
     # rebuilt from the map, WAIT included, when CommitLog.putMessage rewrites it to SCHEDULE_TOPIC_XXXX
@@ -297,6 +296,23 @@ def send_message(controller: BrokerContext, channel: Channel,
         queue_id = dlq_queue
     result = controller.store.put_message(msg, queue_id)
     return _answer(controller, request, result, queue_id, wait)
+
+
+def _send_half(controller: BrokerContext, channel: Channel, request: RemotingCommand, header: SendHeader,
+               queue_id: int, sys_flag: int, props: dict[str, str]) -> RemotingCommand | Awaitable[RemotingCommand]:
+    """A transactional send (``TRAN_MSG=true``): refused under ``rejectTransactionMessage``, else stored as a
+    half message (``TransactionalMessageService.asyncPrepareMessage``, broker/transaction.py); the answer
+    names the real queue id with the half record's offsetMsgId and half-queue offset."""
+    if controller.config.reject_transaction_message:
+        return _response(controller, request, ResponseCode.NO_PERMISSION,
+                         f"the broker[{controller.config.broker_ip1}] sending transaction message is forbidden")
+    msg = transaction.half_message(header.topic, queue_id, props, body=request.body or b"", flag=header.flag,
+                                   sys_flag=sys_flag, born_timestamp=header.born_timestamp,
+                                   born_host=born_host_of(channel), reconsume_times=header.reconsume_times or 0,
+                                   cluster=controller.config.broker_cluster_name)
+    # no topic config for the half topic here: the check service makes it (1 queue), as 4.9.8's does
+    result = controller.store.put_message(msg, 0, create_topic=False)
+    return _answer(controller, request, result, queue_id, _wait_store_msg_ok(props))
 
 
 def _send_batch(controller: BrokerContext, channel: Channel, request: RemotingCommand, header: SendHeader,

@@ -30,6 +30,10 @@ _EXPORTS = {
     "CONSUME_FROM_FIRST_OFFSET": "rocketstream.client.rebalance",
     "CONSUME_FROM_TIMESTAMP": "rocketstream.client.rebalance",
     "Credentials": "rocketstream.client.credentials",
+    "TransactionProducer": "rocketstream.client.transaction",
+    "TransactionListener": "rocketstream.client.transaction",
+    "LocalTransactionState": "rocketstream.client.transaction",
+    "TransactionSendResult": "rocketstream.client.transaction",
 }
 
 __all__ = sorted(_EXPORTS)

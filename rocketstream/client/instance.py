@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
-from rocketstream.client import client_remoting
+from rocketstream.client import client_remoting, transaction_check
 from rocketstream.client.api import MQClientAPI
 from rocketstream.client.common import CLIENT_INNER_PRODUCER_GROUP, MessageQueue
 from rocketstream.client.credentials import Credentials
@@ -496,10 +496,13 @@ class MQClientInstance:
     # ------------------------------------------------------------------------- inbound requests
     def _on_request(self, channel: Channel, request: RemotingCommand) -> Any:
         """``ClientRemotingProcessor``: NOTIFY_CONSUMER_IDS_CHANGED wakes the rebalance; 307, 309, 220 and 221
-        are answered by client_remoting.py; anything else is answered REQUEST_CODE_NOT_SUPPORTED (nothing
+        are answered by client_remoting.py; CHECK_TRANSACTION_STATE (39) goes to the transactional producer of
+        its group (client/transaction_check.py); anything else is answered REQUEST_CODE_NOT_SUPPORTED (nothing
         for a oneway request)."""
         if request.code in client_remoting.HANDLED:
             return client_remoting.handle_request(self, request)
+        if request.code == RequestCode.CHECK_TRANSACTION_STATE:   # oneway; the producer answers END_TRANSACTION
+            return transaction_check.handle_check_transaction_state(self.producers, channel, request)
         if request.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             group = (request.ext_fields or {}).get("consumerGroup")
             log.info("%s: consumer ids of %s changed (broker %s): rebalance now", self.client_id, group, channel.addr)

@@ -38,7 +38,9 @@ from rocketstream.client.instance import MQClientInstance
 from rocketstream.client.route import TopicPublishInfo
 from rocketstream.codec import (
     PROPERTY_DELAY,
+    PROPERTY_TRAN_MSG,
     PROPERTY_UNIQ_KEY,
+    TRANSACTION_PREPARED,
     compress_body,
     java_hash,
     new_uniq_key,
@@ -195,6 +197,8 @@ class Producer:
         sys_flag = 0
         if compress and len(body) >= self.compress_msg_body_over_howmuch:   # tryToCompressMessage
             body, sys_flag = compress_body(body, self.compress_level)
+        if props.get(PROPERTY_TRAN_MSG, "").lower() == "true":   # sendKernelImpl: a half message
+            sys_flag |= TRANSACTION_PREPARED
         if _properties_chars(props) > 32767:
             raise OptionError("properties", "the encoded properties exceed 32767 bytes")
         return body, sys_flag, props

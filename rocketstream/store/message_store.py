@@ -419,8 +419,10 @@ class MessageStore:
         with self._lock:
             self.topic_config.ensure(topic, queue_nums)
 
-    def put_message(self, msg: Message, queue_id: int | None = None) -> PutMessageResult:
-        """Store one message. ``queue_id`` None: round robin over the topic's queues."""
+    def put_message(self, msg: Message, queue_id: int | None = None, *, create_topic: bool = True) -> PutMessageResult:
+        """Store one message. ``queue_id`` None: round robin over the topic's queues. ``create_topic`` False:
+        no topic config is made for a topic that has none (a topic that lives in the store only, as 4.9.8's
+        ``RMQ_SYS_TRANS_OP_HALF_TOPIC``)."""
         self._check_writable()
         with self._lock:
             if queue_id is None:
@@ -433,7 +435,8 @@ class MessageStore:
                              max_message_size=self.config.max_message_size, delay_levels=self.config.delay_levels_ms)
             except IllegalMessage as exc:
                 return PutMessageResult(exc.status, reason=exc.reason)
-            return self._put(PreparedList([pm], self.config.store_host), msg.topic, queue_id)
+            return self._put(PreparedList([pm], self.config.store_host), msg.topic, queue_id,
+                             create_topic=create_topic)
 
     def put_messages(self, msgs: Sequence[Message], queue_id: int) -> PutMessageResult:
         """Store a batch: one topic, one queue, records contiguous in one commit-log file."""
@@ -512,7 +515,7 @@ class MessageStore:
         with self._lock:
             return self._put(batch, topic, queue_id)
 
-    def _put(self, batch: EncodedBatch, topic: str, queue_id: int) -> PutMessageResult:
+    def _put(self, batch: EncodedBatch, topic: str, queue_id: int, *, create_topic: bool = True) -> PutMessageResult:
         """Append and dispatch; ``topic``/``queue_id`` as the producer named them (before a delay rewrite)."""
         total = batch.total
         if total + codec.END_FILE_MIN_BLANK_LENGTH > self.commit_log.file_size:
@@ -520,7 +523,7 @@ class MessageStore:
                                     reason=f"{total} bytes do not fit in a commit-log file of "
                                            f"{self.commit_log.file_size} bytes")
         have = self.topic_config.queue_nums(topic)
-        if have is None or have <= queue_id:   # auto-create / widen the topic (autoCreateTopicEnable)
+        if create_topic and (have is None or have <= queue_id):   # auto-create / widen (autoCreateTopicEnable)
             self.topic_config.ensure(topic, max(queue_id + 1, have or self.config.default_topic_queue_nums))
         files_before = len(self.commit_log.queue.files)
         now = _now_ms()

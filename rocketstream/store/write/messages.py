@@ -46,6 +46,12 @@ class Message:
     # due message's properties string before it clears DELAY in the map, so the re-delivered record keeps
     # DELAY (and REAL_TOPIC/REAL_QID) but is not delayed again.
     broker_copy: bool = False
+    # PREPARED TRANSACTION OFFSET of the record: the half message's commit-log offset on a committed
+    # transactional message (EndTransactionProcessor: setPreparedTransactionOffset); 0 otherwise
+    prepared_transaction_offset: int = 0
+    # The properties string as 4.9.x's broker writes a map it built itself (MessageDecoder.messageProperties2String):
+    # no separator after the last pair (the transaction records of broker/transaction.py)
+    no_trailing_separator: bool = False
 
 
 class PutMessageStatus(enum.Enum):
@@ -183,6 +189,7 @@ class PreparedMessage:
     uniq_key: str
     dispatch: bool  # False for PREPARED / ROLLBACK: stored with queue offset 0, no CQ unit
     reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
 
 
 def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_over: int | None,
@@ -210,6 +217,9 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
                              f"sys_flag 0x{sys_flag:X}: a compression type without the COMPRESSED bit")
     if not 0 <= msg.reconsume_times < 2**31:
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"reconsume_times {msg.reconsume_times} out of range")
+    if not 0 <= msg.prepared_transaction_offset < 2**63:
+        raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL,
+                             f"prepared_transaction_offset {msg.prepared_transaction_offset} out of range")
     tran = sys_flag & codec.TRANSACTION_MASK
     props: dict[str, str] = dict(msg.properties)
     if msg.tags:
@@ -243,6 +253,8 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
         sys_flag |= bits
     try:
         props_bytes = codec.encode_properties(props)
+        if msg.no_trailing_separator:
+            props_bytes = props_bytes[:-1]
     except OptionError as exc:
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, str(exc)) from exc
     if len(props_bytes) > codec.MAX_PROPERTIES_LENGTH:
@@ -256,7 +268,7 @@ def prepare(msg: Message, queue_id: int, *, store_host: HostAddress, compress_ov
                            store_v6=store_host.is_v6)
     return PreparedMessage(topic, queue_id, body, props, props_bytes, msg.flag, sys_flag, born_ts, born_host,
                            size, uniq, tran in (codec.TRANSACTION_NOT_TYPE, codec.TRANSACTION_COMMIT),
-                           msg.reconsume_times)
+                           msg.reconsume_times, msg.prepared_transaction_offset)
 
 
 @lru_cache(maxsize=4096)

@@ -84,7 +84,7 @@ class PreparedList:
                 topic=m.topic, queue_id=m.queue_id, body=m.body, properties=m.props_bytes, flag=m.flag,
                 queue_offset=qoff, physical_offset=phys, sys_flag=m.sys_flag, born_timestamp=m.born_timestamp,
                 born_host=m.born_host, store_timestamp=store_timestamp, store_host=host,
-                reconsume_times=m.reconsume_times)
+                reconsume_times=m.reconsume_times, prepared_transaction_offset=m.prepared_transaction_offset)
             parts.append(rec)
             phys += len(rec)
             if m.dispatch:
