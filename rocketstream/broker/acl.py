@@ -42,7 +42,9 @@ the client-config check 46, topic and consume statistics, the offset reset and s
 the consumer running info 307 and QUERY_CONSUME_QUEUE 321 check their ``topic`` SUB and group SUB.
 VIEW_MESSAGE_BY_ID 33 and CONSUMER_SEND_MSG_BACK 36 name a commit-log offset, not a topic: the message's
 own topic is known only after the lookup, so their processors call :func:`refuse_unless` with it (SUB)
-before they return or copy the record. Broker-wide codes (every topic's or group's configuration or
+before they return or copy the record. END_TRANSACTION 37 (unchecked by 4.9.8) needs PUB on the topic the
+half message it ends was sent to (its REAL_TOPIC), checked the same way before anything is committed.
+Broker-wide codes (every topic's or group's configuration or
 offsets, the broker's config and runtime figures, producer connections, a message pushed to a consumer)
 need an admin account (:data:`BROKER_ADMIN_CODES`). A refusal looks as 4.9.8's: SYSTEM_ERROR and the
 ``AclException`` remark, whichever check made it.
@@ -708,7 +710,8 @@ EXTRA_RESOURCES: Mapping[int, Callable[[Mapping[str, str], bytes | None, AccessR
 
 # codes whose resource is the topic of the message they look up: checked by their processor
 # (refuse_unless) once the message is found; the hook checks what their header names
-DEFERRED_CODES = frozenset({RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.CONSUMER_SEND_MSG_BACK})
+DEFERRED_CODES = frozenset({RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.CONSUMER_SEND_MSG_BACK,
+                            RequestCode.END_TRANSACTION})
 
 
 def parse_request(request: RemotingCommand, remote_addr: str | None) -> AccessRequest:

@@ -51,6 +51,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rocketstream import codec
+from rocketstream.broker import acl
 from rocketstream.broker.config import PERM_READ, PERM_WRITE
 from rocketstream.broker.context import BrokerContext
 from rocketstream.broker.topic_manager import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
@@ -242,6 +243,19 @@ def _half_record(controller: BrokerContext, offset: int) -> MessageRecord | None
     return rec if rec.topic == TRANS_HALF_TOPIC else None
 
 
+def _transaction_topic(controller: BrokerContext, offset: int) -> str:
+    """The topic END_TRANSACTION writes to, for the ACL (PUB): a half message's REAL_TOPIC; the record's own
+    topic for any other record, so an account learns nothing of a topic it may not publish to. A record
+    that cannot be read is refused (AccessDenied): no topic, no permission."""
+    try:
+        rec = controller.store.look_message_by_offset(offset)
+    except StoreError as exc:
+        raise acl.AccessDenied(f"no message at commit-log offset {offset}: {exc}", acl.FRAME_RESOURCE_PERM) from None
+    if rec.topic == TRANS_HALF_TOPIC:
+        return rec.properties.get(codec.PROPERTY_REAL_TOPIC) or rec.topic
+    return rec.topic
+
+
 def _check_prepare_message(rec: MessageRecord, header: EndTransactionHeader) -> str | None:
     """``checkPrepareMessage``: the remark of the mismatch, None when the record is the header's."""
     if rec.properties.get(PROPERTY_PRODUCER_GROUP) != header.producer_group:
@@ -282,6 +296,10 @@ def end_transaction(controller: BrokerContext, channel: Channel, request: Remoti
         log.warning("END_TRANSACTION from %s: commitOrRollback=%d is neither commit (8) nor rollback (12)",
                     channel.addr, kind)
         return None
+    refused = acl.refuse_unless(controller, channel, request,
+                                lambda: {_transaction_topic(controller, header.commit_log_offset): acl.Perm.PUB})
+    if refused is not None:
+        return refused
     rec = _half_record(controller, header.commit_log_offset)
     if rec is None:
         return request.response(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed")
