@@ -19,6 +19,7 @@ BROADCASTING offsets live with the client (RocketMQ's LocalFileOffsetStore), one
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.spark.offsets import QueueOffsets
 from rocketstream.spark.options import RocketMQOptions
 from rocketstream.spark.positions import broadcast_store
+
+log = logging.getLogger(__name__)
 
 # Every queue's offset is sent again at least this often (the Java consumer's persistConsumerOffsetInterval,
 # 5 s by default, sends its whole table), so a table changed behind our back converges to the query's.
@@ -72,9 +75,17 @@ class OffsetCommits:
         if options.broadcasting:
             broadcast_store(options, read_only=False).commit(options.consumer_group, offsets)
         else:
-            targets = {broker: view_of(views, broker) for broker in per_broker}
+            # a broker out of the routes (stopped or restarting) has no view: its offsets stay in the
+            # checkpoint, and reach its table with the first commit after it is back
             for broker, by_topic in per_broker.items():
-                self._send(options.consumer_group, broker, targets[broker], by_topic)
+                if broker in views:
+                    self._send(options.consumer_group, broker, view_of(views, broker), by_topic)
+                else:
+                    log.info("group %s: broker %s is not in the routes; its offsets are committed when it is back",
+                             options.consumer_group, broker)
+                    self._acked.pop(broker, None)
+            if any(broker not in views for broker in per_broker):
+                return   # not all written: the same offsets are sent again next time
         self._last = offsets
 
     def _send(self, group: str, broker: str, view: BrokerView, offsets: Mapping[str, Mapping[int, int]]) -> None:

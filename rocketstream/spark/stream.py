@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from rocketstream.errors import DataLossError
+from rocketstream.errors import DataLossError, RocketStreamError
 from rocketstream.spark import positions
 from rocketstream.spark.broker_view import BrokerView, QueueBounds, bounds_arrays, queue_bounds
 from rocketstream.spark.brokers import broker_locations
@@ -45,6 +45,10 @@ from rocketstream.spark.tasks import ReadTask, plan_tasks, read_task
 
 log = logging.getLogger(__name__)
 Offsets = dict[QueueKey, int]
+# A running query reads its brokers again this often (the client's pollNameServerInterval, 30 s): queues and
+# brokers added to the topics' routes are read, from their first offset (as Kafka's source starts new
+# partitions at earliest), and a broker that left them keeps its offsets until it is back.
+ROUTE_REFRESH_S = 30.0
 _RECENT = 4  # offsets returned to Spark that a later call may hand back (start and end of a batch, initial)
 
 
@@ -70,6 +74,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.projection = projection
         self.brokers = broker_locations(options)
+        self._brokers_at = time.monotonic()  # when the brokers were last read (ROUTE_REFRESH_S)
         self._initial: QueueOffsets | None = None
         self._target: Offsets | None = None  # AvailableNow: never read past these offsets
         self._last_trigger = time.monotonic()  # for maxTriggerDelay
@@ -144,8 +149,30 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._target = {q: b.max for q, b in queue_bounds(views, self.options.topics).items()}
         self._target_array = None
 
+    def _refresh_brokers(self) -> None:
+        """Brokers added to or removed from the topics' routes are seen within :data:`ROUTE_REFRESH_S` (the
+        client's ``pollNameServerInterval``): the locations are read again, and the views reopened when they
+        changed. A failed lookup (the name server down) keeps planning with the brokers known: they are
+        still where they were, and a broker that is gone fails its own requests with a typed error."""
+        now = time.monotonic()
+        if now - self._brokers_at < ROUTE_REFRESH_S:
+            return
+        self._brokers_at = now
+        try:
+            found = broker_locations(self.options)
+        except RocketStreamError as exc:
+            log.warning("reading the brokers of %s again failed, planning with the %d known: %s",
+                        ", ".join(self.options.topics), len(self.brokers), exc)
+            return
+        if found != self.brokers:
+            log.info("the brokers of %s changed: %s -> %s", ", ".join(self.options.topics),
+                     sorted(b.name for b in self.brokers), sorted(b.name for b in found))
+            self._close_views()
+            self.brokers = found
+
     def latestOffset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
         committed = self._parse(start)
+        self._refresh_brokers()
         self._commit(committed)  # every batch up to start has completed
         with self._views() as views:
             index, low, high = bounds_arrays(views, self.options.topics, self._index)
@@ -161,6 +188,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 admitted = self._admit(index.mapping(begin), index.mapping(latest), limit, views)
                 end_values = index.array(admitted, default=latest)
         end = QueueOffsets.of_array(index, end_values)
+        away = {q: o for q, o in committed.items() if q.broker_name not in views}
+        if away:
+            # a broker out of the routes (stopped, or restarting) keeps its queues' offsets: its messages
+            # are read from there when it is back, none twice and none lost
+            end = QueueOffsets({**end, **away})
         self._planned = _Trigger(committed, end, index, low, high, begin)
         if not np.array_equal(end_values, begin):
             self._last_trigger = time.monotonic()
@@ -249,7 +281,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # The batch latestOffset just planned: its checked starts and bounds stand; only the queues
             # with messages to read become key objects.
             stop_values = planned.end.array_in(planned.index)
-            assert stop_values is not None  # of_array over that index
+            if stop_values is None:   # the end also carries the queues of brokers out of the routes
+                stop_values = planned.index.array(planned.end)
             first = np.minimum(planned.begin, stop_values)
             busy = np.flatnonzero(stop_values > first)
             keys = [planned.index.keys[i] for i in busy.tolist()]
@@ -260,17 +293,19 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 bounds = planned.bounds()  # the same trigger: latestOffset just read them
             else:
                 bounds = queue_bounds(views, self.options.topics)
-            for q in stop:
+            # queues of a broker out of the routes are carried at their offsets: nothing of them is read
+            reading = {q: o for q, o in stop.items() if q in bounds or begin.get(q) != o}
+            for q in reading:
                 if q not in bounds:
                     raise DataLossError(
                         f"{q} of the planned batch no longer exists in the store",
                         topic=q.topic, broker_name=q.broker_name, queue_id=q.queue_id,
                     )
-            known = {q: begin[q] for q in stop if q in begin}
+            known = {q: begin[q] for q in reading if q in begin}
             checked = positions.check_starts(known, bounds, self.options.fail_on_data_loss)
-            starts = {q: checked.get(q, bounds[q].min) for q in stop}
-        starts = {q: min(starts[q], stop[q]) for q in stop}  # retention may have passed the whole range
-        return plan_tasks(self.options, self.brokers, starts, dict(stop), self.projection, tags)
+            starts = {q: checked.get(q, bounds[q].min) for q in reading}
+        starts = {q: min(starts[q], reading[q]) for q in reading}  # retention may have passed the whole range
+        return plan_tasks(self.options, self.brokers, starts, reading, self.projection, tags)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, ReadTask):

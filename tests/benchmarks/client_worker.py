@@ -225,7 +225,7 @@ def flow(args) -> dict:
     c.subscribe(args.topic, "*")
     c.register_message_listener_concurrently(listener)
     c.start()
-    thresholds = {k: getattr(c, k, None) for k in ("pull_threshold_for_queue", "pull_threshold_size_for_queue",
+    thresholds = {k: getattr(c.config, k, None) for k in ("pull_threshold_for_queue", "pull_threshold_size_for_queue",
                                                    "pull_threshold_for_topic", "pull_threshold_size_for_topic",
                                                    "pull_batch_size", "consume_thread_max",
                                                    "consume_concurrently_max_span")}

@@ -20,7 +20,7 @@ while ``spark_net_producer.py`` writes; faults are link cuts (netns), broker SIG
 4.9.8 broker, in the namespace) and name-server kills, each followed by restore/restart; a failed query is
 restarted from its checkpoint (as test_spark_network_kill.py); a final Trigger.AvailableNow run; the same
 exactly-once and offset-table checks. ``test_broker_leaves_routes_mid_query_and_returns``: two brokers, one
-stops cleanly (out of the route) mid-query and comes back (a known defect: strict xfail).
+stops cleanly (out of the route) mid-query and comes back.
 
     pytest -s tests/reliability/test_net_faults_spark.py                           # default run
     pytest -m slow -s tests/reliability/test_net_faults_spark.py                   # the campaigns
@@ -496,13 +496,6 @@ def _wait(cond, timeout: float, what: str) -> float:
 
 
 @pytest.mark.slow   # ~1.5 min (two or three query starts): kept out of the default run's budget
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: while a broker of the checkpoint's offsets is out of the topic's route the query cannot make "
-    "progress for the other brokers either: the first failure is a RemotingConnectError committing to it, and "
-    "every restart from the checkpoint fails in stream.py latestOffset -> _commit -> the offsets commit "
-    "(spark/commits.py commit; positions.commit_offsets before the spark refactor) -> broker_view.view_of with "
-    "StoreError \"no store root known for broker 'route-b' (known: route-a)\" (local-mode wording, no "
-    "address)"))   # see RELIABILITY.md item 20
 def test_broker_leaves_routes_mid_query_and_returns(spark, tmp_path: Path) -> None:
     """Two brokers serve the topic; the query has read everything; broker b stops cleanly (its queues leave
     the route) and broker a gets new messages; b comes back on the same store. The query may fail once with a

@@ -73,6 +73,18 @@ def test_a_failed_commit_is_sent_in_full_next_time(options):
     assert view.sent[1:] == [[{"T": {0: 1}}, {"T": {1: 3}}]]
 
 
+def test_a_broker_out_of_the_routes_is_committed_when_it_is_back(options):
+    """A broker of the checkpoint's offsets that left the routes has no view: the others are committed, its
+    offsets wait (no 'no store root' error), and the first commit after it is back sends them in full."""
+    a, c = RecordingView(), OffsetCommits()
+    offsets = {QueueKey("T", "a", 0): 3, QueueKey("T", "gone", 0): 9}
+    c.commit(options, {"a": a}, offsets)
+    assert a.sent == [[{"T": {0: 3}}]]
+    back = RecordingView()
+    c.commit(options, {"a": a, "gone": back}, offsets)   # the same offsets: not skipped, b had none
+    assert back.sent == [[{"T": {0: 9}}]] and len(a.sent) == 1
+
+
 def test_waves_of_a_full_commit():
     assert first_alone({}) == []
     assert first_alone({"T": {3: 1}}) == [{"T": {3: 1}}]
