@@ -25,10 +25,17 @@ def broker_locations(options: RocketMQOptions) -> tuple[BrokerLocation, ...]:
                  for name, root in options.brokers)
 
 
+def brokers_can_change(options: RocketMQOptions) -> bool:
+    """Whether the query's brokers may change while it runs: a name server's routes do (brokers join, leave
+    and come back); the store directories of local mode are the ones the options name, so a broker of a
+    checkpoint that is not among them is an error, not a broker that is away."""
+    return options.name_server is not None
+
+
 def _default_broker_name(root: Path) -> str:
     from rocketstream.store import default_broker_name
 
     return default_broker_name(root)
 
 
-__all__ = ["broker_locations"]
+__all__ = ["broker_locations", "brokers_can_change"]

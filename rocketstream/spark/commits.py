@@ -58,10 +58,13 @@ class OffsetCommits:
         self._last: QueueOffsets | None = None
         self._acked: dict[str, _Acked] = {}
 
-    def commit(self, options: RocketMQOptions, views: Views, offsets: Mapping[QueueKey, int]) -> None:
+    def commit(self, options: RocketMQOptions, views: Views, offsets: Mapping[QueueKey, int], *,
+               absent_ok: bool = False) -> None:
         """Write ``offsets`` for the query's group: to each broker's table (CLUSTERING; every broker is
         known before any is written) or to the client's offsets.json (BROADCASTING). Negative offsets are
-        refused. Offsets equal to the last committed ones send nothing."""
+        refused. Offsets equal to the last committed ones send nothing. A broker without a view is an error
+        (StoreError naming it), unless ``absent_ok``: then it is out of the routes for now, and its offsets
+        are written with the first commit after it is back."""
         if not offsets:
             return
         offsets = QueueOffsets(offsets)   # no copy of a QueueOffsets (a planner's arrays stay arrays)
@@ -77,6 +80,9 @@ class OffsetCommits:
         else:
             # a broker out of the routes (stopped or restarting) has no view: its offsets stay in the
             # checkpoint, and reach its table with the first commit after it is back
+            if not absent_ok:
+                for broker in per_broker:
+                    view_of(views, broker)   # every broker is known before any is written
             for broker, by_topic in per_broker.items():
                 if broker in views:
                     self._send(options.consumer_group, broker, view_of(views, broker), by_topic)

@@ -35,7 +35,7 @@ from pyspark.sql.streaming.datasource import (
 from rocketstream.errors import DataLossError, RocketStreamError
 from rocketstream.spark import positions
 from rocketstream.spark.broker_view import BrokerView, QueueBounds, bounds_arrays, queue_bounds
-from rocketstream.spark.brokers import broker_locations
+from rocketstream.spark.brokers import broker_locations, brokers_can_change
 from rocketstream.spark.commits import OffsetCommits
 from rocketstream.spark.offset_ranges import QueueKey, rate_limit
 from rocketstream.spark.offsets import OffsetJson, QueueIndex, QueueOffsets
@@ -74,6 +74,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.projection = projection
         self.brokers = broker_locations(options)
+        self._brokers_move = brokers_can_change(options)  # network mode: brokers join, leave, come back
         self._brokers_at = time.monotonic()  # when the brokers were last read (ROUTE_REFRESH_S)
         self._initial: QueueOffsets | None = None
         self._target: Offsets | None = None  # AvailableNow: never read past these offsets
@@ -155,7 +156,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         changed. A failed lookup (the name server down) keeps planning with the brokers known: they are
         still where they were, and a broker that is gone fails its own requests with a typed error."""
         now = time.monotonic()
-        if now - self._brokers_at < ROUTE_REFRESH_S:
+        if not self._brokers_move or now - self._brokers_at < ROUTE_REFRESH_S:
             return
         self._brokers_at = now
         try:
@@ -188,7 +189,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 admitted = self._admit(index.mapping(begin), index.mapping(latest), limit, views)
                 end_values = index.array(admitted, default=latest)
         end = QueueOffsets.of_array(index, end_values)
-        away = {q: o for q, o in committed.items() if q.broker_name not in views}
+        away = {q: o for q, o in committed.items() if q.broker_name not in views} if self._brokers_move else {}
         if away:
             # a broker out of the routes (stopped, or restarting) keeps its queues' offsets: its messages
             # are read from there when it is back, none twice and none lost
@@ -329,7 +330,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _commit(self, offsets: QueueOffsets) -> None:
         # An idle stream plans a trigger every few milliseconds: OffsetCommits sends only what changed.
         with self._views() as views:
-            self._commits.commit(self.options, views, offsets)
+            self._commits.commit(self.options, views, offsets, absent_ok=self._brokers_move)
 
     def stop(self) -> None:
         self._close_views()

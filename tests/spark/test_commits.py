@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rocketstream.errors import RocketStreamError
+from rocketstream.errors import RocketStreamError, StoreError
 from rocketstream.spark import commits
 from rocketstream.spark.commits import OffsetCommits, first_alone
 from rocketstream.spark.local_view import LocalBrokerView
@@ -78,10 +78,13 @@ def test_a_broker_out_of_the_routes_is_committed_when_it_is_back(options):
     offsets wait (no 'no store root' error), and the first commit after it is back sends them in full."""
     a, c = RecordingView(), OffsetCommits()
     offsets = {QueueKey("T", "a", 0): 3, QueueKey("T", "gone", 0): 9}
-    c.commit(options, {"a": a}, offsets)
+    with pytest.raises(StoreError, match="gone"):   # a broker nobody said may be away: nothing written
+        c.commit(options, {"a": a}, offsets)
+    assert a.sent == []
+    c.commit(options, {"a": a}, offsets, absent_ok=True)
     assert a.sent == [[{"T": {0: 3}}]]
     back = RecordingView()
-    c.commit(options, {"a": a, "gone": back}, offsets)   # the same offsets: not skipped, b had none
+    c.commit(options, {"a": a, "gone": back}, offsets, absent_ok=True)   # the same offsets: b had none yet
     assert back.sent == [[{"T": {0: 9}}]] and len(a.sent) == 1
 
 
