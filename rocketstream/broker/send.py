@@ -35,7 +35,7 @@ from rocketstream.broker.topic_manager import (
     TopicConfig,
     validate_topic,
 )
-from rocketstream.codec import HostAddress
+from rocketstream.codec import PROPERTY_CLUSTER, HostAddress
 from rocketstream.errors import CorruptStoreError, HeaderFieldError
 from rocketstream.remoting.channel import Channel
 from rocketstream.remoting.codes import RequestCode, ResponseCode
@@ -48,7 +48,6 @@ log = logging.getLogger("rocketstream.broker")
 
 FAQ_APPLY_TOPIC = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 DLQ_NUMS_PER_GROUP = 1                       # MixAll.DLQ_NUMS_PER_GROUP
-PROPERTY_CLUSTER = "CLUSTER"
 PROPERTY_MSG_REGION = "MSG_REGION"
 PROPERTY_TRACE_SWITCH = "TRACE_ON"
 V3_4_9 = 121                                  # MQVersion.Version.V3_4_9.ordinal()

@@ -55,7 +55,7 @@ from rocketstream.broker import acl
 from rocketstream.broker.config import PERM_READ, PERM_WRITE
 from rocketstream.broker.context import BrokerContext
 from rocketstream.broker.topic_manager import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from rocketstream.codec import HostAddress, MessageRecord
+from rocketstream.codec import PROPERTY_CLUSTER, PROPERTY_PRODUCER_GROUP, HostAddress, MessageRecord
 from rocketstream.errors import HeaderFieldError, RemotingError, StoreError
 from rocketstream.remoting.channel import Channel
 from rocketstream.remoting.codes import RequestCode, ResponseCode
@@ -70,8 +70,6 @@ log = logging.getLogger("rocketstream.broker.transaction")
 
 SYS_TRANS_GROUP = "CID_RMQ_SYS_TRANS"        # TransactionalMessageUtil.buildConsumerGroup
 REMOVE_TAG = "d"                            # TransactionalMessageUtil.REMOVETAG
-PROPERTY_PRODUCER_GROUP = "PGROUP"          # MessageConst.PROPERTY_PRODUCER_GROUP
-PROPERTY_CLUSTER = "CLUSTER"                # MessageConst.PROPERTY_CLUSTER
 PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
@@ -84,7 +82,6 @@ SLICE = 64                                  # half records handled before the ev
 # Java's HashMap<String, String> tables: MessageDecoder.string2messageProperties and Message.properties
 JAVA_MAP_CAPACITY = 16
 _HOST_BITS = codec.FLAG_BORNHOST_V6 | codec.FLAG_STOREHOST_V6
-_INT64 = 2**63
 # getMessage statuses TransactionalMessageBridge.getMessage reads as NO_NEW_MSG (4.9.8's store makes a missing
 # queue on the fly: it answers NO_MESSAGE_IN_QUEUE where ours says NO_MATCHED_LOGIC_QUEUE)
 _NO_NEW_MSG = frozenset({GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.OFFSET_OVERFLOW_ONE,
@@ -215,18 +212,12 @@ class EndTransactionHeader:
 
     @classmethod
     def decode(cls, request: RemotingCommand) -> EndTransactionHeader:
-        def long(name: str) -> int:
-            value = request.int_field(name)
-            if not -_INT64 <= value < _INT64:
-                raise HeaderFieldError(name, f"is not an int64: {value}")
-            return value
-
         commit_or_rollback = request.int_field("commitOrRollback")
         if not -(2**31) <= commit_or_rollback < 2**31:
             raise HeaderFieldError("commitOrRollback", f"is not an int32: {commit_or_rollback}")
         return cls(producer_group=request.field("producerGroup"),
-                   tran_state_table_offset=long("tranStateTableOffset"),
-                   commit_log_offset=long("commitLogOffset"), commit_or_rollback=commit_or_rollback,
+                   tran_state_table_offset=request.long_field("tranStateTableOffset"),
+                   commit_log_offset=request.long_field("commitLogOffset"), commit_or_rollback=commit_or_rollback,
                    from_transaction_check=bool(request.bool_field("fromTransactionCheck")),
                    msg_id=request.field("msgId"), transaction_id=request.field("transactionId", required=False))
 

@@ -27,8 +27,14 @@ from typing import Any
 
 from rocketstream.client.common import Message, MessageExt, MessageQueue, SendResult, SendStatus, check_message
 from rocketstream.client.producer import Producer
-from rocketstream.client.transaction_check import PROPERTY_PRODUCER_GROUP, CheckTransactionStateHeader
-from rocketstream.codec import PROPERTY_DELAY, PROPERTY_TRAN_MSG, PROPERTY_UNIQ_KEY, decode_offset_msg_id
+from rocketstream.client.transaction_check import CheckTransactionStateHeader
+from rocketstream.codec import (
+    PROPERTY_DELAY,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRAN_MSG,
+    PROPERTY_UNIQ_KEY,
+    decode_offset_msg_id,
+)
 from rocketstream.errors import CorruptStoreError, MQClientError, OptionError, RemotingError
 from rocketstream.remoting import RemotingCommand, RequestCode
 

@@ -22,16 +22,14 @@ from typing import Any, Protocol
 
 from rocketstream.client.api import decode_messages
 from rocketstream.client.common import MessageExt
-from rocketstream.errors import HeaderFieldError, RemotingError
+from rocketstream.codec import PROPERTY_PRODUCER_GROUP
+from rocketstream.errors import RemotingError
 from rocketstream.remoting import Channel, RemotingCommand
 
-__all__ = ["CheckTransactionStateHeader", "TransactionChecker", "handle_check_transaction_state",
-           "PROPERTY_PRODUCER_GROUP"]
+__all__ = ["CheckTransactionStateHeader", "TransactionChecker", "handle_check_transaction_state"]
 
 log = logging.getLogger("rocketstream.client")
 
-PROPERTY_PRODUCER_GROUP = "PGROUP"   # MessageConst.PROPERTY_PRODUCER_GROUP
-_INT64 = 2**63
 
 
 @dataclass(frozen=True)
@@ -46,13 +44,8 @@ class CheckTransactionStateHeader:
 
     @classmethod
     def decode(cls, request: RemotingCommand) -> CheckTransactionStateHeader:
-        def long(name: str) -> int:
-            value = request.int_field(name)
-            if not -_INT64 <= value < _INT64:
-                raise HeaderFieldError(name, f"is not an int64: {value}")
-            return value
-
-        return cls(tran_state_table_offset=long("tranStateTableOffset"), commit_log_offset=long("commitLogOffset"),
+        return cls(tran_state_table_offset=request.long_field("tranStateTableOffset"),
+                   commit_log_offset=request.long_field("commitLogOffset"),
                    msg_id=request.field("msgId", required=False),
                    transaction_id=request.field("transactionId", required=False),
                    offset_msg_id=request.field("offsetMsgId", required=False))

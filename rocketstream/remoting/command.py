@@ -116,6 +116,13 @@ class RemotingCommand:
         except ValueError:
             raise HeaderFieldError(name, f"is not a number: {raw[:64]!r}") from None
 
+    def long_field(self, name: str) -> int:
+        """A required Java ``long`` field: a number outside int64 is a HeaderFieldError naming the field."""
+        value = self.int_field(name)
+        if not -(1 << 63) <= value < (1 << 63):
+            raise HeaderFieldError(name, f"is not an int64: {value}")
+        return value
+
     @overload
     def bool_field(self, name: str, *, default: bool = ...) -> bool: ...
     @overload

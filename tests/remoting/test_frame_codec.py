@@ -133,3 +133,16 @@ def test_bad_json_headers(header):
 def test_unknown_serialize_type():
     with pytest.raises(FrameError, match="serialize type 2"):
         decode_frame(struct.pack(">I", 2 << 24))
+
+
+def test_long_field_takes_java_longs_and_names_the_field_otherwise():
+    from rocketstream.errors import HeaderFieldError
+    from rocketstream.remoting import RemotingCommand
+
+    cmd = RemotingCommand(code=37, ext_fields={"a": str(2**63 - 1), "b": str(-(2**63)), "c": str(2**63),
+                                               "d": "12x"})
+    assert cmd.long_field("a") == 2**63 - 1 and cmd.long_field("b") == -(2**63)
+    for name, what in (("c", "int64"), ("d", "number"), ("e", "")):
+        with pytest.raises(HeaderFieldError, match=name) as info:
+            cmd.long_field(name)
+        assert what in str(info.value)
