@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from rocketstream.codec import INT16, INT32
 from rocketstream.errors import FrameError, HeaderFieldError
+from rocketstream.remoting.acl_signing import SECURITY_TOKEN
 from rocketstream.remoting.codes import LanguageCode, Version
 
 __all__ = [
@@ -147,8 +148,12 @@ class RemotingCommand:
         body = (f"{sum(len(p) for p in self.body_parts)}B" if self.body_parts is not None else
                 f"{len(self.body_buffer)}B" if self.body_buffer is not None else
                 "-" if self.body is None else f"{len(self.body)}B")
+        ext = self.ext_fields
+        if ext and SECURITY_TOKEN in ext:   # an STS token is a credential: never in a log line or an error
+            ext = {**ext, SECURITY_TOKEN: "***"}
         return (f"RemotingCommand({kind} code={self.code} opaque={self.opaque} flag={self.flag} "
-                f"lang={self.language} v={self.version} remark={self.remark!r} ext={self.ext_fields} body={body})")
+                f"lang={self.language} v={self.version} remark={self.remark!r} ext={ext} body={body})")
+
 
 
 def _stringify(fields: dict[str, object] | None) -> dict[str, str] | None:

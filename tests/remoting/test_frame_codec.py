@@ -146,3 +146,12 @@ def test_long_field_takes_java_longs_and_names_the_field_otherwise():
         with pytest.raises(HeaderFieldError, match=name) as info:
             cmd.long_field(name)
         assert what in str(info.value)
+
+
+def test_a_commands_repr_never_shows_a_security_token():
+    from rocketstream.remoting.acl_signing import SECURITY_TOKEN
+
+    cmd = RemotingCommand(code=10, ext_fields={"AccessKey": "ak", SECURITY_TOKEN: "sts-secret-token", "topic": "T"})
+    text = repr(cmd)
+    assert "sts-secret-token" not in text and "'topic': 'T'" in text and "'AccessKey': 'ak'" in text
+    assert cmd.ext_fields[SECURITY_TOKEN] == "sts-secret-token"   # the command itself is unchanged
