@@ -502,8 +502,14 @@ def test_topic_stats_answers_every_queue_at_once(mq_broker):
         try:
             bd, _ = await _send(api, topic, [b"a", b"b", b"c"], queue_id=1)
             addr = bd.master_addr()
+            # the auto-created topic reaches the name server after the send is answered (4.9.8 registers it
+            # in the background): wait for its route, with a deadline
+            deadline = time.monotonic() + 60
             route = await api.get_route(topic)
-            assert route is not None
+            while route is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+                route = await api.get_route(topic)
+            assert route is not None, f"no route for {topic} within 60 s"
             n = route.queue_datas[0].write_queue_nums
             deadline = time.monotonic() + 30   # the consume queue is written after the send is answered
             while await api.max_offset(addr, topic, 1) < 3 and time.monotonic() < deadline:
