@@ -30,6 +30,7 @@ _EXPORTS = {
     "CONSUME_FROM_FIRST_OFFSET": "rocketstream.client.rebalance",
     "CONSUME_FROM_TIMESTAMP": "rocketstream.client.rebalance",
     "Credentials": "rocketstream.client.credentials",
+    "TlsConfig": "rocketstream.client.tls",
     "TransactionProducer": "rocketstream.client.transaction",
     "TransactionListener": "rocketstream.client.transaction",
     "LocalTransactionState": "rocketstream.client.transaction",

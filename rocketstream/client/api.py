@@ -31,6 +31,7 @@ from rocketstream.client.common import (
 from rocketstream.client.credentials import Credentials
 from rocketstream.client.route import TopicRouteData, parse_route
 from rocketstream.client.subscription import SubscriptionData
+from rocketstream.client.tls import TlsConfig, tls_config
 from rocketstream.codec import (
     FLAG_COMPRESSED,
     PROPERTY_TAGS,
@@ -145,7 +146,9 @@ class MQClientAPI:
     """
 
     def __init__(self, namesrv: str, *, on_request: RequestHandler | None = None,
-                 connect_timeout: float = 3.0, credentials: Credentials | None = None) -> None:
+                 connect_timeout: float = 3.0, credentials: Credentials | None = None,
+                 tls: TlsConfig | bool | None = None) -> None:
+        self.tls = tls_config(tls)
         if credentials is not None and not isinstance(credentials, Credentials):
             raise OptionError("credentials", "must be a rocketstream.client.Credentials or None, not "
                               + type(credentials).__name__)

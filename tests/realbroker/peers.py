@@ -201,10 +201,13 @@ def _base_env(home: Path) -> dict[str, str]:
     return env
 
 
-def start_namesrv(home: Path) -> Server:
+def start_namesrv(home: Path, jvm_opts: list[str] | None = None) -> Server:
+    """A name server on a free port; ``jvm_opts`` (``-Dtls.server.mode=...``) go last on the JVM's line."""
     dist = find_dist()
     port = free_port()
     env = _base_env(home)
+    if jvm_opts:
+        env["RMQ_JAVA_OPTS"] = " ".join(jvm_opts)
     env.update(RMQ_NAMESRV_PORT=str(port), RMQ_NAMESRV_DIR=str(home / f"namesrv-{port}"),
                RMQ_NAMESRV_HEAP="128m")
     log = home / f"namesrv-{port}.out"
@@ -213,9 +216,10 @@ def start_namesrv(home: Path) -> Server:
 
 def start_broker(home: Path, namesrv: int | str, store: Path | None = None,
                  extra_conf: dict[str, str] | None = None, name: str = "broker-a",
-                 cluster: str = "DefaultCluster") -> Server:
+                 cluster: str = "DefaultCluster", jvm_opts: list[str] | None = None) -> Server:
     """A master broker registering with ``namesrv`` (a port on 127.0.0.1, or ``namesrvAddr`` itself,
-    e.g. "a;b"); its storePathRootDir is ``store`` (default: under its home; created when missing)."""
+    e.g. "a;b"); its storePathRootDir is ``store`` (default: under its home; created when missing);
+    ``jvm_opts`` go last on the JVM's command line."""
     dist = find_dist()
     port = free_port((-2, 0, 1))
     bhome = home / f"broker-{name}-{port}"
@@ -226,6 +230,8 @@ def start_broker(home: Path, namesrv: int | str, store: Path | None = None,
                RMQ_BROKER_HOME=str(bhome), RMQ_STORE_DIR=str(store or bhome / "store"),
                RMQ_COMMITLOG_FILE_SIZE=str(COMMITLOG_FILE_SIZE), RMQ_CQ_FILE_SIZE=str(CQ_FILE_SIZE),
                RMQ_BROKER_HEAP="384m")
+    if jvm_opts:
+        env["RMQ_JAVA_OPTS"] = " ".join(jvm_opts)
     argv = [str(dist / "bin" / "broker")]
     if extra_conf:
         conf = bhome / "extra.conf"
