@@ -13,14 +13,10 @@ from tests.namesrv.conftest import invoke, start_broker, start_ours, stop_ours, 
 from tests.realbroker import peers
 
 
-def _env(home):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RMQ_")}
-    env["RMQ_DATA_DIR"] = str(home)
-    return env
-
-
 def _run(home, *argv):
-    return subprocess.Popen([str(peers.find_dist() / "bin" / argv[0]), *argv[1:]], env=_env(home),
+    """mqadmin or the shared dist's smoke program (tests/realbroker/peers.py command lines)."""
+    command = peers.mqadmin_command if argv[0] == "mqadmin" else peers.smoke_command
+    return subprocess.Popen(command(home, *argv[1:]), env=peers.server_env(peers.find_dist()),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
