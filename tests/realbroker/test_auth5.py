@@ -281,17 +281,25 @@ def test_java_clients_get_what_ours_gets(auth5: SimpleNamespace, acl_scenario, t
              ("5", BOB, f"RESULT REJECTED code=16 remark={no_policy(BOB[0])}"),
              ("4", ALICE, "RESULT SEND_OK"), ("4", BOB, f"RESULT REJECTED code=16 remark={no_policy(BOB[0])}")]
     cases = [c for c in cases if c[0] in acl_scenario]
-    procs = []
-    for i, (major, (ak, sk), _) in enumerate(cases):
+    def run(i: int, major: str, ak: str, sk: str) -> subprocess.Popen:
         classes, dist = acl_scenario[major]
         cmd = [str(java), "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Dfile.encoding=UTF-8",
                f"-Duser.home={tmp_path}", f"-Drocketmq.client.logRoot={tmp_path}/client-logs-{i}",
                "-cp", f"{classes}:{dist}/lib/*", "AclScenario", "--namesrv", auth5.namesrv, "--ak", ak, "--sk", sk,
                "--topic", TOPIC, "--group", f"JavaAuthProducer{i}"]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      stdin=subprocess.DEVNULL))
-    for (major, _, want), proc in zip(cases, procs, strict=True):
-        out, err = proc.communicate(timeout=120)
-        result = [line for line in out.splitlines() if line.startswith("RESULT ")]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL)
+
+    procs = [run(i, major, ak, sk) for i, (major, (ak, sk), _) in enumerate(cases)]
+    deadline = time.monotonic() + 180
+    for i, (major, (ak, sk), want) in enumerate(cases):
+        while True:
+            out, err = procs[i].communicate(timeout=120)
+            result = [line for line in out.splitlines() if line.startswith("RESULT ")]
+            # a loaded machine can make the Java client's 3 s route request time out (it then says "No route
+            # info"; the route exists: the fixture waited for it): run that case again
+            if not (result and "No route info of this topic" in result[0] and time.monotonic() < deadline):
+                break
+            procs[i] = run(i, major, ak, sk)
         assert result and result[0].startswith(want), (major, want, out[-2000:], err[-2000:])
-        assert proc.returncode == (0 if want == "RESULT SEND_OK" else 3), (major, out, err[-2000:])
+        assert procs[i].returncode == (0 if want == "RESULT SEND_OK" else 3), (major, out, err[-2000:])
