@@ -376,9 +376,9 @@ def mqadmin(home: Path, *args: str, jvm_opts: list[str] | None = None, dist: Pat
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def smoke_command(home: Path, *args: str, dist: Path | None = None) -> list[str]:
+def smoke_command(home: Path, *args: str, jvm_opts: list[str] | None = None, dist: Path | None = None) -> list[str]:
     """``bin/smoke ARGS``: the shared dist's Java smoke program (``smoke/rmq-smoke.jar``, which an Apache
-    binary release does not have: JavaUnavailable then)."""
+    binary release does not have: JavaUnavailable then); ``jvm_opts`` last, as ``RMQ_JAVA_OPTS``."""
     dist = dist or find_dist()
     jar = dist / "smoke" / "rmq-smoke.jar"
     if not jar.is_file():
@@ -391,7 +391,7 @@ def smoke_command(home: Path, *args: str, dist: Path | None = None) -> list[str]
     if (dist / "conf" / "logback_smoke.xml").is_file():
         logging.append(f"-Dlogback.configurationFile={dist}/conf/logback_smoke.xml")
     return [str(java), "-Xmx256m", "-XX:+UseSerialGC", *_jvm_flags(dist, log_dir, BIND), *logging,
-            "-cp", f"{jar}:{_classpath(dist)}", "rmqsmoke.RmqSmoke", *args]
+            *(jvm_opts or []), "-cp", f"{jar}:{_classpath(dist)}", "rmqsmoke.RmqSmoke", *args]
 
 
 def start_namesrv(home: Path, jvm_opts: list[str] | None = None, *, dist: Path | None = None) -> Server:
