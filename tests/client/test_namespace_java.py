@@ -27,12 +27,13 @@ from typing import Any
 
 import pytest
 
+from rocketstream.client import LocalTransactionState, Message, TransactionProducer
 from rocketstream.client.consume_service import ConsumeConcurrentlyStatus
 from rocketstream.client.lite_pull import LitePullConsumer
 from rocketstream.client.namespace import unwrap, wrap
 from rocketstream.client.producer import Producer
 from rocketstream.client.push_consumer import PushConsumer
-from tests.client.interop_peers import compile_java, create_topic, query_offset
+from tests.client.interop_peers import compile_java, create_topic, query_offset, require_java
 from tests.client.scenario_util import unique, wait_for
 from tests.client.test_namespace import CASES
 from tests.realbroker import peers
@@ -214,3 +215,33 @@ def test_our_producer_to_java_push_consumer_and_namespaces_apart(mq_broker, ns_c
     for qid, end_offset in _ends([(r.queue.queue_id, r.queue_offset) for r in ours]).items():
         wait_for(lambda q=qid, e=end_offset: query_offset(broker, f"ns1%{jgroup}", f"ns1%{topic}", q) == e,
                  10, f"the Java consumer's offset of queue {qid}")
+
+
+@pytest.mark.parametrize("kind", ["ours", pytest.param("java", marks=pytest.mark.slow)])
+def test_transaction_check_back_in_a_namespace(kind: str, tmp_path: Path) -> None:
+    """A transactional producer in ``ns1``: the half message goes to ``ns1%<topic>`` with PGROUP
+    ``ns1%<group>``; the broker's check-back (sent to the producer of that group) reaches our producer, whose
+    listener sees the plain topic; the committed message lands in ``ns1%<topic>``. (Brokers of their own:
+    the shared ones check transactions only every 60 s.)"""
+    from tests.client.test_transaction_brokers import CONF, SEND_TIMEOUT_S, Broker, Listener, pull_topic
+
+    if kind == "java":
+        require_java()
+    S = LocalTransactionState
+    broker = Broker(kind, tmp_path / kind, tmp_path / "store", CONF)
+    try:
+        listener = Listener({"later": S.COMMIT_MESSAGE})
+        with TransactionProducer("ns_tx_pg", namesrv=broker.namesrv_addr, transaction_listener=listener,
+                                 namespace="ns1", send_msg_timeout=SEND_TIMEOUT_S) as producer:
+            assert producer.group == "ns1%ns_tx_pg"
+            result = producer.send_message_in_transaction(Message("NsTx", b"body-later", keys="later"), S.UNKNOW)
+            assert result.local_transaction_state is S.UNKNOW and result.message_queue.topic == "NsTx"
+            wait_for(lambda: bool(listener.checked("later")), 60, "the check-back")
+        assert {(topic, queue_id) for _, _, topic, queue_id in listener.checks} == \
+            {("NsTx", result.message_queue.queue_id)}
+        committed = pull_topic(broker.broker_addr, broker.namesrv_addr, "ns1%NsTx", 4)
+        assert [m.keys for m in committed] == ["later"]
+        assert committed[0].properties["PGROUP"] == "ns1%ns_tx_pg"
+        assert committed[0].properties["REAL_TOPIC"] == "ns1%NsTx"
+    finally:
+        broker.stop()
