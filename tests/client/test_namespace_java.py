@@ -29,7 +29,10 @@ from typing import Any
 import pytest
 
 from rocketstream.client import LocalTransactionState, Message, TransactionProducer
+from rocketstream.client.admin import consumer_progress
+from rocketstream.client.allocate import MessageQueue
 from rocketstream.client.consume_service import ConsumeConcurrentlyStatus
+from rocketstream.client.instance import MQClientInstance
 from rocketstream.client.lite_pull import LitePullConsumer
 from rocketstream.client.namespace import unwrap, wrap
 from rocketstream.client.producer import Producer
@@ -271,3 +274,55 @@ def test_readme_namespace_example_as_written(ours_broker) -> None:
     assert scope["consumer"].group == "staging%billing"
     assert query_offset(ours_broker.broker_addr, "staging%billing", "staging%Invoices",
                         result.queue.queue_id) == result.queue_offset + 1
+
+
+def test_batch_selector_queue_sends_and_progress_in_a_namespace(mq_broker) -> None:
+    """Every way of sending in ``ns1`` lands in ``ns1%<topic>`` and answers with the plain topic; a selector
+    sees plain queues and the plain message; a lite-pull subscriber in ``ns1`` reads them all, and
+    ``consumer_progress(..., namespace="ns1")`` shows its committed offsets under plain topics."""
+    namesrv = mq_broker.namesrv_addr
+    topic, group = unique("NsSend"), unique("ns_sub")
+    create_topic(mq_broker, f"ns1%{topic}", 2)
+    offered: list[set[str]] = []
+
+    def selector(mqs: list[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+        offered.append({q.topic for q in mqs} | {msg.topic})
+        return mqs[arg]
+
+    with Producer(unique("ns_pg"), namesrv=namesrv, namespace="ns1") as p:
+        user_msg = Message(topic, b"selected")
+        results = [p.send_batch(topic, [b"batch 0", b"batch 1"]),
+                   p.send(user_msg, selector=selector, arg=1),
+                   p.send(topic, b"plain"),
+                   p.send(topic, b"to queue 0", queue=MessageQueue(topic, mq_broker.broker_name, 0)),
+                   p.send(topic, b"sharded", sharding_key="k")]
+    assert user_msg.topic == topic   # the caller's message is not changed
+    assert offered == [{topic}]
+    assert {r.queue.topic for r in results} == {topic}
+    assert results[1].queue.queue_id == 1 and results[3].queue.queue_id == 0
+    c = LitePullConsumer(group, namesrv=namesrv, namespace="ns1", consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                         auto_commit=False)
+    c.subscribe(topic)
+    c.start()
+    try:
+        got: list[Any] = []
+        end = time.monotonic() + 30
+        while len(got) < 6 and time.monotonic() < end:
+            got += c.poll(0.5)
+        assert sorted(m.body for m in got) == sorted([b"batch 0", b"batch 1", b"selected", b"to queue 0", b"plain",
+                                                      b"sharded"])
+        assert {m.topic for m in got} == {topic}
+        assert {q.topic for q in c.assignment()} == {topic}
+        c.commit()
+    finally:
+        c.shutdown()
+    inst = MQClientInstance.get(namesrv, unique("ns_progress"))
+    inst.start()
+    try:
+        rows = inst.run(consumer_progress(inst, group, namespace="ns1"), 20.0)
+        assert {r.queue.topic for r in rows} == {topic}
+        assert sum(r.consumer_offset for r in rows) == 6 and sum(r.diff for r in rows) == 0
+        plain = inst.run(consumer_progress(inst, f"ns1%{group}", f"ns1%{topic}"), 20.0)
+        assert {r.queue.topic for r in plain} == {f"ns1%{topic}"}
+    finally:
+        inst.shutdown(force=True)
