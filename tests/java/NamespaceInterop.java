@@ -35,7 +35,7 @@ import org.apache.rocketmq.common.protocol.NamespaceUtil;
  *   consume NAMESRV TOPIC GROUP NAMESPACE [--count N] [--timeout-s 60] [--retry-first 0|1]
  *       DefaultMQPushConsumer (namespace set, CLUSTERING, from the first offset); with --retry-first 1 a
  *       message seen for the first time is answered RECONSUME_LATER with delay level 1 (1 s), so it comes
- *       back through %RETRY%NAMESPACE%GROUP. One line per delivery {"msg", "topic", "queueId",
+ *       back through %RETRY%NAMESPACE%GROUP. One line per delivery {"msg", "t", "topic", "queueId",
  *       "queueOffset", "msgId", "keys", "body", "reconsumeTimes", "retryTopic" (the RETRY_TOPIC property)};
  *       stops after N successful deliveries or the timeout; last line {"result": "DONE", "ok": n}.
  */
@@ -43,6 +43,11 @@ public final class NamespaceInterop {
     private static final Object OUT = new Object();
 
     public static void main(String[] args) throws Exception {
+        if (System.getProperty("rocketmq.client.rebalance.waitInterval") == null) {
+            // as ClientInterop: the retry topic is created by the first heartbeat, after the start's route
+            // lookup, so its queues are assigned at the next rebalance (20 s by default)
+            System.setProperty("rocketmq.client.rebalance.waitInterval", "2000");
+        }
         if (args.length < 1) {
             System.err.println("usage: NamespaceInterop rules | produce NS TOPIC NAMESPACE | consume NS TOPIC GROUP NAMESPACE");
             System.exit(2);
@@ -141,6 +146,7 @@ public final class NamespaceInterop {
             for (MessageExt m : msgs) {
                 Map<String, Object> line = new LinkedHashMap<>();
                 line.put("msg", deliveries.incrementAndGet());
+                line.put("t", System.currentTimeMillis());
                 line.put("topic", m.getTopic());
                 line.put("queueId", m.getQueueId());
                 line.put("queueOffset", m.getQueueOffset());
@@ -165,6 +171,7 @@ public final class NamespaceInterop {
         Map<String, Object> started = new LinkedHashMap<>();
         started.put("event", "started");
         started.put("group", c.getConsumerGroup());
+        started.put("t", System.currentTimeMillis());
         emit(started);
         long t0 = System.currentTimeMillis();
         while (System.currentTimeMillis() - t0 < timeoutMs && (count == 0 || ok.get() < count)) {
