@@ -162,3 +162,16 @@ def test_producer_group_in_the_namespace() -> None:
     listener = type("L", (), {"execute_local_transaction": lambda *a: None,
                               "check_local_transaction": lambda *a: None})()
     assert TransactionProducer("PG", namesrv=NS, transaction_listener=listener, namespace="ns1").group == "ns1%PG"
+
+
+def test_lite_pull_listeners_see_plain_topics_and_queues() -> None:
+    c = LitePullConsumer("G", namesrv=NS, namespace="ns1")
+    told: list[tuple] = []
+    c.register_topic_message_queue_change_listener("T", lambda t, qs: told.append((t, qs)))
+    c.subscribe("U", message_queue_listener=lambda t, a, d: told.append((t, a, d)))
+    wrapped = MessageQueue("ns1%T", "b", 0)
+    c.queue_watcher.listeners["ns1%T"]("ns1%T", {wrapped})
+    c.message_queue_listeners["ns1%U"]("ns1%U", {MessageQueue("ns1%U", "b", 0)}, set())
+    assert told == [("T", {MessageQueue("T", "b", 0)}), ("U", {MessageQueue("U", "b", 0)}, set())]
+    with pytest.raises(OptionError, match="'mq'"):
+        c.pause(["T"])   # type: ignore[list-item]
