@@ -175,3 +175,20 @@ def test_lite_pull_listeners_see_plain_topics_and_queues() -> None:
     assert told == [("T", {MessageQueue("T", "b", 0)}), ("U", {MessageQueue("U", "b", 0)}, set())]
     with pytest.raises(OptionError, match="'mq'"):
         c.pause(["T"])   # type: ignore[list-item]
+
+
+def test_transaction_check_back_shows_the_plain_topic() -> None:
+    """``ClientRemotingProcessor.checkTransactionState``: the checked message arrives in the namespace, the
+    listener sees its topic without it (the broker round trip: test_namespace_java.py)."""
+    from rocketstream.client.transaction import LocalTransactionState
+    from rocketstream.client.transaction_check import CheckTransactionStateHeader
+
+    seen: list[str] = []
+    listener = type("L", (), {"execute_local_transaction": lambda self, m, a: None,
+                              "check_local_transaction": lambda self, m: seen.append(m.topic)
+                              or LocalTransactionState.COMMIT_MESSAGE})()
+    p = TransactionProducer("PG", namesrv=NS, transaction_listener=listener, namespace="ns1")
+    header = CheckTransactionStateHeader(0, 0, None, None, None)
+    p._check("127.0.0.1:1", ext("ns1%T", {"PGROUP": "ns1%PG"}), header)   # not started: the answer is not sent
+    p._check("127.0.0.1:1", ext("ns2%T"), header)
+    assert seen == ["T", "ns2%T"]

@@ -221,7 +221,8 @@ def test_our_producer_to_java_push_consumer_and_namespaces_apart(mq_broker, ns_c
                  10, f"the Java consumer's offset of queue {qid}")
 
 
-@pytest.mark.parametrize("kind", ["ours", pytest.param("java", marks=pytest.mark.slow)])
+@pytest.mark.slow   # a broker of its own each (the check-back's unwrap is unit-tested in test_namespace.py)
+@pytest.mark.parametrize("kind", ["ours", "java"])
 def test_transaction_check_back_in_a_namespace(kind: str, tmp_path: Path) -> None:
     """A transactional producer in ``ns1``: the half message goes to ``ns1%<topic>`` with PGROUP
     ``ns1%<group>``; the broker's check-back (sent to the producer of that group) reaches our producer, whose
