@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import ssl
 import time
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
@@ -143,12 +144,16 @@ class MQClientAPI:
     (:meth:`signed`). Java's hook signs name-server requests as well; a 4.9.8 name server has no ACL and
     ignores the extra fields. Answers to requests a broker sends us are responses: not signed (Java runs
     no ``doBeforeRequest`` on the response it writes).
+
+    ``tls`` (a :class:`~rocketstream.client.tls.TlsConfig` or True): every connection, to name servers and
+    brokers alike, is TLS (``NettyClientConfig.useTLS``); the context is made once, on the first connection.
     """
 
     def __init__(self, namesrv: str, *, on_request: RequestHandler | None = None,
                  connect_timeout: float = 3.0, credentials: Credentials | None = None,
                  tls: TlsConfig | bool | None = None) -> None:
         self.tls = tls_config(tls)
+        self._ssl: ssl.SSLContext | None = None
         if credentials is not None and not isinstance(credentials, Credentials):
             raise OptionError("credentials", "must be a rocketstream.client.Credentials or None, not "
                               + type(credentials).__name__)
@@ -174,7 +179,9 @@ class MQClientAPI:
             if ch is not None and not ch.closed:
                 return ch
             t = self.connect_timeout if timeout is None else min(timeout, self.connect_timeout)
-            ch = await connect(addr, on_request=self.on_request, timeout=t)
+            if self.tls is not None and self._ssl is None:
+                self._ssl = self.tls.ssl_context()
+            ch = await connect(addr, on_request=self.on_request, timeout=t, ssl=self._ssl)
             self._channels[addr] = ch
             return ch
 

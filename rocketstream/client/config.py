@@ -36,6 +36,7 @@ from rocketstream.client.rebalance import (
     CONSUME_FROM_WHERE,
     parse_consume_timestamp,
 )
+from rocketstream.client.tls import TlsConfig, tls_config
 from rocketstream.errors import OptionError
 
 __all__ = [
@@ -86,11 +87,13 @@ class ClientConfig:
     """``ClientConfig``: ``namesrv`` is ``namesrvAddr`` (``host:port;host:port``); clients of one
     ``instance_name`` in a process share one client instance (``MQClientInstance``, one client id).
     ``credentials`` signs every request for a cluster with ACL on (``AclClientRPCHook``); its repr hides
-    the secret key and token."""
+    the secret key and token. ``tls`` (a :class:`~rocketstream.client.tls.TlsConfig` or True) makes every
+    connection TLS; True is kept as ``TlsConfig()``."""
 
     namesrv: str
     instance_name: str = "DEFAULT"
     credentials: Credentials | None = None
+    tls: TlsConfig | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.namesrv, str) or not self.namesrv.strip(";, "):
@@ -100,6 +103,7 @@ class ClientConfig:
         if self.credentials is not None and not isinstance(self.credentials, Credentials):
             raise OptionError("credentials", "must be a rocketstream.client.Credentials or None, not "
                               + type(self.credentials).__name__)
+        self.tls = tls_config(self.tls)
 
     @classmethod
     def field_names(cls) -> list[str]:

@@ -36,6 +36,7 @@ from rocketstream.client.common import (
 from rocketstream.client.credentials import Credentials
 from rocketstream.client.instance import MQClientInstance
 from rocketstream.client.route import TopicPublishInfo
+from rocketstream.client.tls import TlsConfig, tls_config
 from rocketstream.codec import (
     PROPERTY_DELAY,
     PROPERTY_TRAN_MSG,
@@ -86,14 +87,16 @@ class Producer:
     """``Producer(group, namesrv=...)``; ``start()`` before sending, ``shutdown()`` (or ``with``) after.
     ``credentials``: sign every request for a cluster with ACL on (``AclClientRPCHook``). A refusal by the
     broker's ACL is SYSTEM_ERROR, which ``retryResponseCodes`` retries as Java does: the send fails with
-    SendFailedError after its attempts, the broker's answer (BrokerResponseError) as ``__cause__``."""
+    SendFailedError after its attempts, the broker's answer (BrokerResponseError) as ``__cause__``.
+    ``tls``: a :class:`~rocketstream.client.tls.TlsConfig` or True: every connection is TLS."""
 
     def __init__(self, group: str, *, namesrv: str, instance_name: str = "DEFAULT", send_msg_timeout: float = 3.0,
                  retry_times_when_send_failed: int = 2, compress_msg_body_over_howmuch: int = 4096,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, default_topic_queue_nums: int = 4,
                  create_topic_key: str = AUTO_CREATE_TOPIC_KEY, compress_level: int = COMPRESS_LEVEL,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, tls: TlsConfig | bool | None = None) -> None:
         check_group(group)
+        tls = tls_config(tls)
         if credentials is not None and not isinstance(credentials, Credentials):
             raise OptionError("credentials", "must be a rocketstream.client.Credentials or None, not "
                               + type(credentials).__name__)
@@ -122,6 +125,7 @@ class Producer:
         self.default_topic_queue_nums = int(default_topic_queue_nums)
         self.create_topic_key = create_topic_key
         self.credentials = credentials
+        self.tls = tls
         self._publish: dict[str, TopicPublishInfo] = {}
         self._instance: MQClientInstance | None = None
 
@@ -129,7 +133,7 @@ class Producer:
     def start(self) -> Producer:
         if self._instance is not None:
             raise MQClientError(f"producer {self.group} is already started")
-        inst = MQClientInstance.get(self.namesrv, self.instance_name, credentials=self.credentials)
+        inst = MQClientInstance.get(self.namesrv, self.instance_name, credentials=self.credentials, tls=self.tls)
         inst.register_producer(self.group, self)
         self._publish[self.create_topic_key] = TopicPublishInfo(self.create_topic_key, [])
         try:
