@@ -52,6 +52,7 @@ from rocketstream.errors import (
     OptionError,
     RemotingConnectError,
     RemotingTimeoutError,
+    TlsError,
 )
 from rocketstream.remoting import Channel, RemotingCommand, RequestCode, ResponseCode, connect, json_body
 from rocketstream.remoting.acl_signing import sign_fields
@@ -260,7 +261,7 @@ class MQClientAPI:
     async def invoke_namesrv(self, request: RemotingCommand, timeout: float) -> tuple[str, RemotingCommand]:
         """Send to the current name server; on a connection error try the others in turn (each send signed
         by :meth:`invoke`)."""
-        errors: list[str] = []
+        errors: list[RemotingConnectError] = []
         deadline = time.monotonic() + timeout
         n = len(self.namesrv_addrs)
         for k in range(n):
@@ -272,12 +273,14 @@ class MQClientAPI:
                 resp = await self.invoke(addr, RemotingCommand(code=request.code, ext_fields=request.ext_fields,
                                                                body=request.body), left)
             except RemotingConnectError as exc:
-                errors.append(str(exc))
+                errors.append(exc)
                 continue
             self._ns_index = (self._ns_index + k) % n
             return addr, resp
-        raise RemotingConnectError("no name server reachable: " + "; ".join(errors or ["timed out"]),
-                                   addr=";".join(self.namesrv_addrs))
+        # every name server refused the TLS handshake: still a TlsError (the type tells a TLS problem apart)
+        kind = TlsError if errors and all(isinstance(e, TlsError) for e in errors) else RemotingConnectError
+        raise kind("no name server reachable: " + "; ".join([str(e) for e in errors] or ["timed out"]),
+                   addr=";".join(self.namesrv_addrs))
 
     @staticmethod
     def _check(resp: RemotingCommand, addr: str, request_code: int, what: str) -> RemotingCommand:
