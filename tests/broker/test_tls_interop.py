@@ -32,7 +32,7 @@ from rocketstream.client.tls import TlsConfig
 from rocketstream.errors import RemotingConnectError, TlsError
 from tests.broker import java_fixtures
 from tests.realbroker import peers
-from tests.remoting.tls_certs import Certs, make_certs
+from tests.remoting.tls_certs import KEY_PASSWORD, Certs, make_certs
 
 # The 4.9.8 TLS name server and broker boot (about half a minute of two JVMs on a loaded machine) alongside the
 # tests before this module (tests/conftest.py START_EARLY_BEFORE / start_early), from the main thread (peers'
@@ -188,11 +188,13 @@ def _smoke(home: Path, namesrv: str, java_opts: str) -> subprocess.CompletedProc
 
 
 def _serve_tls(certs: Certs, home: Path, mode: str, client_auth: str = "none") -> java_fixtures.BrokerTarget:
-    """``rocketstream serve`` with TLS in its broker.conf: both ports serve ``mode``; the broker registers with
-    its name server over TLS, trusting our CA (and presenting the client certificate when it is required)."""
+    """``rocketstream serve`` with TLS in its broker.conf: both ports serve ``mode`` (an encrypted key and its
+    password); the broker registers with its name server over TLS, trusting our CA (and presenting the client
+    certificate when it is required)."""
     conf = dict(java_fixtures.SCENARIO_CONF)
     conf.update({"tls.server.mode": mode, "tls.server.certPath": str(certs.srv_cert),
-                 "tls.server.keyPath": str(certs.srv_key), "tls.server.trustCertPath": str(certs.ca),
+                 "tls.server.keyPath": str(certs.srv_key_encrypted), "tls.server.keyPassword": KEY_PASSWORD,
+                 "tls.server.trustCertPath": str(certs.ca),
                  "tls.server.need.client.auth": client_auth,
                  "tls.enable": "true", "tls.client.trustCertPath": str(certs.ca)})
     if client_auth == "require":
@@ -219,6 +221,7 @@ def test_mqadmin_over_tls_to_ours_enforcing(certs, ours_enforcing):
             break
     assert res.returncode == 0, res.stdout + res.stderr
     assert target.broker_addr in res.stdout and "broker-a" in res.stdout   # registered over TLS, listed over TLS
+    assert KEY_PASSWORD not in target.logs[0].read_text(errors="replace")
 
 
 @pytest.mark.slow

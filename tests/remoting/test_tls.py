@@ -227,6 +227,9 @@ def test_broker_conf_tls_settings(certs, tmp_path):
                                              trust_cert_path=str(certs.ca), need_client_auth="optional")
     assert cfg.tls_client == TlsConfig(trust_cert_path=str(certs.ca))
     assert KEY_PASSWORD not in repr(cfg)
+    from rocketstream.broker.admin import config_properties
+
+    assert KEY_PASSWORD not in repr(config_properties(cfg))   # GET_BROKER_CONFIG (mqadmin getBrokerConfig)
 
     plain = tmp_path / "plain.conf"
     plain.write_text(f"storePathRootDir={tmp_path / 'store'}\ntls.enable=false\n"
