@@ -280,7 +280,7 @@ def test_java_clients_to_ours_permissive_and_mutual(certs, tmp_path):
 
 # ------------------------------------------------------------------ 4.9.8's permissive and require modes
 @pytest.mark.slow
-def test_4_9_8_permissive_and_mutual_tls_with_our_client(certs, tmp_path):
+def test_4_9_8_permissive_disabled_and_mutual_tls_with_our_client(certs, tmp_path):
     java_fixtures._require_java()
     ns = peers.start_namesrv(tmp_path, java_server_opts(certs, "permissive"))
     try:
@@ -289,6 +289,16 @@ def test_4_9_8_permissive_and_mutual_tls_with_our_client(certs, tmp_path):
         # permissive: plain and TLS on one port (TBW102 has no route without a broker: TOPIC_NOT_EXIST, answered)
         assert route(addr, None) is None
         assert route(addr, _trusting(certs)) is None
+    finally:
+        ns.kill()
+    ns = peers.start_namesrv(tmp_path)   # the dist's own settings: tls.server.mode=disabled
+    try:
+        ns.wait_ready()
+        addr = f"{peers.BIND}:{ns.port}"
+        started = time.monotonic()
+        with pytest.raises(TlsError, match="TLS handshake failed") as err:   # its decoder closes the connection
+            route(addr, _trusting(certs))
+        assert time.monotonic() - started < 10 and addr in str(err.value)
     finally:
         ns.kill()
     ns = peers.start_namesrv(tmp_path, java_server_opts(certs, "enforcing", client_auth="require"))
