@@ -260,7 +260,7 @@ class BrokerConfig:
     @property
     def tls_mode(self) -> str:
         """``tls.server.mode`` in force: disabled, permissive or enforcing."""
-        return self.tls_server.mode if self.tls_server is not None else "disabled"  # type: ignore[return-value]
+        return str(self.tls_server.mode) if self.tls_server is not None else "disabled"
 
     def describe(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("store_config",)}
