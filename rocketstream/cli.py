@@ -408,8 +408,14 @@ def cmd_namesrv(args: argparse.Namespace) -> int:
     from rocketstream.serve import run_until_signal
 
     host, port = parse_listen(args.listen, 9876)
+    tls = None
+    if args.conf is not None:   # a conf file's tls.server.* lines (broker.conf names) make the port TLS
+        from rocketstream.broker import BrokerConfig
+
+        tls = BrokerConfig.from_conf(args.conf).tls_server
     _logging()
-    asyncio.run(run_until_signal(namesrv=NamesrvConfig(host=host, port=port, kv_config_path=args.kv_config)))
+    asyncio.run(run_until_signal(namesrv=NamesrvConfig(host=host, port=port, kv_config_path=args.kv_config,
+                                                       tls=tls)))
     return 0
 
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import ssl
 import time
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,7 @@ from rocketstream.errors import (
     OptionError,
     RemotingConnectError,
     RemotingTimeoutError,
+    TlsError,
 )
 from rocketstream.remoting import Channel, RemotingCommand, RequestCode, ResponseCode, connect, json_body
 from rocketstream.remoting.acl_signing import sign_fields
@@ -143,12 +145,16 @@ class MQClientAPI:
     (:meth:`signed`). Java's hook signs name-server requests as well; a 4.9.8 name server has no ACL and
     ignores the extra fields. Answers to requests a broker sends us are responses: not signed (Java runs
     no ``doBeforeRequest`` on the response it writes).
+
+    ``tls`` (a :class:`~rocketstream.client.tls.TlsConfig` or True): every connection, to name servers and
+    brokers alike, is TLS (``NettyClientConfig.useTLS``); the context is made once, on the first connection.
     """
 
     def __init__(self, namesrv: str, *, on_request: RequestHandler | None = None,
                  connect_timeout: float = 3.0, credentials: Credentials | None = None,
                  tls: TlsConfig | bool | None = None) -> None:
         self.tls = tls_config(tls)
+        self._ssl: ssl.SSLContext | None = None
         if credentials is not None and not isinstance(credentials, Credentials):
             raise OptionError("credentials", "must be a rocketstream.client.Credentials or None, not "
                               + type(credentials).__name__)
@@ -174,7 +180,9 @@ class MQClientAPI:
             if ch is not None and not ch.closed:
                 return ch
             t = self.connect_timeout if timeout is None else min(timeout, self.connect_timeout)
-            ch = await connect(addr, on_request=self.on_request, timeout=t)
+            if self.tls is not None and self._ssl is None:
+                self._ssl = self.tls.ssl_context()
+            ch = await connect(addr, on_request=self.on_request, timeout=t, ssl=self._ssl)
             self._channels[addr] = ch
             return ch
 
@@ -253,7 +261,7 @@ class MQClientAPI:
     async def invoke_namesrv(self, request: RemotingCommand, timeout: float) -> tuple[str, RemotingCommand]:
         """Send to the current name server; on a connection error try the others in turn (each send signed
         by :meth:`invoke`)."""
-        errors: list[str] = []
+        errors: list[RemotingConnectError] = []
         deadline = time.monotonic() + timeout
         n = len(self.namesrv_addrs)
         for k in range(n):
@@ -265,12 +273,14 @@ class MQClientAPI:
                 resp = await self.invoke(addr, RemotingCommand(code=request.code, ext_fields=request.ext_fields,
                                                                body=request.body), left)
             except RemotingConnectError as exc:
-                errors.append(str(exc))
+                errors.append(exc)
                 continue
             self._ns_index = (self._ns_index + k) % n
             return addr, resp
-        raise RemotingConnectError("no name server reachable: " + "; ".join(errors or ["timed out"]),
-                                   addr=";".join(self.namesrv_addrs))
+        # every name server refused the TLS handshake: still a TlsError (the type tells a TLS problem apart)
+        kind = TlsError if errors and all(isinstance(e, TlsError) for e in errors) else RemotingConnectError
+        raise kind("no name server reachable: " + "; ".join([str(e) for e in errors] or ["timed out"]),
+                   addr=";".join(self.namesrv_addrs))
 
     @staticmethod
     def _check(resp: RemotingCommand, addr: str, request_code: int, what: str) -> RemotingCommand:

@@ -37,6 +37,7 @@ from rocketstream.client.rebalance import (
     CONSUME_FROM_WHERE,
     parse_consume_timestamp,
 )
+from rocketstream.client.tls import TlsConfig, tls_config
 from rocketstream.errors import OptionError
 
 __all__ = [
@@ -89,12 +90,14 @@ class ClientConfig:
     ``credentials`` signs every request for a cluster with ACL on (``AclClientRPCHook``); its repr hides
     the secret key and token. ``namespace`` (``ClientConfig.namespace``): the consumer's group and topics are
     ``namespace%name`` on the broker (client/namespace.py); messages and queues handed back show the names
-    without it."""
+    without it. ``tls`` (a :class:`~rocketstream.client.tls.TlsConfig` or True) makes every
+    connection TLS; True is kept as ``TlsConfig()``."""
 
     namesrv: str
     instance_name: str = "DEFAULT"
     credentials: Credentials | None = None
     namespace: str | None = None
+    tls: TlsConfig | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.namesrv, str) or not self.namesrv.strip(";, "):
@@ -105,6 +108,7 @@ class ClientConfig:
             raise OptionError("credentials", "must be a rocketstream.client.Credentials or None, not "
                               + type(self.credentials).__name__)
         self.namespace = check_namespace(self.namespace)
+        self.tls = tls_config(self.tls)
 
     @classmethod
     def field_names(cls) -> list[str]:

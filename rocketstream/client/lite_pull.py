@@ -237,7 +237,7 @@ class LitePullConsumer:
                 raise MQClientError(f"the LitePullConsumer service state is {self._state}, not CREATE_JUST")
             self._state = "START_FAILED"
         inst = MQClientInstance.get(self.config.namesrv, self.config.instance_name,
-                                    credentials=self.config.credentials)
+                                    credentials=self.config.credentials, tls=self.config.tls)
         self.instance = inst
         self.rebalance.instance = inst
         if self.config.message_model == CLUSTERING:

@@ -38,6 +38,7 @@ from rocketstream.client.credentials import Credentials
 from rocketstream.client.instance import MQClientInstance
 from rocketstream.client.namespace import check_namespace, unwrap, wrap
 from rocketstream.client.route import TopicPublishInfo
+from rocketstream.client.tls import TlsConfig, tls_config
 from rocketstream.codec import (
     PROPERTY_DELAY,
     PROPERTY_TRAN_MSG,
@@ -92,15 +93,18 @@ class Producer:
     ``namespace`` (``ClientConfig.namespace``): the group and every topic are ``namespace%name`` on the broker
     (``DefaultMQProducer.withNamespace``); ``self.group`` is the group as the broker knows it; send results,
     and the queues a selector is given, show topics without the namespace (``parsePublishMessageQueues``,
-    ``MQClientAPIImpl.processSendResponse``)."""
+    ``MQClientAPIImpl.processSendResponse``).
+    ``tls``: a :class:`~rocketstream.client.tls.TlsConfig` or True: every connection is TLS."""
 
     def __init__(self, group: str, *, namesrv: str, instance_name: str = "DEFAULT", send_msg_timeout: float = 3.0,
                  retry_times_when_send_failed: int = 2, compress_msg_body_over_howmuch: int = 4096,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, default_topic_queue_nums: int = 4,
                  create_topic_key: str = AUTO_CREATE_TOPIC_KEY, compress_level: int = COMPRESS_LEVEL,
-                 credentials: Credentials | None = None, namespace: str | None = None) -> None:
+                 credentials: Credentials | None = None, namespace: str | None = None,
+                 tls: TlsConfig | bool | None = None) -> None:
         check_group(group)
         namespace = check_namespace(namespace)
+        tls = tls_config(tls)
         if credentials is not None and not isinstance(credentials, Credentials):
             raise OptionError("credentials", "must be a rocketstream.client.Credentials or None, not "
                               + type(credentials).__name__)
@@ -130,6 +134,7 @@ class Producer:
         self.default_topic_queue_nums = int(default_topic_queue_nums)
         self.create_topic_key = create_topic_key
         self.credentials = credentials
+        self.tls = tls
         self._publish: dict[str, TopicPublishInfo] = {}
         self._instance: MQClientInstance | None = None
 
@@ -137,7 +142,7 @@ class Producer:
     def start(self) -> Producer:
         if self._instance is not None:
             raise MQClientError(f"producer {self.group} is already started")
-        inst = MQClientInstance.get(self.namesrv, self.instance_name, credentials=self.credentials)
+        inst = MQClientInstance.get(self.namesrv, self.instance_name, credentials=self.credentials, tls=self.tls)
         inst.register_producer(self.group, self)
         self._publish[self.create_topic_key] = TopicPublishInfo(self.create_topic_key, [])
         try:

@@ -279,7 +279,7 @@ class PushConsumer:
                 log.warning("%s: orderly consumption in BROADCASTING does not lock queues", self.group)
             self._state = "START_FAILED"
         instance = MQClientInstance.get(self.config.namesrv, self.config.instance_name,
-                                     credentials=self.config.credentials)
+                                     credentials=self.config.credentials, tls=self.config.tls)
         if self.config.message_model == CLUSTERING:
             retry = retry_topic(self.group)
             sub = Subscription(retry, SubscriptionData.parse("*"))
