@@ -21,7 +21,6 @@ import time
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
-from test_network_multi import BROKER_CONF, create_topic, start_broker, start_brokers, wait_route
 
 from rocketstream.client.common import PullResult, PullStatus
 from rocketstream.errors import DataLossError, OptionError, RemotingTimeoutError
@@ -30,6 +29,7 @@ from rocketstream.spark.network.view import NetworkBroker
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
 from rocketstream.spark.stream import RocketMQStreamReader
+from test_network_multi import BROKER_CONF, create_topic, start_broker, start_brokers, wait_route
 from tests.client.scenario_util import produce, unique
 from tests.namesrv.conftest import start_ours as start_namesrv
 from tests.namesrv.conftest import stop_ours as stop_namesrv
