@@ -291,3 +291,31 @@ def test_queue_growth_by_mqadmin_on_the_real_broker(java_broker):
     end2, ranges = trigger(r, end)
     assert set(end2[topic][broker]) == {str(q) for q in range(8)}
     assert ranges == expected(topic, first, {**first, **second})   # the new queues from earliest (0)
+
+
+def test_client_api_timeout_is_per_instance():
+    """A request without a timeout of its own waits the MQClientAPI instance's (ClientConfig.mqClientApiTimeout,
+    3 s by default), not a module constant: against a peer that never answers, each instance gives up after
+    its own."""
+    from rocketstream.client.api import MQClientAPI
+
+    async def go() -> list[float]:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)   # accepts, never answers
+        addr = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        waited = []
+        try:
+            for timeout in (0.3, 0.9):
+                api = MQClientAPI(addr, timeout=timeout)
+                with pytest.raises(RemotingTimeoutError) as err:
+                    await api.max_offset(addr, "T", 0)
+                assert timeout - 0.25 < err.value.timeout_s <= timeout   # less the connect time
+                with pytest.raises(RemotingTimeoutError):
+                    await api.get_route("T")   # the name server side too
+                await api.close()
+                waited.append(err.value.timeout_s)
+        finally:
+            server.close()
+        return waited
+
+    assert MQClientAPI("127.0.0.1:1").timeout == 3.0
+    assert len(asyncio.run(go())) == 2
