@@ -198,6 +198,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self._views() as views:
             index, low, high = bounds_arrays(views, self.topics, self._index)
             self._index = index
+            self._vanished(committed, index, views)
             begin = self._checked_begin(committed, index, low, high)
             latest = high
             if self._target is not None:
@@ -209,7 +210,6 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 admitted = self._admit(index.mapping(begin), index.mapping(latest), limit, views)
                 end_values = index.array(admitted, default=latest)
         end = QueueOffsets.of_array(index, end_values)
-        self._vanished(committed, index, views)
         away = {q: o for q, o in committed.items() if q.broker_name not in views} if self._brokers_move else {}
         if away:
             # a broker out of the routes (stopped, or restarting) keeps its queues' offsets: its messages
