@@ -319,3 +319,22 @@ def test_client_api_timeout_is_per_instance():
 
     assert MQClientAPI("127.0.0.1:1").timeout == 3.0
     assert len(asyncio.run(go())) == 2
+
+
+def test_local_stream_reads_queues_added_to_the_store(tmp_path):
+    """Local mode needs no refresh: the store's queues are read again every trigger (its topic config and
+    consume-queue directories), so queues added by a writer are planned from their first offset at once."""
+    from spark_stores import TOPIC, fill
+
+    root = tmp_path / "broker-a"
+    fill(root, 8, queues=4)
+    r = RocketMQStreamReader(parse_options({"path": str(root), "topic": TOPIC, **FOLLOW}, streaming=True),
+                             projection_for(None))
+    start = spark_json(r.initialOffset())
+    end, ranges = trigger(r, start)
+    assert ranges == [("broker-a", TOPIC, q, 0, 2) for q in range(4)]
+    fill(root, 16, queues=8, start=8)   # messages 8..23 over queues 0..7: 2 more each, queues 4..7 new
+    end2, ranges = trigger(r, end)
+    assert set(end2[TOPIC]["broker-a"]) == {str(q) for q in range(8)}
+    assert ranges == [("broker-a", TOPIC, q, 2, 4) for q in range(4)] + \
+                     [("broker-a", TOPIC, q, 0, 2) for q in range(4, 8)]
