@@ -149,7 +149,7 @@ class NetworkBrokerView:
         """Stored sizes of messages ``[start, end)`` by QUERY_CONSUME_QUEUE, paged; with ``byte_cap``
         only until their running total exceeds it (see :func:`query_sizes`)."""
         return self._run(query_sizes(self.api, self.addr, self.broker_name, topic, queue_id, start, end, byte_cap,
-                                     self.timeout_s))
+                                     timeout_s=self.timeout_s))
 
     def message_sizes_many(self, asks: Sequence[tuple[str, int, int, int]],
                            byte_cap: int | None = None) -> list[np.ndarray]:
@@ -160,7 +160,7 @@ class NetworkBrokerView:
         async def one(topic: str, queue_id: int, start: int, end: int) -> np.ndarray:
             async with gate:
                 return await query_sizes(self.api, self.addr, self.broker_name, topic, queue_id, start, end, byte_cap,
-                                         self.timeout_s)
+                                         timeout_s=self.timeout_s)
 
         async def all_of() -> list[np.ndarray]:
             return list(await asyncio.gather(*(one(*ask) for ask in asks)))
