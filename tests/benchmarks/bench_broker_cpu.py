@@ -104,7 +104,9 @@ async def _run(count: int, repeat: int) -> dict[str, list[float]]:
                 for frame in frames:
                     req = decode_frame(frame[4:])
                     resp = handle(channel, req)
-                    assert resp.code == 0 and len(resp.body) > 1024 * 1024, resp.remark
+                    # a pull answer's body is views of the commit log (body_parts), not bytes
+                    body = resp.body_parts if resp.body_parts is not None else [resp.body or b""]
+                    assert resp.code == 0 and sum(len(p) for p in body) > 1024 * 1024, resp.remark
                     resp.opaque = req.opaque
                     resp.flag |= 1
                     encode_frame(resp)
