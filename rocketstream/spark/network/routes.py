@@ -17,6 +17,7 @@ from typing import NamedTuple, TypeVar
 from rocketstream.client.api import MQClientAPI
 from rocketstream.client.route import PERM_READ, TopicRouteData
 from rocketstream.errors import OptionError, RocketStreamError
+from rocketstream.remoting.loop import new_event_loop
 
 T = TypeVar("T")
 
@@ -28,7 +29,7 @@ class NetworkClient:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()   # uvloop's where installed (remoting/loop.py)
         self.apis: dict[str, MQClientAPI] = {}
         thread = threading.Thread(target=self.loop.run_forever, name="rocketstream-spark-net", daemon=True)
         thread.start()
