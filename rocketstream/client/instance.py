@@ -47,6 +47,7 @@ from rocketstream.client.tls import TlsConfig, tls_config
 from rocketstream.errors import MQClientError, RemotingError, RemotingTimeoutError
 from rocketstream.remoting import Channel, RemotingCommand, RequestCode
 from rocketstream.remoting.channel import unsupported
+from rocketstream.remoting.loop import new_event_loop
 
 __all__ = ["MQClientInstance", "ConsumerLike", "ProducerLike", "POLL_NAME_SERVER_INTERVAL_S",
            "HEARTBEAT_BROKER_INTERVAL_S", "PERSIST_CONSUMER_OFFSET_INTERVAL_S", "REBALANCE_WAIT_INTERVAL_S",
@@ -145,7 +146,7 @@ class MQClientInstance:
         name = f"{os.getpid()}#{time.monotonic_ns()}" if instance_name == "DEFAULT" else instance_name
         self.client_id = f"{local_ip()}@{name}"
         self.api = MQClientAPI(self.namesrv, on_request=self._on_request, credentials=credentials, tls=tls)
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()   # uvloop's where installed (remoting/loop.py)
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()
         self._started = False

@@ -18,6 +18,7 @@ from rocketstream.client.api import MQClientAPI
 from rocketstream.client.route import PERM_READ, TopicRouteData
 from rocketstream.client.topic_list import all_topics, system_topics
 from rocketstream.errors import OptionError, RocketStreamError
+from rocketstream.remoting.loop import new_event_loop
 
 T = TypeVar("T")
 
@@ -31,7 +32,7 @@ class NetworkClient:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()   # uvloop's where installed (remoting/loop.py)
         self.apis: dict[str, MQClientAPI] = {}
         thread = threading.Thread(target=self.loop.run_forever, name="rocketstream-spark-net", daemon=True)
         thread.start()
