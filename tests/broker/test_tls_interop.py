@@ -17,7 +17,6 @@ Each 4.9.8 process gets ``-Dtls.config.file`` naming an empty file (RocketMQ's T
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import shutil
 import subprocess
@@ -89,7 +88,8 @@ def java_server_opts(certs: Certs, mode: str, client_auth: str = "none") -> list
 
 
 def java_client_opts(certs: Certs, trust: Path, *, client_cert: bool = False) -> str:
-    """RMQ_JAVA_OPTS of a Java client (bin/smoke, bin/mqadmin) that verifies the server against ``trust``."""
+    """JVM options of a Java client (smoke, mqadmin: tests/realbroker/peers.py, as RMQ_JAVA_OPTS of the dist's
+    bin/ scripts, split at spaces) that verifies the server against ``trust``."""
     opts = ["-Dtls.enable=true", "-Dtls.client.authServer=true", "-Dtls.test.mode.enable=false",
             f"-Dtls.client.trustCertPath={trust}", f"-Dtls.config.file={_empty_tls_file(certs)}"]
     if client_cert:
@@ -175,9 +175,7 @@ def test_mismatches_with_4_9_8_enforcing_fail_at_once(certs, java_tls_cluster):
 
 # ------------------------------------------------------------------------- Java clients -> ours
 def _mqadmin(home: Path, namesrv: str, java_opts: str, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, RMQ_DATA_DIR=str(home / "mqadmin"), RMQ_JAVA_OPTS=java_opts)
-    return subprocess.run([str(peers.find_dist() / "bin" / "mqadmin"), *args, "-n", namesrv], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return peers.mqadmin(home / "mqadmin", *args, "-n", namesrv, jvm_opts=java_opts.split(), timeout=120)
 
 
 def _cluster_list_until_listed(target: java_fixtures.BrokerTarget, java_opts: str,
@@ -196,10 +194,13 @@ def _cluster_list_until_listed(target: java_fixtures.BrokerTarget, java_opts: st
 def _smoke(home: Path, namesrv: str, java_opts: str, attempts: int = 3) -> subprocess.CompletedProcess:
     """bin/smoke (a Java producer, lite-pull and push consumer); run again, up to ``attempts`` times, only when
     it failed on a Java client's request timeout (see _cluster_list_until_listed)."""
-    env = dict(os.environ, RMQ_DATA_DIR=str(home / "smoke"), RMQ_JAVA_OPTS=java_opts)
+    try:
+        argv = peers.smoke_command(home / "smoke", "--namesrv", namesrv, "--count", "20", "--auto-create",
+                                   "--timeout-s", "90", jvm_opts=java_opts.split())
+    except peers.JavaUnavailable as exc:      # an Apache binary release has no smoke program
+        pytest.skip(str(exc))
     for _ in range(attempts):
-        res = subprocess.run([str(peers.find_dist() / "bin" / "smoke"), "--namesrv", namesrv, "--count", "20",
-                              "--auto-create", "--timeout-s", "90"], env=env, capture_output=True, text=True,
+        res = subprocess.run(argv, env=peers.server_env(peers.find_dist()), capture_output=True, text=True,
                              timeout=240)
         if res.returncode == 0 or "RemotingTimeoutException" not in res.stdout + res.stderr:
             break

@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import subprocess
 import time
 
 import pytest
@@ -264,11 +262,9 @@ def test_the_refresh_interval_holds_the_routes_between_refreshes(pair):
 # ---- the real 4.9.8: updateTopic by its own mqadmin, mid-stream ------------------------------------------
 
 def mqadmin(target, *args: str, timeout: float = 120) -> str:
-    """bin/mqadmin SUBCOMMAND ... -n NAMESRV of the 4.9.8 dist (exit 0 required); its stdout."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RMQ_")}
-    env["RMQ_DATA_DIR"] = str(target.home / "mqadmin")
-    argv = [str(peers.find_dist() / "bin" / "mqadmin"), *args, "-n", target.namesrv_addr]
-    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    """mqadmin SUBCOMMAND ... -n NAMESRV of the 4.9.8 dist (tests/realbroker/peers.py; exit 0 required); its
+    stdout."""
+    res = peers.mqadmin(target.home / "mqadmin", *args, "-n", target.namesrv_addr, timeout=timeout)
     assert res.returncode == 0, f"mqadmin {' '.join(args)}: exit {res.returncode}\n{res.stdout}\n{res.stderr}"
     return res.stdout
 
