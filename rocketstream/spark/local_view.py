@@ -97,6 +97,18 @@ class LocalBrokerView:
                            byte_cap: int | None = None) -> list[np.ndarray]:
         return [self.message_sizes(topic, qid, start, end, byte_cap) for topic, qid, start, end in asks]
 
+    def range_bytes(self, topic: str, ranges: Sequence[tuple[int, int, int]],
+                    tags_codes: np.ndarray | None = None) -> list[int]:
+        """Stored bytes of each ``(queueId, start, end)`` (of the messages whose tagsCode may match
+        ``tags_codes``), summed from the consume queue's unit sizes (``store.read.range_bytes``); queues the
+        planner just refreshed are not refreshed again."""
+        from rocketstream.store.read.range_bytes import queue_range_bytes
+
+        ids = list(dict.fromkeys(q for q, _, _ in ranges))
+        queues = dict(zip(ids, self.store.queues_for_read(topic, ids, refresh=False), strict=True))
+        return [0 if queues[q] is None else queue_range_bytes(queues[q], start, end, tags_codes)  # type: ignore[arg-type]
+                for q, start, end in ranges]
+
     def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         return int(self.store.search_offset(topic, queue_id, timestamp_ms, "lower"))
 

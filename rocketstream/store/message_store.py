@@ -639,11 +639,17 @@ class MessageStore:
         return [(0, 0) if cq is None else (cq.min_offset(), cq.max_offset())
                 for cq in self.queues_for_read(topic, queue_ids)]
 
-    def queues_for_read(self, topic: str, queue_ids: Iterable[int]) -> list[ConsumeQueue | None]:
+    def queues_for_read(self, topic: str, queue_ids: Iterable[int], *,
+                        refresh: bool = True) -> list[ConsumeQueue | None]:
         """Each queue as ``_queue`` gives it (None: no directory), refreshed once with the commit log's min
-        read once: a reader of many ranges (a Spark task) then reads them without refreshing again."""
+        read once: a reader of many ranges (a Spark task) then reads them without refreshing again.
+        ``refresh=False``: a queue already loaded is taken as it is (a planner that just refreshed it)."""
         if not self.read_only:
             return [self._queues.get((topic, q)) for q in queue_ids]
+        if not refresh:
+            loaded = [self._queues.get((topic, q)) for q in queue_ids]
+            if all(cq is not None for cq in loaded):
+                return loaded
         cl_min = self.commit_log.min_offset()
         queues: list[ConsumeQueue | None] = []
         for queue_id in queue_ids:
@@ -653,6 +659,9 @@ class MessageStore:
                     queues.append(None)
                     continue
                 cq = self._load_queue(topic, queue_id)
+            elif not refresh:
+                queues.append(cq)
+                continue
             cq.refresh(cl_min)
             queues.append(cq)
         return queues
