@@ -1,9 +1,9 @@
 """Consume-queue units + mapped commit-log files → Arrow record batches (the read path Spark uses).
 
-One call reads a run of consecutive queue offsets of one (topic, queue). The work per batch is a
-handful of numpy/Arrow calls whatever the number of rows (see ``codec.arrow_records``, which also
-builds the columns): Python runs once per
-batch, per commit-log file touched, and per *compressed* body only. Columns that are not requested
+One call reads runs of consecutive queue offsets of one or several (topic, queue) — a Spark task's
+ranges, cut into batches across range boundaries. The work per batch is a handful of numpy/Arrow calls
+whatever the number of rows and ranges (see ``codec.arrow_records``, which also builds the columns):
+Python runs once per batch, per commit-log file touched, and per *compressed* body only. Columns that are not requested
 are not decoded: without ``body`` the bodies are never copied, without ``properties``/``msgId``/
 ``tags``/``keys`` the properties are never parsed.
 
