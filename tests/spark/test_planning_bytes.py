@@ -153,3 +153,29 @@ def test_plan_tasks_with_views_packs_by_bytes_and_keeps_allocation_strategies(tm
                openCostInBytes="0")
     assert len(cut) > 2 and all({r[0] % 2 for r in t} in ({0}, {1}) for t in cut)
     assert sorted(r for t in cut for r in t) == [(i, 0, 200) for i in range(8)]
+
+
+def test_a_task_of_many_small_ranges_is_read_in_one_batch_refreshing_each_queue_once(tmp_path, monkeypatch):
+    """Issue 21: the local read's work is per task, not per range — one batch for 20 one-message ranges (rows
+    in range order, each with its queue), and each queue refreshed once (it was twice, plus a min-offset read)."""
+    from rocketstream.store import MessageStore
+    from rocketstream.store.files.consume_queue import ConsumeQueue
+
+    root = tmp_path / "s"
+    with MessageStore.open(root, create=True) as store:
+        store.create_topic("T", 20)
+        for qid in range(20):
+            store.put_batch("T", qid, [b"m%d" % qid] * 2, tags="A")
+    refreshed: list[int] = []
+    real = ConsumeQueue.refresh
+    monkeypatch.setattr(ConsumeQueue, "refresh", lambda self, m: refreshed.append(self.queue_id) or real(self, m))
+    view = LocalBroker("broker-a", str(root)).open()
+    try:
+        order = [7, 3, 19, 0] + [q for q in range(20) if q not in (7, 3, 19, 0)]
+        batches = list(view.read_ranges([("T", q, 1, 2) for q in order], columns=["queueId", "queueOffset", "body"],
+                                        tags=None, check_crc=False))
+    finally:
+        view.close()
+    assert len(batches) == 1
+    assert batches[0].to_pylist() == [{"queueId": q, "queueOffset": 1, "body": b"m%d" % q} for q in order]
+    assert sorted(refreshed) == list(range(20))
