@@ -175,7 +175,7 @@ class RocketMQBatchReader(DataSourceReader):
             ends = {q: max(starts[q], min(ends[q], pushed.offset_range[1] + 1)) for q in keep}
             if pushed.time_range_us is not None:
                 _narrow_by_time(views, pushed.time_range_us, starts, ends)
-        return plan_tasks(o, brokers, starts, ends, self.projection, tags, pushed.time_range_us)
+            return plan_tasks(o, brokers, starts, ends, self.projection, tags, pushed.time_range_us, views=views)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, ReadTask):

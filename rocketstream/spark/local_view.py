@@ -23,8 +23,12 @@ if TYPE_CHECKING:
     from rocketstream.client.api import MQClientAPI
     from rocketstream.spark.offset_store import OffsetStore
     from rocketstream.store import MessageStore
+    from rocketstream.store.files.consume_queue import ConsumeQueue
 
 T = TypeVar("T")
+
+# Units a task reads at once (``read_ranges``): 20 MiB of consume-queue units in memory, whatever the task's size
+UNITS_PER_READ = 1 << 20
 
 
 class LocalBroker(NamedTuple):
@@ -93,26 +97,68 @@ class LocalBrokerView:
                            byte_cap: int | None = None) -> list[np.ndarray]:
         return [self.message_sizes(topic, qid, start, end, byte_cap) for topic, qid, start, end in asks]
 
+    def range_bytes(self, topic: str, ranges: Sequence[tuple[int, int, int]],
+                    tags_codes: np.ndarray | None = None) -> list[int]:
+        """Stored bytes of each ``(queueId, start, end)`` (of the messages whose tagsCode may match
+        ``tags_codes``), summed from the consume queue's unit sizes (``store.read.range_bytes``); queues the
+        planner just refreshed are not refreshed again."""
+        from rocketstream.store.read.range_bytes import queue_range_bytes
+
+        ids = list(dict.fromkeys(q for q, _, _ in ranges))
+        queues = dict(zip(ids, self.store.queues_for_read(topic, ids, refresh=False), strict=True))
+        return [0 if queues[q] is None else queue_range_bytes(queues[q], start, end, tags_codes)  # type: ignore[arg-type]
+                for q, start, end in ranges]
+
     def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         return int(self.store.search_offset(topic, queue_id, timestamp_ms, "lower"))
 
     def read_ranges(self, ranges: Sequence[tuple[str, int, int, int]], *, columns: Sequence[str],
                     tags: Collection[str] | None, check_crc: bool,
                     fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
-        for topic, queue_id, start, end in ranges:
-            start = self._surviving_start(topic, queue_id, start, end, fail_on_data_loss)
-            if start < end:
-                yield from self.store.read_range(topic, queue_id, start, end, broker_name=self._name,
-                                                 columns=list(columns), tags=tags, check_crc=check_crc)
+        """The ranges' rows, in their order, read together (``bulk_read.read_ranges_batches``: batches cross
+        range boundaries) in runs of about :data:`UNITS_PER_READ` units; each queue is refreshed once."""
+        from rocketstream.store.read.bulk_read import RangeUnits, read_ranges_batches
 
-    def _surviving_start(self, topic: str, queue_id: int, start: int, end: int, fail_on_data_loss: bool) -> int:
+        store = self.store
+        queues: dict[tuple[str, int], ConsumeQueue | None] = {}
+        wanted: dict[str, dict[int, None]] = {}
+        for topic, queue_id, _, _ in ranges:
+            wanted.setdefault(topic, {})[queue_id] = None
+        for topic, ids in wanted.items():
+            queues.update(zip(((topic, q) for q in ids), store.queues_for_read(topic, ids), strict=True))
+        run: list[RangeUnits] = []
+        units_in_run = 0
+        for topic, queue_id, start, end in ranges:
+            cq = queues[(topic, queue_id)]
+            if cq is None:
+                continue   # no directory: a queue with nothing (its bounds are 0, 0)
+            start = self._surviving_start(topic, queue_id, start, end, fail_on_data_loss, cq)
+            if start >= end:
+                continue
+            # bulk_read checks every unit it reads against the header it decodes (a batch that disagrees
+            # is read again from the queue before that is an error)
+            first, units = cq.clamped_units(start, end)
+            if not len(units):
+                continue
+            run.append(RangeUnits(topic, queue_id, first, units, cq.raw_units))
+            units_in_run += len(units)
+            if units_in_run >= UNITS_PER_READ:
+                yield from read_ranges_batches(store.commit_log, run, broker_name=self._name, columns=columns,
+                                               tags=tags, check_crc=check_crc)
+                run, units_in_run = [], 0
+        if run:
+            yield from read_ranges_batches(store.commit_log, run, broker_name=self._name, columns=columns,
+                                           tags=tags, check_crc=check_crc)
+
+    def _surviving_start(self, topic: str, queue_id: int, start: int, end: int, fail_on_data_loss: bool,
+                         cq: ConsumeQueue) -> int:
         """Retention may delete files between a batch's planning and its task: the planner's data-loss rule
         (DataLossError naming the range, or a logged skip to the queue's new min) applies here again."""
-        low = self.min_offset(topic, queue_id)
+        low = cq.min_offset()
         if start >= low:
             return start
         q = QueueKey(topic, self._name, queue_id)
-        bounds = {q: QueueBounds(low, max(low, end, self.max_offset(topic, queue_id)))}
+        bounds = {q: QueueBounds(low, max(low, end, cq.max_offset()))}
         return min(check_starts({q: start}, bounds, fail_on_data_loss)[q], end)
 
     def query_offsets(self, group: str, topic: str, queue_ids: Iterable[int]) -> dict[int, int]:

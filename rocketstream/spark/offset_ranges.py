@@ -173,6 +173,69 @@ def plan_default(
     return plan
 
 
+# The default plan by bytes (plan_by_bytes), Spark's file-source planning (FilePartition.maxSplitBytes and
+# getFilePartitions) over queue ranges: spark.sql.files.maxPartitionBytes' default target, and an open cost per
+# range measured for the local read (a range's queue refresh, unit gather and header decode cost about as much
+# as reading 256 KiB; Spark's openCostInBytes default, 4 MiB, models a file open and would give a 1,024-queue
+# read of one message each 32 tasks, ~0.1 s of Python worker each on local[2]).
+DEFAULT_MAX_PARTITION_BYTES = 128 << 20
+DEFAULT_OPEN_COST_BYTES = 256 << 10
+
+
+def plan_by_bytes(
+    ranges: Iterable[OffsetRange],
+    range_bytes: Iterable[int],
+    *,
+    max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES,
+    open_cost: int = DEFAULT_OPEN_COST_BYTES,
+    min_partitions: int = 1,
+    max_messages_per_partition: int | None = None,
+) -> list[list[OffsetRange]]:
+    """Tasks for ``ranges`` of ``range_bytes`` stored bytes each, as Spark plans files into partitions.
+
+    The split size is ``min(max_partition_bytes, max(open_cost, total / min_partitions))`` where ``total``
+    counts every range's bytes plus ``open_cost`` (``FilePartition.maxSplitBytes``: with ``min_partitions``
+    tasks' worth of data there are at least about that many tasks). A range above the split size (or above
+    ``max_messages_per_partition`` messages) is cut into near-equal consecutive chunks by message count
+    (sizes taken as even within a range). Chunks are packed in queue order, a task closed when the next
+    chunk's bytes would take it past the split size (``getFilePartitions``: each chunk then adds its bytes
+    plus ``open_cost``) or its messages past ``max_messages_per_partition``. Empty ranges are dropped.
+    """
+    limit = max_messages_per_partition
+    for name, value in (("maxPartitionBytes", max_partition_bytes), ("openCostInBytes", open_cost),
+                        ("minPartitions", min_partitions), ("maxMessagesPerPartition", limit)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < (0 if name == "openCostInBytes" else 1)):
+            raise OptionError(name, "must be a positive integer", value)
+    pairs = sorted(zip(ranges, range_bytes, strict=True), key=lambda p: (p[0].queue, p[0].start))
+    for r, b in pairs:
+        _check_range(r)
+        if b < 0:
+            raise RocketStreamError(f"negative byte count {b} for {r.queue} [{r.start}, {r.end})")
+    pairs = [(r, b) for r, b in pairs if r.size > 0]
+    total = sum(b + open_cost for _, b in pairs)
+    split = min(max_partition_bytes, max(open_cost, -(-total // min_partitions)))
+    split = max(split, 1)
+    plan: list[list[OffsetRange]] = []
+    task: list[OffsetRange] = []
+    task_bytes = task_messages = 0
+    for r, b in pairs:
+        parts = max(-(-b // split), -(-r.size // limit) if limit else 1, 1)
+        parts = min(parts, r.size)
+        cuts = [r.start + r.size * k // parts for k in range(parts + 1)]
+        for a, z in zip(cuts, cuts[1:], strict=False):
+            chunk_bytes = b * (z - a) // r.size
+            if task and (task_bytes + chunk_bytes > split or (limit and task_messages + z - a > limit)):
+                plan.append(task)
+                task, task_bytes, task_messages = [], 0, 0
+            task.append(OffsetRange(r.queue, a, z))
+            task_bytes += chunk_bytes + open_cost
+            task_messages += z - a
+    if task:
+        plan.append(task)
+    return plan
+
+
 def rate_limit(
     start: Mapping[QueueKey, int],
     latest: Mapping[QueueKey, int],

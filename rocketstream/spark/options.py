@@ -47,6 +47,8 @@ ALLOCATE_STRATEGY = "allocateStrategy"
 NUM_PARTITIONS = "numPartitions"
 MIN_PARTITIONS = "minPartitions"  # alias of numPartitions (Kafka's name)
 MAX_MESSAGES_PER_PARTITION = "maxMessagesPerPartition"
+MAX_PARTITION_BYTES = "maxPartitionBytes"  # task size target (spark.sql.files.maxPartitionBytes' meaning)
+OPEN_COST_IN_BYTES = "openCostInBytes"  # per queue range cost in bytes (spark.sql.files.openCostInBytes' meaning)
 MAX_MESSAGES_PER_TRIGGER = "maxMessagesPerTrigger"
 MAX_OFFSETS_PER_TRIGGER = "maxOffsetsPerTrigger"  # alias (Kafka's name)
 MAX_BYTES_PER_TRIGGER = "maxBytesPerTrigger"
@@ -90,7 +92,7 @@ ALL_OPTIONS: tuple[str, ...] = (
     OFFSETS_STORE_DIR, CLIENT_ID, BROKER_ADDR, NAME_SERVER, NAMESRV_ADDR, TOPIC_PATTERN,
     STARTING_OFFSETS_BY_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY,
     ROUTE_REFRESH_INTERVAL, POLL_NAME_SERVER_INTERVAL, REQUEST_TIMEOUT, MQ_CLIENT_API_TIMEOUT, PULL_TIMEOUT,
-    PULL_BATCH_SIZE, PULL_RETRIES,
+    PULL_BATCH_SIZE, PULL_RETRIES, MAX_PARTITION_BYTES, OPEN_COST_IN_BYTES,
 )
 _CANONICAL = {k.lower(): k for k in ALL_OPTIONS}
 _ALIASES = {MIN_PARTITIONS: NUM_PARTITIONS, MAX_OFFSETS_PER_TRIGGER: MAX_MESSAGES_PER_TRIGGER,
@@ -147,6 +149,8 @@ class RocketMQOptions:
     strategy_args: tuple[tuple[str, object], ...] = field(default=())
     num_partitions: int | None = None
     max_messages_per_partition: int | None = None
+    max_partition_bytes: int | None = None  # None: offset_ranges.DEFAULT_MAX_PARTITION_BYTES
+    open_cost_in_bytes: int | None = None  # None: offset_ranges.DEFAULT_OPEN_COST_BYTES
     max_messages_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     min_messages_per_trigger: int | None = None
@@ -227,6 +231,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
         strategy_args=_strategy_args(given, strategy),
         num_partitions=_int(given, NUM_PARTITIONS, minimum=1),
         max_messages_per_partition=_int(given, MAX_MESSAGES_PER_PARTITION, minimum=1),
+        max_partition_bytes=_int(given, MAX_PARTITION_BYTES, minimum=1),
+        open_cost_in_bytes=_int(given, OPEN_COST_IN_BYTES, minimum=0),
         max_messages_per_trigger=_int(given, MAX_MESSAGES_PER_TRIGGER, minimum=1),
         max_bytes_per_trigger=_int(given, MAX_BYTES_PER_TRIGGER, minimum=1),
         min_messages_per_trigger=_int(given, MIN_MESSAGES_PER_TRIGGER, minimum=1),

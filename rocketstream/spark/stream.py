@@ -328,8 +328,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             first = np.minimum(planned.begin, stop_values)
             busy = np.flatnonzero(stop_values > first)
             keys = [planned.index.keys[i] for i in busy.tolist()]
-            return plan_tasks(self.options, self.brokers, dict(zip(keys, first[busy].tolist(), strict=True)),
-                              dict(zip(keys, stop_values[busy].tolist(), strict=True)), self.projection, tags)
+            with self._views() as views:
+                return plan_tasks(self.options, self.brokers, dict(zip(keys, first[busy].tolist(), strict=True)),
+                                  dict(zip(keys, stop_values[busy].tolist(), strict=True)), self.projection, tags,
+                                  views=views)
         with self._views() as views:
             if planned is not None and planned.end == stop:
                 bounds = planned.bounds()  # the same trigger: latestOffset just read them
@@ -346,8 +348,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             known = {q: begin[q] for q in reading if q in begin}
             checked = positions.check_starts(known, bounds, self.options.fail_on_data_loss)
             starts = {q: checked.get(q, bounds[q].min) for q in reading}
-        starts = {q: min(starts[q], reading[q]) for q in reading}  # retention may have passed the whole range
-        return plan_tasks(self.options, self.brokers, starts, reading, self.projection, tags)
+            starts = {q: min(starts[q], reading[q]) for q in reading}  # retention may have passed the range
+            return plan_tasks(self.options, self.brokers, starts, reading, self.projection, tags, views=views)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, ReadTask):

@@ -7,18 +7,32 @@ driver, and reading a task's ranges as Arrow batches in executors.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
-from rocketstream.spark.broker_view import BrokerLocation, open_views
-from rocketstream.spark.offset_ranges import OffsetRange, QueueKey, plan_default, plan_partitions
+from rocketstream.codec import java_hash
+from rocketstream.errors import OptionError
+from rocketstream.spark.broker_view import BrokerLocation, BrokerView, open_views, view_of
+from rocketstream.spark.offset_ranges import (
+    DEFAULT_MAX_PARTITION_BYTES,
+    DEFAULT_OPEN_COST_BYTES,
+    OffsetRange,
+    QueueKey,
+    plan_by_bytes,
+    plan_default,
+    plan_partitions,
+)
 from rocketstream.spark.options import RocketMQOptions
 from rocketstream.spark.schema import Projection
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -71,14 +85,22 @@ def plan_tasks(
     projection: Projection,
     tags: frozenset[str] | None,
     store_time_us: tuple[int, int] | None = None,
+    views: Mapping[str, BrokerView] | None = None,
 ) -> list[ReadTask]:
     """The tasks of a batch.
 
-    Default (no ``numPartitions``): Kafka-like (:func:`plan_default`): a task per queue range with messages,
-    big ranges split, small ones packed, no task above ``maxMessagesPerPartition`` messages when given.
-    With ``numPartitions``: that many tasks share the queues as a consumer group of that many members
-    would with ``allocateStrategy``, ranges split by ``maxMessagesPerPartition``. CONFIG and MACHINE_ROOM
-    choose the queues read either way."""
+    With ``views`` (the planner's open broker views) ranges are packed into tasks by their stored bytes as
+    Spark packs files (:func:`plan_by_bytes`: ``maxPartitionBytes``, ``openCostInBytes``, a range above the
+    target split); the bytes are the consume queue's unit sizes in local mode (under a tag filter, those of
+    the units whose tagsCode may match) and count × a sampled average size in network mode
+    (:func:`ranges_bytes`). Without views, or when a broker cannot tell sizes: message counts
+    (:func:`plan_default`).
+
+    Default (no ``numPartitions``): every range with messages, in queue order; no task above
+    ``maxMessagesPerPartition`` messages when given. With ``numPartitions``: that many tasks share the
+    queues as a consumer group of that many members would with ``allocateStrategy`` (ranges split by
+    ``maxMessagesPerPartition``), and a member's share bigger than ``maxPartitionBytes`` is cut into more
+    tasks — never mixing two members' queues. CONFIG and MACHINE_ROOM choose the queues read either way."""
     args: dict[str, Any] = dict(options.strategy_args)  # each strategy's own keyword arguments
     strategy = options.allocate_strategy
     queues = [q for q in ends if ends[q] > starts[q]]
@@ -90,15 +112,15 @@ def plan_tasks(
         args["message_queue_list"] = sorted(queues)
         num_tasks = 1
         if options.num_partitions is None:
-            return _tasks(options, brokers, _default_plan(options, starts, ends, queues), projection, tags,
-                          store_time_us)
+            return _tasks(options, brokers, _default_plan(options, starts, ends, queues, tags, views), projection,
+                          tags, store_time_us)
     else:
         if strategy == "MACHINE_ROOM":
             rooms = args["consumeridcs"]
             queues = [q for q in queues if q.broker_name.count("@") == 1 and q.broker_name.split("@")[0] in rooms]
         if options.num_partitions is None:
-            return _tasks(options, brokers, _default_plan(options, starts, ends, queues), projection, tags,
-                          store_time_us)
+            return _tasks(options, brokers, _default_plan(options, starts, ends, queues, tags, views), projection,
+                          tags, store_time_us)
         num_tasks = options.num_partitions
         if strategy.startswith("MACHINE_ROOM_NEARBY"):
             rooms_all = sorted({_room(q) for q in queues}) or ["default"]
@@ -108,12 +130,73 @@ def plan_tasks(
             args["machine_room_of_cid"] = _TaskRoom(tuple(rooms_all))
     ranges = [OffsetRange(q, starts[q], ends[q]) for q in sorted(queues)]
     plan = plan_partitions(ranges, num_tasks, strategy, options.max_messages_per_partition, **args)
+    sizes = None if views is None else ranges_bytes(views, [r for task in plan for r in task], tags)
+    if sizes is not None:
+        at, packed = 0, []
+        for member in plan:   # the members are the floor; a member's share above the target is cut further
+            packed += plan_by_bytes(member, sizes[at:at + len(member)],
+                                    max_partition_bytes=_max_partition_bytes(options), open_cost=_open_cost(options))
+            at += len(member)
+        plan = packed
     return _tasks(options, brokers, plan, projection, tags, store_time_us)
 
 
+def _max_partition_bytes(options: RocketMQOptions) -> int:
+    return options.max_partition_bytes or DEFAULT_MAX_PARTITION_BYTES
+
+
+def _open_cost(options: RocketMQOptions) -> int:
+    return DEFAULT_OPEN_COST_BYTES if options.open_cost_in_bytes is None else options.open_cost_in_bytes
+
+
 def _default_plan(options: RocketMQOptions, starts: Mapping[QueueKey, int], ends: Mapping[QueueKey, int],
-                  queues: Iterable[QueueKey]) -> list[list[OffsetRange]]:
-    return plan_default([OffsetRange(q, starts[q], ends[q]) for q in queues], options.max_messages_per_partition)
+                  queues: Iterable[QueueKey], tags: frozenset[str] | None,
+                  views: Mapping[str, BrokerView] | None) -> list[list[OffsetRange]]:
+    ranges = [OffsetRange(q, starts[q], ends[q]) for q in queues]
+    sizes = None if views is None else ranges_bytes(views, ranges, tags)
+    if sizes is None:
+        return plan_default(ranges, options.max_messages_per_partition)
+    return plan_by_bytes(ranges, sizes, max_partition_bytes=_max_partition_bytes(options),
+                         open_cost=_open_cost(options), min_partitions=options.num_partitions or 1,
+                         max_messages_per_partition=options.max_messages_per_partition)
+
+
+# Units whose sizes a network view is asked for, per broker and topic, to estimate an average message size
+SIZE_SAMPLE_UNITS = 64
+
+
+def ranges_bytes(views: Mapping[str, BrokerView], ranges: Sequence[OffsetRange],
+                 tags: frozenset[str] | None) -> list[int] | None:
+    """Stored bytes of each range, for :func:`plan_by_bytes`. A view with ``range_bytes`` (local mode) sums
+    the consume queue's unit sizes (with ``tags``, of the units whose tagsCode may match); another (network
+    mode) is asked the sizes of the first :data:`SIZE_SAMPLE_UNITS` messages of the broker's longest range of
+    each topic (QUERY_CONSUME_QUEUE) and each range counts its messages × their average. None when a broker
+    does not answer that request (planning then goes by message counts; logged)."""
+    codes = None if not tags else np.array(sorted(java_hash(t) for t in tags), dtype=np.int64)
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(ranges):
+        groups.setdefault((r.queue.broker_name, r.queue.topic), []).append(i)
+    out = [0] * len(ranges)
+    for (broker, topic), idx in groups.items():
+        view = view_of(views, broker)
+        range_bytes = getattr(view, "range_bytes", None)
+        if range_bytes is not None:
+            found = range_bytes(topic, [(ranges[i].queue.queue_id, ranges[i].start, ranges[i].end) for i in idx],
+                                codes)
+            for i, b in zip(idx, found, strict=True):
+                out[i] = int(b)
+            continue
+        longest = ranges[max(idx, key=lambda i: ranges[i].size)]
+        try:
+            sample = view.message_sizes(topic, longest.queue.queue_id, longest.start,
+                                        min(longest.end, longest.start + SIZE_SAMPLE_UNITS))
+        except OptionError as exc:
+            log.warning("broker %s gives no message sizes (%s): tasks planned by message counts", broker, exc)
+            return None
+        average = float(np.mean(sample)) if len(sample) else 0.0
+        for i in idx:
+            out[i] = int(ranges[i].size * average)
+    return out
 
 
 def _tasks(options: RocketMQOptions, brokers: tuple[BrokerLocation, ...], plan: list[list[OffsetRange]],
@@ -148,4 +231,4 @@ class _TaskRoom:
         return self.rooms[int(cid.rsplit("-", 1)[1]) % len(self.rooms)]
 
 
-__all__ = ["ReadTask", "plan_tasks", "read_task"]
+__all__ = ["ReadTask", "plan_tasks", "ranges_bytes", "read_task"]

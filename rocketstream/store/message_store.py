@@ -636,18 +636,35 @@ class MessageStore:
         commit log and every queue refreshed once (a reader's planner asks for a thousand queues at a time)."""
         if not self.read_only:
             return [(self.min_offset(topic, q), self.max_offset(topic, q)) for q in queue_ids]
+        return [(0, 0) if cq is None else (cq.min_offset(), cq.max_offset())
+                for cq in self.queues_for_read(topic, queue_ids)]
+
+    def queues_for_read(self, topic: str, queue_ids: Iterable[int], *,
+                        refresh: bool = True) -> list[ConsumeQueue | None]:
+        """Each queue as ``_queue`` gives it (None: no directory), refreshed once with the commit log's min
+        read once: a reader of many ranges (a Spark task) then reads them without refreshing again.
+        ``refresh=False``: a queue already loaded is taken as it is (a planner that just refreshed it)."""
+        if not self.read_only:
+            return [self._queues.get((topic, q)) for q in queue_ids]
+        if not refresh:
+            loaded = [self._queues.get((topic, q)) for q in queue_ids]
+            if all(cq is not None for cq in loaded):
+                return loaded
         cl_min = self.commit_log.min_offset()
-        bounds = []
+        queues: list[ConsumeQueue | None] = []
         for queue_id in queue_ids:
             cq = self._queues.get((topic, queue_id))
             if cq is None:
                 if not (self.root / "consumequeue" / topic / str(queue_id)).is_dir():
-                    bounds.append((0, 0))
+                    queues.append(None)
                     continue
                 cq = self._load_queue(topic, queue_id)
+            elif not refresh:
+                queues.append(cq)
+                continue
             cq.refresh(cl_min)
-            bounds.append((cq.min_offset(), cq.max_offset()))
-        return bounds
+            queues.append(cq)
+        return queues
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         cq = self._queue(topic, queue_id)

@@ -2,6 +2,15 @@
 
     python tests/benchmarks/bench_planning.py [--queues 8,128,1024] [--triggers 30] [--messages 64] [--dir DIR]
                                               [--modes local,network] [--broker ours|java]
+    python tests/benchmarks/bench_planning.py --tasks [--dir DIR]
+
+``--tasks`` (issue 21): the tasks a batch query gets, and the driver's planning time, for the issue's reads —
+1 M x 256 B and 100 k x 4 KiB over 8 queues (stores written for the run, 1 % of the messages tagged
+``TagRare``), their 1 % tag scans, 1,024 queues x 1 message, and 10 GiB over 8 queues (planning maths only, from
+the ranges' message counts and bytes: no 10 GiB store is written) — by message counts (``plan_default``, the
+plan of main before issue 21; what ``plan_tasks`` still does without views) and by bytes
+(``plan_by_bytes`` with the consume queue's sizes, what the batch reader now plans). Times are this process's
+CPU time for ``partitions()`` (best of 3).
 
 For each queue count and mode it makes one topic of that many queues (``--messages`` messages per queue),
 opens the stream reader the ``rocketmq`` source gives Spark (the default consumerGroup, so every trigger
@@ -179,6 +188,73 @@ def bench(root: Path, queues: int, triggers: int, per_queue: int, mode: str = "l
     return times
 
 
+def build_sized(root: Path, queues: int, per_queue: int, body: int) -> None:
+    """``per_queue`` messages of ``body`` bytes in each queue, every 100th tagged TagRare."""
+    with MessageStore.open(root, create=True) as store:
+        store.create_topic(TOPIC, queues)
+        tags = ["TagRare" if i % 100 == 0 else "TagCommon" for i in range(min(per_queue, 4096))]
+        for qid in range(queues):
+            for at in range(0, per_queue, 4096):
+                n = min(4096, per_queue - at)
+                store.put_batch(TOPIC, qid, [b"x" * body] * n, tags=tags[:n])
+
+
+def task_counts(base: Path) -> None:
+    from rocketstream.spark import tasks as tasks_mod
+    from rocketstream.spark.offset_ranges import OffsetRange, QueueKey, plan_by_bytes, plan_default
+
+    print(f"{'read':<34} {'by messages':>12} {'by bytes':>9} {'cpu ms (messages)':>18} {'cpu ms (bytes)':>15}")
+
+    def planned(options: dict[str, str], *, with_views: bool) -> tuple[int, float]:
+        real = tasks_mod.plan_tasks
+
+        def without_views(*a, **kw):  # main's plan: message counts only
+            kw.pop("views", None)
+            return real(*a, **kw)
+
+        best, n = float("inf"), 0
+        for _ in range(3):
+            if not with_views:
+                tasks_mod.plan_tasks = without_views
+            try:
+                import rocketstream.spark.batch as batch_mod
+
+                batch_mod.plan_tasks = tasks_mod.plan_tasks
+                c0 = time.process_time()
+                n = len(batch_reader(parse_options(options, streaming=False), projection_for(None)).partitions())
+                best = min(best, time.process_time() - c0)
+            finally:
+                tasks_mod.plan_tasks = real
+                batch_mod.plan_tasks = real
+        return n, best
+
+    for name, queues, per_queue, body in (("1 M x 256 B, 8 queues", 8, 125_000, 256),
+                                          ("100 k x 4 KiB, 8 queues", 8, 12_500, 4096),
+                                          ("1,024 queues x 1 message", 1024, 1, 100)):
+        root = base / f"tasks-{queues}-{per_queue}-{body}"
+        t0 = time.perf_counter()
+        build_sized(root, queues, per_queue, body)
+        print(f"  ({name}: store written in {time.perf_counter() - t0:.1f} s)", flush=True)
+        for label, extra in (("", {}), (", tag 1 %", {"subExpression": "TagRare"})):
+            if queues > 8 and extra:
+                continue
+            options = {"path": str(root), "topic": TOPIC, **extra}
+            n_old, t_old = planned(options, with_views=False)
+            n_new, t_new = planned(options, with_views=True)
+            print(f"{name + label:<34} {n_old:>12} {n_new:>9} {ms(t_old):>18} {ms(t_new):>15}", flush=True)
+        shutil.rmtree(root, ignore_errors=True)
+    for name, per_queue, body in (("10 GiB, 256 B, 8 queues (maths)", 5_242_880, 256),
+                                  ("10 GiB, 4 KiB, 8 queues (maths)", 327_680, 4096)):
+        ranges = [OffsetRange(QueueKey(TOPIC, "broker-a", i), 0, per_queue) for i in range(8)]
+        stored = [per_queue * (body + 150)] * 8   # ~150 header bytes a record
+        c0 = time.process_time()
+        old = plan_default(ranges)
+        c1 = time.process_time()
+        new = plan_by_bytes(ranges, stored)
+        c2 = time.process_time()
+        print(f"{name:<34} {len(old):>12} {len(new):>9} {ms(c1 - c0):>18} {ms(c2 - c1):>15}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--queues", default="8,128,1024")
@@ -187,9 +263,13 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="where the stores go (a temporary directory by default)")
     ap.add_argument("--modes", default="local,network", help="local and/or network")
     ap.add_argument("--broker", default="ours", choices=("ours", "java"), help="the broker of network mode")
+    ap.add_argument("--tasks", action="store_true", help="task counts by messages vs by bytes (issue 21)")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-planning-", dir=args.dir))
     try:
+        if args.tasks:
+            task_counts(base)
+            return
         print(f"{'mode':<8} {'queues':>7} {'what':<20} {'median ms':>9} {'p90 ms':>8}")
         for mode in args.modes.split(","):
             label = mode if mode == "local" else f"net-{args.broker}"

@@ -1,14 +1,19 @@
 """Spark benchmark: `sum(length(body))` over the same rows through several readers, in one run.
 
     python tests/benchmarks/bench_spark.py [--messages 1000000] [--sizes 256,1024,4096] [--dir DIR]
-        [--network ours,java | --network none] [--local-only]
+        [--network ours,java | --network none] [--local-only] [--partitions default|N] [--queue-counts 8,1024]
 
 For each body size it writes ``--messages`` messages (1 % of them tagged ``TagRare``) into a fresh
 store and the same rows (all columns) into a Parquet file, then times on local[2]:
   * ours:      spark.read.format("rocketmq") over the store
   * parquet:   spark.read.parquet of the same rows
   * synthetic: a Python data source yielding prebuilt Arrow batches of the same schema (the API's ceiling)
-  * tag 1 %:   our source with subExpression=TagRare (ConsumeQueue tagsCode filter) vs our full scan
+  * tag 1 %:   our source with subExpression=TagRare (ConsumeQueue tagsCode filter) vs our full scan, and vs
+               "floor": the synthetic source reading 100 rows (what any query of a few rows costs; goal <= 1.5x)
+  Our source plans its tasks itself (``--partitions default``: by bytes, issue 21) or with numPartitions=N;
+  the task counts (``df.rdd.getNumPartitions()``) are printed.
+  ``--queue-counts 8,1024``: a batch query (count and sum of body lengths) over a topic of that many queues of
+  one message each, the cost of many small queue ranges (issue 21's goal: 1,024 within +150 ms of 8).
   * network (issue 12), over the same store files, one broker at a time on free 127.0.0.1 ports:
       ours-default / ours-raised: `rocketstream serve --store STORE` (name server in the same process)
       java-default / java-raised: the real Apache RocketMQ 4.9.8 name server + broker on STORE
@@ -231,7 +236,12 @@ def main() -> None:
                     help=f"network cases to run, comma-separated from {', '.join(NETWORK_CASES)}; 'none' for none")
     ap.add_argument("--no-reference", action="store_true",
                     help="skip the Parquet, synthetic and tag-filter queries (local mode and network only)")
+    ap.add_argument("--partitions", default="default",
+                    help="our source's numPartitions, or 'default' (planned by bytes, issue 21)")
+    ap.add_argument("--queue-counts", default="",
+                    help="also time a batch query over N queues of one message each, e.g. 8,1024")
     args = ap.parse_args()
+    partitions = {} if args.partitions == "default" else {"numPartitions": str(int(args.partitions))}
     cases = [] if args.network == "none" else [c.strip() for c in args.network.split(",") if c.strip()]
     bad = [c for c in cases if c not in NETWORK_CASES]
     if bad:
@@ -253,36 +263,41 @@ def main() -> None:
             print(f"[{body_size} B] data written in {time.perf_counter() - t0:.1f} s", flush=True)
 
             # the queries below run within this iteration of the loop (B023 noted on each)
+            def ours_df(sub: str = "*"):
+                return (spark.read.format("rocketmq").option("topic", TOPIC).option("subExpression", sub)
+                        .options(**partitions).load(str(root)))  # noqa: B023
+
             def ours(sub: str = "*"):
-                df = (spark.read.format("rocketmq").option("topic", TOPIC).option("subExpression", sub)
-                      .option("numPartitions", str(PARTITIONS)).load(str(root)))  # noqa: B023
-                return df.selectExpr("count(*) AS n", "sum(length(body)) AS b").collect()[0]
+                return ours_df(sub).selectExpr("count(*) AS n", "sum(length(body)) AS b").collect()[0]
 
             def parquet_q():
                 df = spark.read.parquet(str(parquet))  # noqa: B023
                 return df.selectExpr("count(*) AS n", "sum(length(body)) AS b").collect()[0]
 
-            def synthetic():
-                df = (spark.read.format("synthetic_arrow").option("rows", str(args.messages))
+            def synthetic(rows: int = args.messages):
+                df = (spark.read.format("synthetic_arrow").option("rows", str(rows))
                       .option("store", str(root)).option("bodySize", str(body_size)).load())  # noqa: B023
                 return df.selectExpr("count(*) AS n", "sum(length(body)) AS b").collect()[0]
 
             def network(namesrv: str):
                 df = (spark.read.format("rocketmq").option("nameServer", namesrv).option("topic", TOPIC)
-                      .option("numPartitions", str(PARTITIONS)).load())
+                      .options(**partitions).load())
                 return df.selectExpr("count(*) AS n", "sum(length(body)) AS b").collect()[0]
 
             t_ours, r_ours = best_time(ours, args.repeat)
-            print(f"[{body_size} B] local mode {t_ours:.2f} s", flush=True)
+            tasks_full, tasks_tag = ours_df().rdd.getNumPartitions(), ours_df("TagRare").rdd.getNumPartitions()
+            print(f"[{body_size} B] local mode {t_ours:.2f} s, {tasks_full} tasks (tag 1 %: {tasks_tag})", flush=True)
             assert r_ours["n"] == args.messages, r_ours
             if not args.no_reference:
                 t_pq, r_pq = best_time(parquet_q, args.repeat)
                 t_syn, r_syn = best_time(synthetic, args.repeat)
                 t_tag, r_tag = best_time(lambda: ours("TagRare"), args.repeat)
+                t_floor, r_floor = best_time(lambda: synthetic(100), args.repeat)
+                assert r_floor["n"] == 100, r_floor
                 assert r_pq["n"] == r_syn["n"] == args.messages, (r_ours, r_pq, r_syn)
                 assert r_ours["b"] == r_pq["b"], (r_ours, r_pq)
                 assert r_tag["n"] == (args.messages + 99) // 100, r_tag
-                results.append((body_size, args.messages, t_ours, t_pq, t_syn, t_tag))
+                results.append((body_size, args.messages, t_ours, t_pq, t_syn, t_tag, t_floor, tasks_full, tasks_tag))
                 parquet.unlink()
             for case in cases:
                 kind, limits = case.split("-")
@@ -300,6 +315,25 @@ def main() -> None:
                 net_results.append((body_size, case, t_net, t_ours))
                 shutil.rmtree(home, ignore_errors=True)
             shutil.rmtree(root)
+        queue_results = []
+        for count in (int(c) for c in args.queue_counts.split(",") if c.strip()):
+            root = base / f"queues-{count}"
+            with MessageStore.open(root, create=True) as store:
+                store.create_topic(TOPIC, count)
+                for qid in range(count):
+                    store.put_batch(TOPIC, qid, [b"x" * 100], tags="TagCommon")
+
+            def few(r: Path = root):
+                df = spark.read.format("rocketmq").option("topic", TOPIC).options(**partitions).load(str(r))
+                return df.selectExpr("count(*) AS n", "sum(length(body)) AS b").collect()[0]
+
+            t_q, r_q = best_time(few, args.repeat)
+            assert r_q["n"] == count, r_q
+            tasks_q = spark.read.format("rocketmq").option("topic", TOPIC).options(**partitions).load(
+                str(root)).rdd.getNumPartitions()
+            print(f"[{count} queues x 1] {t_q:.3f} s, {tasks_q} tasks", flush=True)
+            queue_results.append((count, t_q, tasks_q))
+            shutil.rmtree(root)
     finally:
         spark.stop()
         shutil.rmtree(base, ignore_errors=True)
@@ -309,10 +343,17 @@ def main() -> None:
     if results:
         print(f"\nsum(length(body)) over {n:,} messages, local[2], best of {args.repeat}")
         print(f"{'body':>6} {'ours rows/s':>12} {'ours MB/s':>10} {'parquet rows/s':>15} {'synthetic rows/s':>17} "
-              f"{'vs ceiling':>10} {'vs parquet':>10} {'tag 1% s':>9} {'full/tag':>9}")
-        for size, n, t_o, t_p, t_s, t_t in results:
+              f"{'vs ceiling':>10} {'vs parquet':>10} {'tag 1% s':>9} {'full/tag':>9} {'floor s':>8} "
+              f"{'tag/floor':>9} {'tasks':>6} {'tag tasks':>9}")
+        for size, n, t_o, t_p, t_s, t_t, t_f, k_o, k_t in results:
             print(f"{size:>6} {n / t_o:12,.0f} {n * size / t_o / 1e6:10.1f} {n / t_p:15,.0f} {n / t_s:17,.0f} "
-                  f"{t_s / t_o:10.2f} {t_p / t_o:10.2f} {t_t:9.3f} {t_o / t_t:9.1f}")
+                  f"{t_s / t_o:10.2f} {t_p / t_o:10.2f} {t_t:9.3f} {t_o / t_t:9.1f} {t_f:8.3f} {t_t / t_f:9.2f} "
+                  f"{k_o:>6} {k_t:>9}")
+    if queue_results:
+        print(f"\nbatch query over N queues of one message each, best of {args.repeat}")
+        first = queue_results[0][1]
+        for count, t_q, tasks_q in queue_results:
+            print(f"{count:>6} queues {t_q:8.3f} s {tasks_q:>4} tasks  +{(t_q - first) * 1000:7.0f} ms")
     if net_results:
         print(f"\nnetwork mode vs local mode on the same store, {n:,} messages, local[2], best of {args.repeat} "
               f"(goal for ours >= 0.7x)")

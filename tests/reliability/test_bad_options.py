@@ -40,6 +40,8 @@ CASES = [
     Case("numPartitions-zero", {"numPartitions": "0"}, ("numPartitions", ">= 1")),
     Case("minPartitions-negative", {"minPartitions": "-1"}, ("minPartitions",)),
     Case("maxMessagesPerPartition-fraction", {"maxMessagesPerPartition": "1.5"}, ("maxMessagesPerPartition", "1.5")),
+    Case("maxPartitionBytes-zero", {"maxPartitionBytes": "0"}, ("maxPartitionBytes", ">= 1")),
+    Case("openCostInBytes-negative", {"openCostInBytes": "-1"}, ("openCostInBytes", ">= 0")),
     Case("maxMessagesPerTrigger-negative", {"maxMessagesPerTrigger": "-5"}, ("maxMessagesPerTrigger",), stream=True),
     Case("maxOffsetsPerTrigger-word", {"maxOffsetsPerTrigger": "lots"}, ("maxOffsetsPerTrigger", "lots"), stream=True),
     Case("maxBytesPerTrigger-zero", {"maxBytesPerTrigger": "0"}, ("maxBytesPerTrigger",), stream=True),

@@ -22,7 +22,7 @@ from rocketstream.codec import CQ_DTYPE, HostAddress, decode_record, encode_reco
 from rocketstream.codec import arrow_records as ar
 from rocketstream.codec.arrow_records import project_schema
 from rocketstream.errors import CorruptStoreError
-from rocketstream.store.read.bulk_read import batch_bounds, read_range_batches
+from rocketstream.store.read.bulk_read import RangeUnits, batch_bounds, read_range_batches, read_ranges_batches
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 V4_BORN = HostAddress("10.1.2.3", 54321)
@@ -423,6 +423,56 @@ def test_reread_under_a_tag_filter_keeps_only_fresh_units_that_match() -> None:
     table = pa.Table.from_batches(batches)
     assert table.column("queueOffset").to_pylist() == [1, 3, 5]
     assert table.column("tags").to_pylist() == ["a", "a", "a"]
+
+
+def test_several_ranges_read_at_once_equal_the_ranges_read_one_by_one() -> None:
+    """A Spark task's ranges (two topics, interleaved queues, several files, a V2 topic) read in one call:
+    rows in range order, each with its own topic, queueId and queue offsets, batches crossing the range
+    boundaries (one batch for many small ranges), and the same rows with a tag filter."""
+    log = mixed_log()
+    long_topic = "L" * 130
+    asks = [("TopicA", 1, 3), (long_topic, 0, 0), ("TopicA", 0, 10), ("TopicA", 1, 0)]
+    ranges = [RangeUnits(t, q, s, log.cq(t, q)[s:]) for t, q, s in asks]
+    for tags in (None, {"Tag1"}):
+        want = [r for t, q, s in asks for r in read_rows(log, t, q, start=s, tags=tags)]
+        batches = list(read_ranges_batches(log, ranges, broker_name="broker-a", tags=tags))
+        got = [row for b in batches for row in b.to_pylist()]
+        for row in got:
+            row["properties"] = dict(row["properties"])
+        assert got == want and len(got) > 40
+        assert len(batches) == 1   # 1 MiB of batch budget holds every range
+    small = list(read_ranges_batches(log, ranges, broker_name="b", columns=["topic", "queueId", "queueOffset"],
+                                     batch_bytes=600))
+    assert len(small) > 10
+    rows = [tuple(r.values()) for b in small for r in b.to_pylist()]
+    assert rows == [(t, q, o) for t, q, s in asks for o in range(s, len(log.cq(t, q)))]
+    assert list(read_ranges_batches(log, [], broker_name="b")) == []
+
+
+def test_a_mismatch_in_one_of_several_ranges_rereads_that_range() -> None:
+    log = FakeCommitLog()
+    for i in range(8):
+        log.append(topic="T", queue_id=i % 2, body=b"b%d" % i)
+    good0, good1 = log.cq("T", 0), log.cq("T", 1)
+    torn = good1.copy()
+    torn[2]["size"] += 1
+    asked = []
+
+    def reread(start: int, end: int) -> np.ndarray:
+        asked.append((start, end))
+        return good1[start:end]
+
+    ranges = [RangeUnits("T", 0, 0, good0, None), RangeUnits("T", 1, 1, torn[1:], reread)]
+    table = pa.Table.from_batches(list(read_ranges_batches(log, ranges, broker_name="b",
+                                                           columns=["queueId", "queueOffset", "storeSize"])))
+    assert list(zip(*(table.column(c).to_pylist() for c in ("queueId", "queueOffset")), strict=True)) == [
+        (0, 0), (0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (1, 3)]
+    assert table.column("storeSize").to_pylist() == good0["size"].tolist() + good1["size"][1:].tolist()
+    assert asked == [(1, 4)]
+    # a range without reread: the mismatch is an error naming that range's queue
+    ranges = [RangeUnits("T", 0, 0, good0, lambda a, b: good0[a:b]), RangeUnits("T", 1, 0, torn, None)]
+    with pytest.raises(CorruptStoreError, match="consume-queue unit 2 of T/1"):
+        list(read_ranges_batches(log, ranges, broker_name="b", columns=["queueOffset"]))
 
 
 def test_crc_checked_only_when_asked() -> None:
