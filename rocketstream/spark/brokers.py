@@ -20,7 +20,8 @@ def broker_locations(options: RocketMQOptions) -> tuple[BrokerLocation, ...]:
     if options.name_server is not None:
         from rocketstream.spark.network.view import resolve_network_brokers
 
-        return resolve_network_brokers(options.name_server, options.topics, options.consumer_group)
+        return resolve_network_brokers(options.name_server, options.topics, options.consumer_group,
+                                       options.secured)
     return tuple(LocalBroker(name or _default_broker_name(root), str(root), options.broker_addr)
                  for name, root in options.brokers)
 

@@ -29,6 +29,7 @@ from rocketstream.spark.offsets import (
     SpecificOffsets,
     StartPosition,
 )
+from rocketstream.spark.secured import NOT_SECURED, SECRET_OPTIONS, SECURED_OPTIONS, SecuredOptions, parse_secured
 
 # ---- option keys (documented spelling) ---------------------------------------------------------
 PATH = "path"
@@ -73,6 +74,7 @@ ALL_OPTIONS: tuple[str, ...] = (
     MAX_BYTES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY,
     FAIL_ON_DATA_LOSS, CHECK_CRC, BROKER_NAME, BROKERS, CONSUMER_IDCS, VIRTUAL_NODE_CNT, ALLOCATE_QUEUES,
     OFFSETS_STORE_DIR, CLIENT_ID, BROKER_ADDR, NAME_SERVER, NAMESRV_ADDR,
+    *SECURED_OPTIONS,  # accessKey, secretKey, securityToken, namespace, tls.* (rocketstream.spark.secured)
 )
 _CANONICAL = {k.lower(): k for k in ALL_OPTIONS}
 _ALIASES = {MIN_PARTITIONS: NUM_PARTITIONS, MAX_OFFSETS_PER_TRIGGER: MAX_MESSAGES_PER_TRIGGER,
@@ -122,6 +124,7 @@ class RocketMQOptions:
     client_id: str | None = None
     broker_addr: str | None = None  # host:port of a live broker serving the (single) store
     name_server: str | None = None  # network mode: the name server addresses ("a:9876;b:9876")
+    secured: SecuredOptions = NOT_SECURED  # network mode: ACL account, TLS, namespace (repr hides secrets)
 
     @property
     def network(self) -> bool:
@@ -141,7 +144,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
             raise OptionError(str(key), f"unknown option; valid options: {', '.join(ALL_OPTIONS)}")
         canonical = _ALIASES.get(spelled, spelled)
         if canonical in given:
-            raise OptionError(canonical, f"given twice (directly and through its alias {spelled})", value)
+            raise OptionError(canonical, f"given twice (directly and through its alias {spelled})",
+                              None if canonical in SECRET_OPTIONS else value)
         given[canonical] = "" if value is None else str(value)
         given.spelled[canonical] = spelled
     if streaming:
@@ -189,6 +193,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
         client_id=given.get(CLIENT_ID) or None,
         broker_addr=_broker_addr(given),
         name_server=name_server,
+        secured=parse_secured(given, network=name_server is not None),
     )
 
 
