@@ -366,10 +366,9 @@ def test_options_and_errors_hide_secrets() -> None:
 DISTS_533 = (peers.REPO.parent / "shared" / "rocketmq-5.3.3", Path("/work/shared/rocketmq-5.3.3"))
 
 
-@pytest.mark.slow
-def test_stream_group_on_rocketmq_533(spark, tmp_path: Path, monkeypatch) -> None:
-    """5.3.3 takes UPDATE_CONSUMER_OFFSET only for a group it knows: the query's heartbeat makes it known
-    (without it: 'response code 26, Group <g> not exist!'); mqadmin consumerProgress -g (no -t) shows diff 0."""
+@pytest.fixture(scope="module")
+def rmq533(tmp_path_factory: pytest.TempPathFactory):
+    """A real 5.3.3 name server + broker (no auth), started by the dist's scripts (same RMQ_* settings)."""
     dist = next((d for d in DISTS_533 if (d / "bin" / "broker").is_file()), None)
     if dist is None:
         pytest.skip(f"no RocketMQ 5.3.3 distribution in {[str(d) for d in DISTS_533]}")
@@ -377,35 +376,82 @@ def test_stream_group_on_rocketmq_533(spark, tmp_path: Path, monkeypatch) -> Non
         peers.find_java()
     except peers.JavaUnavailable as exc:
         pytest.skip(str(exc))
-    monkeypatch.setattr(peers, "find_dist", lambda: dist)   # the 5.3.3 scripts take the same RMQ_* settings
-    ns = peers.start_namesrv(tmp_path)
-    br = None
-    try:
-        ns.wait_ready()
-        br = peers.start_broker(tmp_path, ns.port)
-        br.wait_ready()
-        namesrv = f"127.0.0.1:{ns.port}"
-        topic, group = unique("S533T"), unique("S533G")
-        with Producer(unique("S533PG"), namesrv=namesrv) as producer:
-            for i in range(N):
-                producer.send(topic, f"v5-{i}".encode())
-        name = unique("q533")
-        query = (spark.readStream.format("rocketmq").option("nameServer", namesrv).option("topic", topic)
-                 .option("consumerGroup", group).option("startingOffsets", "earliest").load()
-                 .writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / "ck"))
-                 .trigger(processingTime="200 milliseconds").start())
+    home = tmp_path_factory.mktemp("rmq533")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(peers, "find_dist", lambda: dist)
+        ns = peers.start_namesrv(home)
+        br = None
         try:
-            wait_for(lambda: _rows_of(spark, query, name) == N, 180, "rows")
-
-            def diff_zero() -> bool:
-                assert query.exception() is None, query.exception()
-                out = _run_java_admin("consumerProgress", "-n", namesrv, "-g", group, dist=dist, home=tmp_path)
-                return topic in out and "Diff Total: 0" in out
-
-            wait_for(diff_zero, 180, "consumerProgress diff 0")
-        finally:
-            query.stop()
+            ns.wait_ready()
+            br = peers.start_broker(home, ns.port)
+            br.wait_ready()
+        except BaseException:
+            if br is not None:
+                br.kill()
+            ns.kill()
+            raise
+    try:
+        yield SimpleNamespace(dist=dist, home=home, namesrv=f"127.0.0.1:{ns.port}", broker=f"127.0.0.1:{br.port}")
     finally:
-        if br is not None:
-            br.kill()
+        br.kill()
         ns.kill()
+
+
+@pytest.mark.slow
+def test_group_presence_lets_533_take_commits(rmq533) -> None:
+    """Without a heartbeat 5.3.3 refuses a new group's commit (code 26, 'Group <g> not exist!'); after the
+    query's heartbeat it takes it, and mqadmin consumerProgress -g (no -t, through %RETRY%) shows diff 0."""
+    from rocketstream.errors import BrokerResponseError
+    from rocketstream.spark.brokers import broker_locations
+    from rocketstream.spark.group_presence import GroupPresence
+    from rocketstream.spark.options import parse_options
+
+    topic, group = unique("P533T"), unique("P533G")
+    with Producer(unique("P533PG"), namesrv=rmq533.namesrv) as producer:
+        sent = [producer.send(topic, f"v5-{i}".encode()) for i in range(N)]
+    ends: dict[int, int] = {}
+    for r in sent:
+        ends[r.queue.queue_id] = max(ends.get(r.queue.queue_id, 0), r.queue_offset + 1)
+    opts = parse_options({"nameServer": rmq533.namesrv, "topic": topic, "consumerGroup": group}, streaming=True)
+    locations = broker_locations(opts)
+    view = locations[0].open()
+    with pytest.raises(BrokerResponseError) as info:
+        view.commit_offsets(group, [{topic: ends}])
+    assert info.value.code == 26 and "not exist" in (info.value.remark or ""), info.value
+    presence = GroupPresence(opts)
+    try:
+        presence.keep(locations)
+        view.commit_offsets(group, [{topic: ends}])
+        assert view.query_offsets(group, topic, sorted(ends)) == ends
+        out = _run_java_admin("consumerProgress", "-n", rmq533.namesrv, "-g", group, dist=rmq533.dist,
+                              home=rmq533.home)
+        assert topic in out and "Diff Total: 0" in out, out[-3000:]
+    finally:
+        presence.close()
+
+
+@pytest.mark.slow
+def test_stream_group_on_rocketmq_533(spark, rmq533, tmp_path: Path) -> None:
+    """5.3.3 takes UPDATE_CONSUMER_OFFSET only for a group it knows: the query's heartbeat makes it known
+    (without it: 'response code 26, Group <g> not exist!'); mqadmin consumerProgress -g (no -t) shows diff 0."""
+    namesrv = rmq533.namesrv
+    topic, group = unique("S533T"), unique("S533G")
+    with Producer(unique("S533PG"), namesrv=namesrv) as producer:
+        for i in range(N):
+            producer.send(topic, f"v5-{i}".encode())
+    name = unique("q533")
+    query = (spark.readStream.format("rocketmq").option("nameServer", namesrv).option("topic", topic)
+             .option("consumerGroup", group).option("startingOffsets", "earliest").load()
+             .writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_for(lambda: _rows_of(spark, query, name) == N, 180, "rows")
+
+        def diff_zero() -> bool:
+            assert query.exception() is None, query.exception()
+            out = _run_java_admin("consumerProgress", "-n", namesrv, "-g", group, dist=rmq533.dist, home=rmq533.home)
+            return topic in out and "Diff Total: 0" in out
+
+        wait_for(diff_zero, 180, "consumerProgress diff 0")
+    finally:
+        query.stop()
