@@ -307,6 +307,9 @@ def _fails_fast(action, limit_s: float = 60.0) -> str:
     return text
 
 
+_REFUSED: list[str] = []   # brokers whose refusals the module's Spark queries met (see the log check)
+
+
 def test_wrong_secret_and_missing_permission_fail_at_once(spark, acl, spark_log, tmp_path, capsys) -> None:
     bad = {**options(acl), "secretKey": WRONG}
     text = _fails_fast(lambda: spark.read.format("rocketmq").options(**bad).load().count())
@@ -322,10 +325,19 @@ def test_wrong_secret_and_missing_permission_fail_at_once(spark, acl, spark_log,
     assert SIGNATURE_FAILED in text and acl.broker in text, text[-2000:]
     # the sink: a wrong secret, and an account without PUB on the topic
     df = spark.createDataFrame([("x",)], "body string")
-    for ak, sk, remark in ((AK, WRONG, SIGNATURE_FAILED), (READER_AK, READER_SK, "No default permission for topic")):
-        text = _fails_fast(lambda ak=ak, sk=sk: df.write.format("rocketmq").options(
-            nameServer=acl.namesrv, topic=unique("SecBadSinkT"), accessKey=ak, secretKey=sk).mode("append").save())
-        assert remark in text and acl.broker in text, text[-2000:]
+
+    def write(ak: str, sk: str) -> None:
+        (df.write.format("rocketmq").options(nameServer=acl.namesrv, topic=unique("SecBadSinkT"), accessKey=ak,
+                                             secretKey=sk).mode("append").save())
+
+    text = _fails_fast(lambda: write(AK, WRONG))
+    assert SIGNATURE_FAILED in text and acl.broker in text, text[-2000:]
+    _REFUSED.append(acl.broker)
+    if acl.kind == "ours":
+        text = _fails_fast(lambda: write(READER_AK, READER_SK))
+        assert "No default permission for topic" in text and acl.broker in text, text[-2000:]
+    else:   # 4.9.8's PlainAccessValidator checks no topic of SEND_BATCH_MESSAGE (320): any signed account writes
+        write(READER_AK, READER_SK)
     # the CLI against the same broker
     code = cli.main(["produce", "--namesrv", acl.namesrv, "--topic", acl.topic, "--count", "1", "--access-key", AK,
                      "--secret-key", WRONG])
@@ -339,7 +351,10 @@ def test_no_secret_in_spark_plans_or_logs(spark, acl, spark_log) -> None:
     texts = _plan_texts(spark)
     assert "rocketmq" in texts
     no_secret(texts, "the SQL tab's plan descriptions")
-    no_secret(spark_log.read_text(errors="replace") if spark_log.exists() else "", "Spark's log")
+    log = spark_log.read_text(errors="replace") if spark_log.exists() else ""
+    if _REFUSED:   # the refusals above were logged by Spark (task failures): the file is the real log
+        assert SIGNATURE_FAILED in log, log[-2000:]
+    no_secret(log, "Spark's log")
 
 
 def test_options_and_errors_hide_secrets() -> None:
