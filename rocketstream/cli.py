@@ -503,15 +503,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_namesrv(args: argparse.Namespace) -> int:
-    import asyncio
-
     from rocketstream.namesrv import NamesrvConfig
+    from rocketstream.remoting.loop import run as run_loop
     from rocketstream.remoting.server import parse_listen
     from rocketstream.serve import run_until_signal
 
     host, port = parse_listen(args.listen, 9876)
+    tls = None
+    if args.conf is not None:   # a conf file's tls.server.* lines (broker.conf names) make the port TLS
+        from rocketstream.broker import BrokerConfig
+
+        tls = BrokerConfig.from_conf(args.conf).tls_server
     _logging()
-    asyncio.run(run_until_signal(namesrv=NamesrvConfig(host=host, port=port, kv_config_path=args.kv_config)))
+    run_loop(run_until_signal(namesrv=NamesrvConfig(host=host, port=port, kv_config_path=args.kv_config,
+                                                    tls=tls)))
     return 0
 
 
@@ -535,29 +540,27 @@ def _logging() -> None:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
-    import asyncio
-
+    from rocketstream.remoting.loop import run as run_loop
     from rocketstream.serve import run_until_signal
 
     config = _broker_config(args)
     _logging()
-    asyncio.run(run_until_signal(broker=config))
+    run_loop(run_until_signal(broker=config))
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """A name server and a broker in one process (rocketstream/serve.py composes them); the broker
     registers with that name server unless broker.conf's namesrvAddr names others."""
-    import asyncio
-
     from rocketstream.namesrv import NamesrvConfig
+    from rocketstream.remoting.loop import run as run_loop
     from rocketstream.remoting.server import parse_listen
     from rocketstream.serve import run_until_signal
 
     config = _broker_config(args)
     host, port = parse_listen(args.namesrv_listen, 9876)
     _logging()
-    asyncio.run(run_until_signal(namesrv=NamesrvConfig(host=host, port=port), broker=config))
+    run_loop(run_until_signal(namesrv=NamesrvConfig(host=host, port=port), broker=config))
     return 0
 
 

@@ -178,6 +178,11 @@ class RemotingConnectError(RemotingError):
     """The peer cannot be reached, or the connection closed while a request was waiting."""
 
 
+class TlsError(RemotingConnectError):
+    """A TLS handshake failed (certificate not trusted, wrong host name, a peer without TLS, no client
+    certificate where one is required); the message says why and ``addr`` names the peer."""
+
+
 class RemotingTimeoutError(RemotingError):
     """No response to a request within its timeout; ``code`` and ``timeout_s`` say which request."""
 

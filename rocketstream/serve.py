@@ -11,6 +11,9 @@ ready line once it serves, worded as the Java one (``NamesrvStartup``: "The Name
 serializeType=JSON", ``BrokerStartup``: "The broker[name, addr] boot success. serializeType=JSON and name
 server is ..."), on the ``rocketstream.namesrv`` / ``rocketstream.broker`` loggers, and a line when it has
 stopped. A signal that arrives while they start is kept: they stop as soon as they have started.
+
+With both, the broker.conf's ``tls.server.*`` settings (broker/config.py) serve the name server's port too,
+unless the name server's config has its own; the broker's registration follows its ``tls.enable``.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ async def run_until_signal(*, namesrv: NamesrvConfig | None = None, broker: Brok
         if namesrv is not None:
             from rocketstream.namesrv import NamesrvController
 
+            if broker is not None and namesrv.tls is None and broker.tls_server is not None:
+                # one process, one broker.conf: its tls.server.* settings serve both ports
+                namesrv = replace(namesrv, tls=broker.tls_server)
             ns = await NamesrvController(namesrv).start()
             namesrv_log.info("The Name Server boot success. serializeType=JSON, listening on %s", ns.address)
             if broker is not None and not broker.namesrv_addr:

@@ -7,6 +7,13 @@ what the command line says (``--listen``, ``--namesrv``, ``--broker-name``, ``--
 :meth:`BrokerConfig.with_overrides`). Unknown properties are ignored, as ``MixAll.properties2Object``
 ignores them; a known one whose value does not parse is refused with a StoreConfigError naming it
 (RocketMQ would silently keep its default).
+
+TLS (RocketMQ's ``TlsSystemConfig`` names, which 4.9.8 reads as ``-D`` system properties or from
+``tls.config.file``; here they are broker.conf lines): ``tls.server.*`` make the broker's port serve TLS
+(remoting/tls.py :class:`~rocketstream.remoting.tls.ServerTlsConfig`; no ``tls.server.mode`` means
+``permissive`` when a certificate and key are given, else ``disabled``); ``tls.enable`` with ``tls.client.*``
+and ``tls.test.mode.enable`` make the broker's own connections to name servers TLS
+(:class:`~rocketstream.client.tls.TlsConfig`). A bad TLS setting is a StoreConfigError naming it.
 """
 
 from __future__ import annotations
@@ -16,9 +23,11 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from rocketstream.client.tls import TLS_PROPERTIES, TlsConfig
 from rocketstream.codec import HostAddress
 from rocketstream.errors import OptionError, StoreConfigError
 from rocketstream.remoting.server import ServerLimits
+from rocketstream.remoting.tls import SERVER_TLS_PROPERTIES, ServerTlsConfig
 from rocketstream.store.files.durable import os_errors
 from rocketstream.store.meta.config import (
     BUILTIN_BROKER_CONF,
@@ -135,6 +144,9 @@ class BrokerConfig:
     transaction_check_max: int = 15                 # check-backs before TRANS_CHECK_MAX_TIME_TOPIC
     transaction_check_interval: int = 60000         # ms between two check passes (broker/transaction.py)
     reject_transaction_message: bool = False        # refuse half messages (NO_PERMISSION)
+    # TLS: the broker's port (tls.server.*) and its own client side (tls.enable, tls.client.*); None: plain TCP
+    tls_server: ServerTlsConfig | None = None
+    tls_client: TlsConfig | None = None
     conf_path: Path | None = field(default=None, compare=False)
     store_config: StoreConfig | None = field(default=None, compare=False, repr=False)
 
@@ -193,6 +205,10 @@ class BrokerConfig:
                 kw[attr] = value.lower() == "true"   # Boolean.parseBoolean
             else:
                 kw[attr] = value
+        try:
+            kw["tls_server"], kw["tls_client"] = tls_settings(props)
+        except OptionError as exc:
+            raise StoreConfigError(str(exc), path=path) from None
         store = StoreConfig.from_broker_conf(path)
         kw["store_path_root_dir"] = store.store_path_root_dir
         kw["store_config"] = store
@@ -241,5 +257,30 @@ class BrokerConfig:
             cfg = replace(cfg, file_reserved_time_hours=None, delete_when=None, layout_settings=(), conf_path=None)
         return resolve_sizes(root, cfg, explicit=False)
 
+    @property
+    def tls_mode(self) -> str:
+        """``tls.server.mode`` in force: disabled, permissive or enforcing."""
+        return str(self.tls_server.mode) if self.tls_server is not None else "disabled"
+
     def describe(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("store_config",)}
+
+
+_CLIENT_TLS_NAMES = frozenset(k.lower() for k in (*TLS_PROPERTIES, "tls.enable"))
+
+
+def tls_settings(props: dict[str, str]) -> tuple[ServerTlsConfig | None, TlsConfig | None]:
+    """The server and client TLS settings of a broker.conf's (or a name server's) properties; (None, None)
+    when it has none. Other ``tls.*`` names 4.9.8 knows (``tls.client.authServer``, ``tls.server.authClient``,
+    ``tls.config.file``, ...) are ignored, as unknown properties are; an unknown ``tls.server.*`` name is not
+    (a misspelt server setting would silently leave the port plain)."""
+    server = {k: v for k, v in props.items() if k in SERVER_TLS_PROPERTIES}
+    for key in props:
+        if key.lower().startswith("tls.server.") and key not in SERVER_TLS_PROPERTIES \
+                and key != "tls.server.authClient":
+            raise OptionError(key, "is not a TLS server setting; valid: " + ", ".join(SERVER_TLS_PROPERTIES))
+    client = {k: v for k, v in props.items() if k.lower() in _CLIENT_TLS_NAMES}
+    server_tls = ServerTlsConfig.from_properties(server) if server else None
+    client_tls = TlsConfig.from_properties(client) if client.get("tls.enable", "false").strip().lower() == "true" \
+        else None
+    return server_tls, client_tls

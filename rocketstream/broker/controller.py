@@ -62,7 +62,9 @@ class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.server = RemotingServer(config.broker_ip1, config.listen_port, name="broker",
-                                     limits=config.server_limits())
+                                     limits=config.server_limits(), tls=config.tls_server)
+        # the broker's own client side (registration with name servers): tls.enable + tls.client.*
+        self._ns_ssl = config.tls_client.ssl_context() if config.tls_client is not None else None
         self.request_hooks: list[RequestHook] = self.server.request_hooks
         self.store: MessageStore = None  # type: ignore[assignment]   # opened by start()
         self.topics: TopicConfigManager = None  # type: ignore[assignment]
@@ -263,7 +265,7 @@ class BrokerController:
     async def _ns_channel(self, addr: str) -> Channel:
         ch = self._ns_channels.get(addr)
         if ch is None or ch.closed:
-            ch = await connect(addr)
+            ch = await connect(addr, ssl=self._ns_ssl)
             self._ns_channels[addr] = ch
         return ch
 

@@ -4,6 +4,9 @@
 do in 4.9.8: the route of ``%RETRY%<group>`` (or of ``topic`` when given) names the brokers; each is asked
 GET_CONSUME_STATS (208) and the per-queue rows are merged: broker offset (max offset), consumer offset (the
 group's committed offset on that broker) and their difference.
+
+With ``namespace`` the group and topic are looked up in it (``ns%group``, ``%RETRY%ns%group``, ``ns%topic``,
+as a Java admin with ``setNamespace`` wraps them) and the rows name their topics without it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 from rocketstream.client.allocate import MessageQueue
 from rocketstream.client.instance import MQClientInstance
+from rocketstream.client.namespace import check_namespace, unwrap, wrap
 from rocketstream.client.rebalance import retry_topic
 from rocketstream.codec.fastjson import FrozenObject
 from rocketstream.errors import BodyError, BrokerResponseError, MQClientError
@@ -66,9 +70,17 @@ async def consume_stats(instance: MQClientInstance, addr: str, group: str, topic
     return rows
 
 
-async def consumer_progress(instance: MQClientInstance, group: str, topic: str | None = None) -> list[QueueProgress]:
+async def consumer_progress(instance: MQClientInstance, group: str, topic: str | None = None, *,
+                            namespace: str | None = None) -> list[QueueProgress]:
     """Every broker's rows for ``group`` (optionally one topic), sorted by queue; MQClientError when the group
-    has no route (``%RETRY%<group>`` exists once a consumer of the group has sent a heartbeat)."""
+    has no route (``%RETRY%<group>`` exists once a consumer of the group has sent a heartbeat). ``namespace``:
+    ``group`` and ``topic`` are of that namespace; the rows show topics without it."""
+    namespace = check_namespace(namespace)
+    if namespace:
+        wrapped = await consumer_progress(instance, wrap(namespace, group), wrap(namespace, topic) if topic else None)
+        return sorted((QueueProgress(MessageQueue(unwrap(namespace, r.queue.topic), r.queue.broker_name,
+                                                  r.queue.queue_id), r.broker_offset, r.consumer_offset,
+                                     r.last_timestamp) for r in wrapped), key=lambda r: r.queue)
     route_topic = topic or retry_topic(group)
     route = await instance.api.get_route(route_topic)
     if route is None:

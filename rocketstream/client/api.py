@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import ssl
 import time
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,7 @@ from rocketstream.errors import (
     OptionError,
     RemotingConnectError,
     RemotingTimeoutError,
+    TlsError,
 )
 from rocketstream.remoting import Channel, RemotingCommand, RequestCode, ResponseCode, connect, json_body
 from rocketstream.remoting.acl_signing import sign_fields
@@ -143,12 +145,17 @@ class MQClientAPI:
     (:meth:`signed`). Java's hook signs name-server requests as well; a 4.9.8 name server has no ACL and
     ignores the extra fields. Answers to requests a broker sends us are responses: not signed (Java runs
     no ``doBeforeRequest`` on the response it writes).
+
+    ``tls`` (a :class:`~rocketstream.client.tls.TlsConfig` or True): every connection, to name servers and
+    brokers alike, is TLS (``NettyClientConfig.useTLS``); the context is made once, on the first connection.
     """
 
     def __init__(self, namesrv: str, *, on_request: RequestHandler | None = None,
                  connect_timeout: float = 3.0, credentials: Credentials | None = None,
-                 tls: TlsConfig | bool | None = None) -> None:
+                 tls: TlsConfig | bool | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.tls = tls_config(tls)
+        self._ssl: ssl.SSLContext | None = None
+        self.timeout = timeout   # of a request whose caller names none (ClientConfig.mqClientApiTimeout)
         if credentials is not None and not isinstance(credentials, Credentials):
             raise OptionError("credentials", "must be a rocketstream.client.Credentials or None, not "
                               + type(credentials).__name__)
@@ -174,7 +181,9 @@ class MQClientAPI:
             if ch is not None and not ch.closed:
                 return ch
             t = self.connect_timeout if timeout is None else min(timeout, self.connect_timeout)
-            ch = await connect(addr, on_request=self.on_request, timeout=t)
+            if self.tls is not None and self._ssl is None:
+                self._ssl = self.tls.ssl_context()
+            ch = await connect(addr, on_request=self.on_request, timeout=t, ssl=self._ssl)
             self._channels[addr] = ch
             return ch
 
@@ -213,10 +222,11 @@ class MQClientAPI:
                              cred.security_token)
         return dataclasses.replace(request, ext_fields=fields)
 
-    async def invoke(self, addr: str, request: RemotingCommand, timeout: float, *,
+    async def invoke(self, addr: str, request: RemotingCommand, timeout: float | None, *,
                      body_buffer: bool = False) -> RemotingCommand:
         """``invokeSync``: connect if needed, send (:meth:`signed`), wait; the connect time counts against
-        ``timeout``. ``body_buffer``: see :meth:`Channel.invoke`."""
+        ``timeout`` (None: this instance's). ``body_buffer``: see :meth:`Channel.invoke`."""
+        timeout = self.timeout if timeout is None else timeout
         t0 = time.monotonic()
         ch = await self.channel(addr, timeout)
         left = max(timeout - (time.monotonic() - t0), 0.001)
@@ -245,16 +255,17 @@ class MQClientAPI:
                 addr=ch.addr, code=request.code, timeout_s=timeout)
         return response
 
-    async def invoke_oneway(self, addr: str, request: RemotingCommand, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    async def invoke_oneway(self, addr: str, request: RemotingCommand, timeout: float | None = None) -> None:
         """``invokeOneway`` (signed as :meth:`invoke`: Java's hook runs for oneway requests too)."""
-        ch = await self.channel(addr, timeout)
+        ch = await self.channel(addr, self.timeout if timeout is None else timeout)
         await ch.invoke_oneway(self.signed(request))
 
-    async def invoke_namesrv(self, request: RemotingCommand, timeout: float) -> tuple[str, RemotingCommand]:
+    async def invoke_namesrv(self, request: RemotingCommand,
+                             timeout: float | None) -> tuple[str, RemotingCommand]:
         """Send to the current name server; on a connection error try the others in turn (each send signed
-        by :meth:`invoke`)."""
-        errors: list[str] = []
-        deadline = time.monotonic() + timeout
+        by :meth:`invoke`); ``timeout`` None: this instance's."""
+        errors: list[RemotingConnectError] = []
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         n = len(self.namesrv_addrs)
         for k in range(n):
             addr = self.namesrv_addrs[(self._ns_index + k) % n]
@@ -265,12 +276,14 @@ class MQClientAPI:
                 resp = await self.invoke(addr, RemotingCommand(code=request.code, ext_fields=request.ext_fields,
                                                                body=request.body), left)
             except RemotingConnectError as exc:
-                errors.append(str(exc))
+                errors.append(exc)
                 continue
             self._ns_index = (self._ns_index + k) % n
             return addr, resp
-        raise RemotingConnectError("no name server reachable: " + "; ".join(errors or ["timed out"]),
-                                   addr=";".join(self.namesrv_addrs))
+        # every name server refused the TLS handshake: still a TlsError (the type tells a TLS problem apart)
+        kind = TlsError if errors and all(isinstance(e, TlsError) for e in errors) else RemotingConnectError
+        raise kind("no name server reachable: " + "; ".join([str(e) for e in errors] or ["timed out"]),
+                   addr=";".join(self.namesrv_addrs))
 
     @staticmethod
     def _check(resp: RemotingCommand, addr: str, request_code: int, what: str) -> RemotingCommand:
@@ -286,7 +299,7 @@ class MQClientAPI:
             raise HeaderFieldError(name, str(exc).split("> ", 1)[-1], addr=addr) from None
 
     # ------------------------------------------------------------------------- name server
-    async def get_route(self, topic: str, timeout: float = DEFAULT_TIMEOUT_S) -> TopicRouteData | None:
+    async def get_route(self, topic: str, timeout: float | None = None) -> TopicRouteData | None:
         """GET_ROUTEINFO_BY_TOPIC (105): the route, or None for TOPIC_NOT_EXIST (17)."""
         req = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
         addr, resp = await self.invoke_namesrv(req, timeout)
@@ -330,7 +343,7 @@ class MQClientAPI:
                           queue_offset, ext.get("MSG_REGION"), (ext.get("TRACE_ON") or "").lower() == "true")
 
     async def send(self, addr: str, broker_name: str, msg: Message, queue_id: int, *, producer_group: str,
-                   timeout: float = DEFAULT_TIMEOUT_S, body: bytes | None = None, sys_flag: int = 0,
+                   timeout: float | None = None, body: bytes | None = None, sys_flag: int = 0,
                    properties: dict[str, str] | None = None, default_topic: str = "TBW102",
                    default_topic_queue_nums: int = 4) -> SendResult:
         """SEND_MESSAGE_V2 (310). ``body``/``sys_flag``/``properties`` are what goes on the wire (the
@@ -367,7 +380,7 @@ class MQClientAPI:
         return self._send_result(resp, addr, broker_name, topic, uniq, request.code)
 
     async def send_batch(self, addr: str, broker_name: str, msgs: list[Message], queue_id: int, *,
-                         producer_group: str, timeout: float = DEFAULT_TIMEOUT_S,
+                         producer_group: str, timeout: float | None = None,
                          properties: list[dict[str, str]] | None = None, default_topic: str = "TBW102",
                          default_topic_queue_nums: int = 4) -> SendResult:
         """SEND_BATCH_MESSAGE (320): body = ``MessageDecoder.encodeMessages``; header ``i`` = the batch's
@@ -428,7 +441,7 @@ class MQClientAPI:
 
     # ------------------------------------------------------------------------- offsets
     async def query_offset(self, addr: str, group: str, topic: str, queue_id: int,
-                           timeout: float = DEFAULT_TIMEOUT_S) -> int | None:
+                           timeout: float | None = None) -> int | None:
         """QUERY_CONSUMER_OFFSET (14): the committed offset, None when the broker answers 22."""
         req = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET,
                                       {"consumerGroup": group, "topic": topic, "queueId": queue_id})
@@ -439,7 +452,7 @@ class MQClientAPI:
         return self._long(resp, "offset", addr)
 
     async def update_offset(self, addr: str, group: str, topic: str, queue_id: int, offset: int, *,
-                            oneway: bool = True, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+                            oneway: bool = True, timeout: float | None = None) -> None:
         """UPDATE_CONSUMER_OFFSET (15), oneway by default (``RemoteBrokerOffsetStore.persistAll``)."""
         req = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
             "consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset})
@@ -450,29 +463,29 @@ class MQClientAPI:
         self._check(resp, addr, req.code, f"update offset of {group} on {topic}:{queue_id}")
 
     async def _queue_value(self, addr: str, code: int, topic: str, queue_id: int, name: str,
-                           timeout: float, extra: dict[str, object] | None = None) -> int:
+                           timeout: float | None, extra: dict[str, object] | None = None) -> int:
         req = RemotingCommand.request(code, {"topic": topic, "queueId": queue_id, **(extra or {})})
         resp = await self.invoke(addr, req, timeout)
         self._check(resp, addr, code, f"{name} of {topic}:{queue_id}")
         return self._long(resp, name, addr)
 
-    async def max_offset(self, addr: str, topic: str, queue_id: int, timeout: float = DEFAULT_TIMEOUT_S) -> int:
+    async def max_offset(self, addr: str, topic: str, queue_id: int, timeout: float | None = None) -> int:
         return await self._queue_value(addr, RequestCode.GET_MAX_OFFSET, topic, queue_id, "offset", timeout)
 
-    async def min_offset(self, addr: str, topic: str, queue_id: int, timeout: float = DEFAULT_TIMEOUT_S) -> int:
+    async def min_offset(self, addr: str, topic: str, queue_id: int, timeout: float | None = None) -> int:
         return await self._queue_value(addr, RequestCode.GET_MIN_OFFSET, topic, queue_id, "offset", timeout)
 
     async def search_offset(self, addr: str, topic: str, queue_id: int, ts_ms: int,
-                            timeout: float = DEFAULT_TIMEOUT_S) -> int:
+                            timeout: float | None = None) -> int:
         return await self._queue_value(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic, queue_id, "offset",
                                        timeout, {"timestamp": ts_ms})
 
     async def earliest_msg_store_time(self, addr: str, topic: str, queue_id: int,
-                                      timeout: float = DEFAULT_TIMEOUT_S) -> int:
+                                      timeout: float | None = None) -> int:
         return await self._queue_value(addr, RequestCode.GET_EARLIEST_MSG_STORETIME, topic, queue_id, "timestamp",
                                        timeout)
 
-    async def topic_stats(self, addr: str, topic: str, timeout: float = DEFAULT_TIMEOUT_S) -> TopicStats:
+    async def topic_stats(self, addr: str, topic: str, timeout: float | None = None) -> TopicStats:
         """GET_TOPIC_STATS_INFO (202; ``getTopicStatsInfo``): min and max offsets of the topic's queues on the
         broker at ``addr`` in one request, as a :class:`~rocketstream.client.topic_stats.TopicStats` (int64
         arrays; empty for a SUCCESS without a body). The broker lists queues ``0 .. writeQueueNums-1`` only
@@ -489,7 +502,7 @@ class MQClientAPI:
         return parse_topic_stats(resp.body, topic, addr)
 
     # ------------------------------------------------------------------------- client management
-    async def heartbeat(self, addr: str, data: dict[str, Any], timeout: float = DEFAULT_TIMEOUT_S) -> int:
+    async def heartbeat(self, addr: str, data: dict[str, Any], timeout: float | None = None) -> int:
         """HEART_BEAT (34) with a HeartbeatData body; the broker's version (response ``version``)."""
         req = RemotingCommand.request(RequestCode.HEART_BEAT, None, json_body.dumps(data))
         resp = await self.invoke(addr, req, timeout)
@@ -498,13 +511,13 @@ class MQClientAPI:
         return resp.version
 
     async def unregister(self, addr: str, client_id: str, producer_group: str | None = None,
-                         consumer_group: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+                         consumer_group: str | None = None, timeout: float | None = None) -> None:
         req = RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, {
             "clientID": client_id, "producerGroup": producer_group, "consumerGroup": consumer_group})
         resp = await self.invoke(addr, req, timeout)
         self._check(resp, addr, req.code, f"unregister {client_id}")
 
-    async def consumer_ids(self, addr: str, group: str, timeout: float = DEFAULT_TIMEOUT_S) -> list[str]:
+    async def consumer_ids(self, addr: str, group: str, timeout: float | None = None) -> list[str]:
         """GET_CONSUMER_LIST_BY_GROUP (38); code 1 ("no consumer for this group") raises BrokerResponseError."""
         req = RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
         resp = await self.invoke(addr, req, timeout)
@@ -516,7 +529,7 @@ class MQClientAPI:
         return [str(i) for i in ids]
 
     async def lock_batch(self, addr: str, group: str, client_id: str, mqs: Iterable[MessageQueue],
-                         timeout: float = DEFAULT_TIMEOUT_S) -> set[MessageQueue]:
+                         timeout: float | None = None) -> set[MessageQueue]:
         """LOCK_BATCH_MQ (41): the subset now locked by ``client_id``."""
         body = {"clientId": client_id, "consumerGroup": group, "mqSet": [_mq_json(m) for m in sorted(mqs)]}
         req = RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, None, json_body.dumps(body))
@@ -527,7 +540,7 @@ class MQClientAPI:
         return {_mq_from_json(m, addr) for m in (raw or [])}
 
     async def unlock_batch(self, addr: str, group: str, client_id: str, mqs: Iterable[MessageQueue], *,
-                           oneway: bool = False, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+                           oneway: bool = False, timeout: float | None = None) -> None:
         body = {"clientId": client_id, "consumerGroup": group, "mqSet": [_mq_json(m) for m in sorted(mqs)]}
         req = RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ, None, json_body.dumps(body))
         if oneway:
@@ -537,7 +550,7 @@ class MQClientAPI:
         self._check(resp, addr, req.code, f"unlock queues of {group}")
 
     async def send_back(self, addr: str, msg: MessageExt, group: str, delay_level: int, max_reconsume_times: int,
-                        timeout: float = DEFAULT_TIMEOUT_S) -> None:
+                        timeout: float | None = None) -> None:
         """CONSUMER_SEND_MSG_BACK (36); raises BrokerResponseError on any non-0 code."""
         req = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
             "offset": msg.commit_log_offset, "group": group, "delayLevel": delay_level,
@@ -546,7 +559,7 @@ class MQClientAPI:
         resp = await self.invoke(addr, req, timeout)
         self._check(resp, addr, req.code, f"send back {msg.msg_id} for {group}")
 
-    async def view_message(self, addr: str, commit_log_offset: int, timeout: float = DEFAULT_TIMEOUT_S) -> MessageExt:
+    async def view_message(self, addr: str, commit_log_offset: int, timeout: float | None = None) -> MessageExt:
         """VIEW_MESSAGE_BY_ID (33): the record at a commit-log offset."""
         req = RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": commit_log_offset})
         resp = await self.invoke(addr, req, timeout)
@@ -557,7 +570,7 @@ class MQClientAPI:
         return msgs[0]
 
     async def query_consume_queue(self, addr: str, topic: str, queue_id: int, index: int, count: int,
-                                  group: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> Any:
+                                  group: str | None = None, timeout: float | None = None) -> Any:
         """QUERY_CONSUME_QUEUE (321; ``queryConsumeQueue``): the consume-queue units of ``topic``:``queue_id``
         from ``index`` as a :class:`~rocketstream.client.consume_queue_query.ConsumeQueueAnswer` (``sizes``,
         ``physic_offsets``, ``tags_codes`` int64 arrays). The broker answers at most ``count`` units (at most

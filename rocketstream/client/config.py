@@ -25,6 +25,7 @@ from typing import Any, ClassVar, TypeVar
 
 from rocketstream.client.allocate import STRATEGIES
 from rocketstream.client.credentials import Credentials
+from rocketstream.client.namespace import check_namespace
 from rocketstream.client.process_queue import REBALANCE_LOCK_INTERVAL_S, REBALANCE_LOCK_MAX_LIVE_TIME_S
 from rocketstream.client.pull_service import BROKER_SUSPEND_MAX_TIME_MS, PULL_TIME_DELAY_WHEN_EXCEPTION_S
 from rocketstream.client.queue_change import TOPIC_METADATA_CHECK_INTERVAL_S
@@ -36,6 +37,7 @@ from rocketstream.client.rebalance import (
     CONSUME_FROM_WHERE,
     parse_consume_timestamp,
 )
+from rocketstream.client.tls import TlsConfig, tls_config
 from rocketstream.errors import OptionError
 
 __all__ = [
@@ -86,11 +88,16 @@ class ClientConfig:
     """``ClientConfig``: ``namesrv`` is ``namesrvAddr`` (``host:port;host:port``); clients of one
     ``instance_name`` in a process share one client instance (``MQClientInstance``, one client id).
     ``credentials`` signs every request for a cluster with ACL on (``AclClientRPCHook``); its repr hides
-    the secret key and token."""
+    the secret key and token. ``namespace`` (``ClientConfig.namespace``): the consumer's group and topics are
+    ``namespace%name`` on the broker (client/namespace.py); messages and queues handed back show the names
+    without it. ``tls`` (a :class:`~rocketstream.client.tls.TlsConfig` or True) makes every
+    connection TLS; True is kept as ``TlsConfig()``."""
 
     namesrv: str
     instance_name: str = "DEFAULT"
     credentials: Credentials | None = None
+    namespace: str | None = None
+    tls: TlsConfig | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.namesrv, str) or not self.namesrv.strip(";, "):
@@ -100,6 +107,8 @@ class ClientConfig:
         if self.credentials is not None and not isinstance(self.credentials, Credentials):
             raise OptionError("credentials", "must be a rocketstream.client.Credentials or None, not "
                               + type(self.credentials).__name__)
+        self.namespace = check_namespace(self.namespace)
+        self.tls = tls_config(self.tls)
 
     @classmethod
     def field_names(cls) -> list[str]:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rocketstream.client.allocate import MessageQueue
 from rocketstream.client.common import MessageExt
+from rocketstream.client.namespace import unwrap
 from rocketstream.client.process_queue import ProcessQueue
 from rocketstream.client.rebalance import BROADCASTING, CLUSTERING
 
@@ -111,14 +112,17 @@ class ConsumerHooks(Protocol):
     def send_to_retry_topic(self, msg: MessageExt, reconsume_times: int) -> bool: ...
 
 
-def reset_retry_topic(msgs: Sequence[MessageExt], group: str) -> None:
-    """``resetRetryAndNamespace``: a message read from ``%RETRY%<group>`` shows its original topic."""
+def reset_retry_topic(msgs: Sequence[MessageExt], group: str, namespace: str | None = None) -> None:
+    """``resetRetryAndNamespace``: a message read from ``%RETRY%<group>`` shows its original topic; with a
+    ``namespace``, every topic is shown without it."""
     retry = "%RETRY%" + group
     for msg in msgs:
         if msg.topic == retry:   # first: other messages' properties stay undecoded
             original = msg.properties.get(PROPERTY_RETRY_TOPIC)
             if original:
                 msg.topic = original
+        if namespace:
+            msg.topic = unwrap(namespace, msg.topic)
 
 
 def put_properties(msgs: Sequence[MessageExt], pairs: tuple[tuple[str, str], ...]) -> None:
@@ -132,12 +136,12 @@ def put_properties(msgs: Sequence[MessageExt], pairs: tuple[tuple[str, str], ...
 
 
 def consume_directly(group: str, listener: Callable[[list[MessageExt], Any], Any], msg: MessageExt,
-                     broker_name: str, orderly: bool) -> dict[str, object]:
+                     broker_name: str, orderly: bool, namespace: str | None = None) -> dict[str, object]:
     """``consumeMessageDirectly`` of both services (CONSUME_MESSAGE_DIRECTLY, client_remoting.py): the
     listener on one message outside any queue (no offset, no retry); ``ConsumeMessageDirectlyResult``."""
     mq = MessageQueue(msg.topic, broker_name, msg.queue_id)
     msgs = [msg]
-    reset_retry_topic(msgs, group)
+    reset_retry_topic(msgs, group, namespace)
     context: Any = ConsumeOrderlyContext(mq) if orderly else ConsumeConcurrentlyContext(mq)
     result: dict[str, object] = {"order": orderly, "autoCommit": True}
     begin = time.monotonic()
@@ -216,8 +220,9 @@ class ConsumeStats:
 
 
 class _ServiceBase:
-    def __init__(self, consumer: ConsumerHooks, consume_thread_max: int, name: str) -> None:
+    def __init__(self, consumer: ConsumerHooks, consume_thread_max: int, name: str, namespace: str | None) -> None:
         self.consumer = consumer
+        self.namespace = namespace   # the consumer's (ClientConfig.namespace): delivered topics are shown without it
         self.executor = ThreadPoolExecutor(max_workers=consume_thread_max, thread_name_prefix=name)
         self.stopped = False
         self.stats = ConsumeStats()
@@ -260,12 +265,14 @@ class _ServiceBase:
 
 
 class ConsumeMessageConcurrentlyService(_ServiceBase):
-    def __init__(self, consumer: ConsumerHooks, listener: ConcurrentListener, consume_thread_max: int) -> None:
-        super().__init__(consumer, consume_thread_max, "ConsumeMessageThread_")
+    def __init__(self, consumer: ConsumerHooks, listener: ConcurrentListener, consume_thread_max: int, *,
+                 namespace: str | None = None) -> None:
+        super().__init__(consumer, consume_thread_max, "ConsumeMessageThread_", namespace)
         self.listener = listener
 
     def consume_message_directly(self, msg: MessageExt, broker_name: str) -> dict[str, object]:
-        return consume_directly(self.consumer.group, self.listener, msg, broker_name, orderly=False)
+        return consume_directly(self.consumer.group, self.listener, msg, broker_name, orderly=False,
+                                namespace=self.namespace)
 
     # --- cleanExpireMsg: every consumeTimeout minutes (first after one period), on the client loop
     def start(self) -> None:
@@ -314,7 +321,7 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         messages out of the ProcessQueue and its answer to the offset store; nothing when the queue was dropped
         meanwhile."""
         size = max(1, self.consumer.config.consume_message_batch_max_size)
-        reset_retry_topic(msgs, self.consumer.group)   # ConsumeRequest.run's, for every request at once
+        reset_retry_topic(msgs, self.consumer.group, self.namespace)   # ConsumeRequest.run's, for all at once
         finished: list[MessageExt] = []
         self._enter(mq)
         try:
@@ -416,8 +423,8 @@ class ConsumeRequest:
 
 class ConsumeMessageOrderlyService(_ServiceBase):
     def __init__(self, consumer: ConsumerHooks, listener: OrderlyListener, consume_thread_max: int, *,
-                 lock_interval_s: float) -> None:
-        super().__init__(consumer, consume_thread_max, "ConsumeMessageThread_")
+                 lock_interval_s: float, namespace: str | None = None) -> None:
+        super().__init__(consumer, consume_thread_max, "ConsumeMessageThread_", namespace)
         self.listener = listener
         self.lock_interval_s = lock_interval_s
         self._mq_locks: dict[MessageQueue, threading.Lock] = {}   # MessageQueueLock
@@ -455,7 +462,8 @@ class ConsumeMessageOrderlyService(_ServiceBase):
             return lock
 
     def consume_message_directly(self, msg: MessageExt, broker_name: str) -> dict[str, object]:
-        return consume_directly(self.consumer.group, self.listener, msg, broker_name, orderly=True)
+        return consume_directly(self.consumer.group, self.listener, msg, broker_name, orderly=True,
+                                namespace=self.namespace)
 
     def submit_consume_request(self, msgs: Sequence[MessageExt] | None, pq: ProcessQueue, mq: MessageQueue,
                                dispatch_to_consume: bool) -> None:
@@ -503,7 +511,7 @@ class ConsumeMessageOrderlyService(_ServiceBase):
                 if not msgs:
                     return
                 typed: list[MessageExt] = msgs   # type: ignore[assignment]
-                reset_retry_topic(typed, self.consumer.group)
+                reset_retry_topic(typed, self.consumer.group, self.namespace)
                 context = ConsumeOrderlyContext(mq)
                 status: object = None
                 with pq.consume_lock:

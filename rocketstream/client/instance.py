@@ -43,9 +43,11 @@ from rocketstream.client.route import (
     publish_info,
     subscribe_queues,
 )
+from rocketstream.client.tls import TlsConfig, tls_config
 from rocketstream.errors import MQClientError, RemotingError, RemotingTimeoutError
 from rocketstream.remoting import Channel, RemotingCommand, RequestCode
 from rocketstream.remoting.channel import unsupported
+from rocketstream.remoting.loop import new_event_loop
 
 __all__ = ["MQClientInstance", "ConsumerLike", "ProducerLike", "POLL_NAME_SERVER_INTERVAL_S",
            "HEARTBEAT_BROKER_INTERVAL_S", "PERSIST_CONSUMER_OFFSET_INTERVAL_S", "REBALANCE_WAIT_INTERVAL_S",
@@ -117,32 +119,34 @@ def _cancel_task_if_cancelled(loop: asyncio.AbstractEventLoop, task: asyncio.Tas
 
 
 class MQClientInstance:
-    _registry: dict[tuple[str, str, Credentials | None], MQClientInstance] = {}
+    _registry: dict[tuple[str, str, Credentials | None, TlsConfig | None], MQClientInstance] = {}
     _registry_lock = threading.Lock()
 
     @classmethod
     def get(cls, namesrv: str, instance_name: str = "DEFAULT", *,
-            credentials: Credentials | None = None) -> MQClientInstance:
+            credentials: Credentials | None = None, tls: TlsConfig | bool | None = None) -> MQClientInstance:
         """``MQClientManager.getOrCreateMQClientInstance``: shared per (name servers, instance name,
-        credentials). Java keys by client id only and keeps the RPC hook of whoever came first, so a second
-        client with other credentials would silently sign with the first one's; here it gets its own
-        instance (and connections) instead."""
-        key = (namesrv.strip(), instance_name, credentials)
+        credentials, TLS settings). Java keys by client id only and keeps the RPC hook of whoever came first, so
+        a second client with other credentials would silently sign with the first one's; here it gets its own
+        instance (and connections) instead. Likewise a client with other TLS settings (``tls``: a
+        :class:`~rocketstream.client.tls.TlsConfig` or True) never shares another's plain or TLS connections."""
+        tls = tls_config(tls)
+        key = (namesrv.strip(), instance_name, credentials, tls)
         with cls._registry_lock:
             inst = cls._registry.get(key)
             if inst is None or inst._stopped:
-                inst = cls._registry[key] = cls(namesrv, instance_name, credentials=credentials)
+                inst = cls._registry[key] = cls(namesrv, instance_name, credentials=credentials, tls=tls)
             return inst
 
     def __init__(self, namesrv: str, instance_name: str = "DEFAULT", *,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, tls: TlsConfig | bool | None = None) -> None:
         self.namesrv = namesrv.strip()
         self.instance_name = instance_name
         # ClientConfig.buildMQClientId: ip@instanceName, "DEFAULT" -> pid#nanoTime
         name = f"{os.getpid()}#{time.monotonic_ns()}" if instance_name == "DEFAULT" else instance_name
         self.client_id = f"{local_ip()}@{name}"
-        self.api = MQClientAPI(self.namesrv, on_request=self._on_request, credentials=credentials)
-        self.loop = asyncio.new_event_loop()
+        self.api = MQClientAPI(self.namesrv, on_request=self._on_request, credentials=credentials, tls=tls)
+        self.loop = new_event_loop()   # uvloop's where installed (remoting/loop.py)
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()
         self._started = False
@@ -535,7 +539,7 @@ class MQClientInstance:
             if self._thread is not None:
                 self._thread.join(timeout)
             with self._registry_lock:
-                key = (self.namesrv, self.instance_name, self.api.credentials)
+                key = (self.namesrv, self.instance_name, self.api.credentials, self.api.tls)
                 if self._registry.get(key) is self:
                     del self._registry[key]
 

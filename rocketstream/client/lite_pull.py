@@ -30,6 +30,7 @@ from rocketstream.client.config import (
     LitePullConsumerConfig,
 )
 from rocketstream.client.instance import MQClientInstance
+from rocketstream.client.namespace import unwrap, wrap
 from rocketstream.client.offset_store import (
     BrokerOffsetClient,
     LocalFileOffsetStore,
@@ -107,14 +108,21 @@ class RebalanceLitePullImpl(RebalanceImpl):
 
 
 class LitePullConsumer:
-    """A pull consumer of one group; ``poll`` returns lists of :class:`MessageExt`."""
+    """A pull consumer of one group; ``poll`` returns lists of :class:`MessageExt`.
+
+    With ``namespace`` (``ClientConfig.namespace``) the group and topics are in the namespace on the broker
+    (``self.group`` is the group as the broker knows it); the API takes and gives topics and queues without
+    it (``withNamespace`` / ``queuesWithNamespace`` on the way in, ``parseMessageQueues`` and ``poll``'s
+    ``resetTopic`` on the way out)."""
 
     def __init__(self, group: str, config: LitePullConsumerConfig | None = None, **options: Any) -> None:
         """``config`` and/or :class:`LitePullConsumerConfig`'s field names as keywords
         (``LitePullConsumer("g", namesrv="127.0.0.1:9876", pull_batch_size=32)``); the consumer keeps its own
         copy as ``self.config``."""
-        self.group = check_group(group, argument="group")
+        check_group(group, argument="group")
         self.config = cfg = LitePullConsumerConfig.from_options(config, options)
+        self.namespace = cfg.namespace
+        self.group = wrap(self.namespace, group)   # DefaultLitePullConsumer.start: wrapNamespace(consumerGroup)
         self.instance: MQClientInstance | None = None
         self.offset_store: OffsetStore | None = None
         self.rebalance = RebalanceLitePullImpl(self, group=self.group, message_model=cfg.message_model,
@@ -146,6 +154,19 @@ class LitePullConsumer:
     def __repr__(self) -> str:
         return f"LitePullConsumer({self.group}, {self.config.message_model}, {self._state})"
 
+    # ------------------------------------------------------------------ namespace
+    def _in(self, mq: MessageQueue) -> MessageQueue:
+        """``queueWithNamespace``: a queue the user names, as the broker knows it."""
+        if not isinstance(mq, MessageQueue):
+            raise OptionError("mq", "must be a MessageQueue", mq)
+        topic = wrap(self.namespace, mq.topic)
+        return mq if topic == mq.topic else MessageQueue(topic, mq.broker_name, mq.queue_id)
+
+    def _out(self, mq: MessageQueue) -> MessageQueue:
+        """A queue as the user sees it (``parseMessageQueues``)."""
+        topic = unwrap(self.namespace, mq.topic)
+        return mq if topic == mq.topic else MessageQueue(topic, mq.broker_name, mq.queue_id)
+
     # ------------------------------------------------------------------ configuration
     def subscribe(self, topic: str, expression: str | None = "*", *, expression_type: str = "TAG",
                   message_queue_listener: Callable[[str, set[MessageQueue], set[MessageQueue]], object] | None = None,
@@ -157,6 +178,14 @@ class LitePullConsumer:
         if message_queue_listener is not None and not callable(message_queue_listener):
             raise OptionError("message_queue_listener", "must be callable (topic, mq_all, mq_divided)",
                               message_queue_listener)
+        topic = wrap(self.namespace, topic)
+        if message_queue_listener is not None and self.namespace:
+            user_mq_listener = message_queue_listener
+
+            def unwrapped_mq_listener(t: str, mq_all: set[MessageQueue], mq_divided: set[MessageQueue]) -> object:
+                return user_mq_listener(unwrap(self.namespace, t), {self._out(q) for q in mq_all},
+                                        {self._out(q) for q in mq_divided})
+            message_queue_listener = unwrapped_mq_listener
         with self._lock:
             if self._mode == "assign":
                 raise MQClientError("subscribe and assign cannot be mixed (the consumer assigned queues)")
@@ -184,7 +213,7 @@ class LitePullConsumer:
 
     def assign(self, queues: Iterable[MessageQueue], expression: str | None = "*") -> None:
         """Read exactly ``queues`` (no rebalance); a later ``assign`` replaces the set."""
-        mqs = set(queues)
+        mqs = {self._in(mq) for mq in queues}
         if not mqs:
             raise OptionError("queues", "must not be empty")
         with self._lock:
@@ -208,7 +237,7 @@ class LitePullConsumer:
                 raise MQClientError(f"the LitePullConsumer service state is {self._state}, not CREATE_JUST")
             self._state = "START_FAILED"
         inst = MQClientInstance.get(self.config.namesrv, self.config.instance_name,
-                                    credentials=self.config.credentials)
+                                    credentials=self.config.credentials, tls=self.config.tls)
         self.instance = inst
         self.rebalance.instance = inst
         if self.config.message_model == CLUSTERING:
@@ -364,7 +393,7 @@ class LitePullConsumer:
                                                                   name=f"PullTaskImpl[{mq}]")
 
     def assignment(self) -> set[MessageQueue]:
-        return set(self._assigned)
+        return {self._out(mq) for mq in self._assigned}
 
     async def _next_pull_offset(self, mq: MessageQueue) -> int:
         """``nextPullOffset``: a pending seek, else the pull cursor, else the committed / computed offset."""
@@ -526,6 +555,10 @@ class LitePullConsumer:
             offset = req.pq.remove_messages(req.messages)
             if offset >= 0 and self._assigned.get(req.mq) is req.pq and req.mq not in self._seek_offset:
                 self._consume_offset[req.mq] = offset
+            if self.namespace:   # resetTopic: the topics without the namespace (all of them the queue's)
+                topic = unwrap(self.namespace, req.mq.topic)
+                for m in req.messages:
+                    m.topic = topic
             return req.messages
 
     def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
@@ -534,7 +567,7 @@ class LitePullConsumer:
         store = self.offset_store
         if store is None or self.instance is None:
             raise MQClientError(f"the LitePullConsumer {self.group} is not started")
-        table = dict(self._consume_offset) if offsets is None else dict(offsets)
+        table = dict(self._consume_offset) if offsets is None else {self._in(mq): off for mq, off in offsets.items()}
         for mq, off in table.items():
             if isinstance(off, bool) or not isinstance(off, int) or off < 0:
                 raise OptionError("offsets", f"offset of {mq} must be an int >= 0", off)
@@ -578,11 +611,12 @@ class LitePullConsumer:
         store = self.offset_store
         if store is None:
             raise MQClientError(f"the LitePullConsumer {self.group} is not started")
-        result: int = self._run(store.read_offset(mq, ReadOffsetType.READ_FROM_STORE))
+        result: int = self._run(store.read_offset(self._in(mq), ReadOffsetType.READ_FROM_STORE))
         return result
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
         """Read ``mq`` from ``offset`` next (within [min, max] of the queue, as Java checks)."""
+        mq = self._in(mq)
         if mq not in self._assigned:
             raise OptionError("mq", "is not assigned to this consumer", mq)
         lo, hi = self._run(self._bounds(mq))
@@ -608,20 +642,20 @@ class LitePullConsumer:
         """``offsetForTimestamp``: SEARCH_OFFSET_BY_TIMESTAMP on the queue's broker."""
         if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or timestamp_ms < 0:
             raise OptionError("timestamp_ms", "must be ms since the epoch (int >= 0)", timestamp_ms)
-        result: int = self._run(self.rebalance.search_offset(mq, timestamp_ms))
+        result: int = self._run(self.rebalance.search_offset(self._in(mq), timestamp_ms))
         return result
 
     def seek_to_begin(self, mq: MessageQueue) -> None:
-        self.seek(mq, self._run(self.rebalance.min_offset(mq)))
+        self.seek(mq, self._run(self.rebalance.min_offset(self._in(mq))))
 
     def seek_to_end(self, mq: MessageQueue) -> None:
-        self.seek(mq, self._run(self.rebalance.max_offset(mq)))
+        self.seek(mq, self._run(self.rebalance.max_offset(self._in(mq))))
 
     def pause(self, mqs: Iterable[MessageQueue]) -> None:
-        self._paused |= set(mqs)
+        self._paused |= {self._in(mq) for mq in mqs}
 
     def resume(self, mqs: Iterable[MessageQueue]) -> None:
-        self._paused -= set(mqs)
+        self._paused -= {self._in(mq) for mq in mqs}
 
     def register_topic_message_queue_change_listener(self, topic: str,
                                                      listener: TopicMessageQueueChangeListener) -> None:
@@ -631,6 +665,13 @@ class LitePullConsumer:
         check_topic(topic)
         if not callable(listener):
             raise OptionError("listener", "must be callable (topic, queues)", listener)
+        topic = wrap(self.namespace, topic)
+        if self.namespace:   # the listener sees the topic and queues without the namespace
+            user_listener = listener
+
+            def unwrapped_listener(t: str, queues: set[MessageQueue]) -> object:
+                return user_listener(unwrap(self.namespace, t), {self._out(q) for q in queues})
+            listener = unwrapped_listener
         self.queue_watcher.register(topic, listener)
         if self._state == "RUNNING":
             self._run(self.queue_watcher.prime(topic), 10.0)
@@ -646,6 +687,7 @@ class LitePullConsumer:
 
     def fetch_message_queues(self, topic: str) -> set[MessageQueue]:
         """``fetchMessageQueues``: every readable queue of ``topic`` from the name server."""
+        topic = wrap(self.namespace, topic)
         inst = self.instance
         if inst is None:
             raise MQClientError(f"the LitePullConsumer {self.group} is not started")
@@ -656,4 +698,4 @@ class LitePullConsumer:
                 raise MQClientError(f"topic {topic} does not exist (no route)")
             return subscribe_queues(topic, route)
         result: set[MessageQueue] = inst.run(fetch(), 10.0)
-        return result
+        return {self._out(mq) for mq in result}

@@ -3,6 +3,12 @@
 prefix in front (``%RETRY%ns%group``, ``%DLQ%ns%group``); system topics and groups are never wrapped.
 Delivered messages, routes and results are unwrapped back to ``R``.
 
+The rules follow ``NamespaceUtil`` of RocketMQ 4.9.8 exactly: a system resource is what
+``TopicValidator.isSystemTopic`` (a fixed set of names, or the ``rmq_sys_`` prefix) or
+``MixAll.isSysConsumerGroup`` (the ``CID_RMQ_SYS_`` prefix) says it is; ``wrapNamespace`` leaves a resource
+already in the namespace alone; ``withoutNamespace(resource, namespace)`` strips only this namespace and
+never touches a system resource.
+
 These are the pure rules; the clients apply them (``namespace=`` on producers, consumers and admin calls),
 and the Spark source/sink and the CLI through their ``namespace`` option.
 """
@@ -11,17 +17,17 @@ from __future__ import annotations
 
 from rocketstream.errors import OptionError
 
-__all__ = ["wrap", "unwrap", "check_namespace", "SEPARATOR"]
+__all__ = ["wrap", "unwrap", "check_namespace", "is_system_resource", "SEPARATOR"]
 
 SEPARATOR = "%"                      # NamespaceUtil.NAMESPACE_SEPARATOR
 RETRY_PREFIX = "%RETRY%"             # MixAll.RETRY_GROUP_TOPIC_PREFIX
 DLQ_PREFIX = "%DLQ%"                 # MixAll.DLQ_GROUP_TOPIC_PREFIX
-# NamespaceUtil.isSystemResource: TopicValidator's system topics and MixAll's system groups
-SYSTEM_PREFIXES = ("rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC_XXXX", "TBW102", "BenchmarkTest", "OFFSET_MOVED_EVENT",
-                   "SELF_TEST_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "%SYS%", "CID_RMQ_SYS_", "CID_ONSAPI_",
-                   "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER", "CID_ONSAPI_PULL",
-                   "DEFAULT_PRODUCER", "DEFAULT_CONSUMER", "TOOLS_CONSUMER", "FILTERSRV_CONSUMER",
-                   "__MONITOR_CONSUMER", "CLIENT_INNER_PRODUCER", "SELF_TEST_P_GROUP", "SELF_TEST_C_GROUP")
+# TopicValidator.SYSTEM_TOPIC_SET (4.9.8): exact names
+SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
+                           "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+                           "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"     # TopicValidator.SYSTEM_TOPIC_PREFIX
+SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"  # MixAll.CID_RMQ_SYS_PREFIX (MixAll.isSysConsumerGroup)
 
 
 def check_namespace(namespace: str | None, field: str = "namespace") -> str | None:
@@ -34,35 +40,39 @@ def check_namespace(namespace: str | None, field: str = "namespace") -> str | No
     return namespace
 
 
-def _is_system(resource: str) -> bool:
-    return resource.startswith(SYSTEM_PREFIXES)
+def is_system_resource(resource: str) -> bool:
+    """``NamespaceUtil.isSystemResource``: a system topic or a system consumer group."""
+    return bool(resource) and (resource in SYSTEM_TOPICS or resource.startswith(SYSTEM_TOPIC_PREFIX)
+                               or resource.startswith(SYSTEM_GROUP_PREFIX))
+
+
+def _split(resource: str) -> tuple[str, str]:
+    """(the retry or DLQ prefix or "", the rest): ``isRetryTopic`` / ``isDLQTopic`` / ``withOutRetryAndDLQ``."""
+    for prefix in (RETRY_PREFIX, DLQ_PREFIX):
+        if resource.startswith(prefix):
+            return prefix, resource[len(prefix):]
+    return "", resource
 
 
 def wrap(namespace: str | None, resource: str) -> str:
     """``NamespaceUtil.wrapNamespace``: ``resource`` in ``namespace`` (unchanged without one, for system
     resources, and when already wrapped)."""
-    if not namespace or not resource or _is_system(resource):
+    if not namespace or not resource or is_system_resource(resource):
         return resource
-    for prefix in (RETRY_PREFIX, DLQ_PREFIX):
-        if resource.startswith(prefix):
-            inner = resource[len(prefix):]
-            return resource if inner.startswith(namespace + SEPARATOR) else prefix + namespace + SEPARATOR + inner
-    if resource.startswith(namespace + SEPARATOR):
+    prefix, inner = _split(resource)
+    if inner.startswith(namespace + SEPARATOR):   # isAlreadyWithNamespace
         return resource
-    return namespace + SEPARATOR + resource
+    return prefix + namespace + SEPARATOR + inner
 
 
 def unwrap(namespace: str | None, resource: str) -> str:
-    """``NamespaceUtil.withoutNamespace``: ``resource`` with ``namespace`` taken off (retry/DLQ prefix kept);
-    a resource of another namespace or none is returned unchanged."""
+    """``NamespaceUtil.withoutNamespace(resource, namespace)``: ``resource`` with ``namespace`` taken off
+    (retry/DLQ prefix kept); a resource of another namespace or none, or a system resource, is returned
+    unchanged."""
     if not namespace or not resource:
         return resource
-    for prefix in (RETRY_PREFIX, DLQ_PREFIX):
-        if resource.startswith(prefix):
-            inner = resource[len(prefix):]
-            if inner.startswith(namespace + SEPARATOR):
-                return prefix + inner[len(namespace) + 1:]
-            return resource
-    if resource.startswith(namespace + SEPARATOR):
-        return resource[len(namespace) + 1:]
-    return resource
+    prefix, inner = _split(resource)
+    if not inner.startswith(namespace + SEPARATOR) or is_system_resource(resource):
+        return resource
+    # withoutNamespace(resource): everything after the first separator (the namespace has none)
+    return prefix + inner[len(namespace) + 1:]

@@ -13,6 +13,7 @@ codes of ``retryResponseCodes``; the whole send must fit in ``send_msg_timeout``
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -35,7 +36,9 @@ from rocketstream.client.common import (
 )
 from rocketstream.client.credentials import Credentials
 from rocketstream.client.instance import MQClientInstance
+from rocketstream.client.namespace import check_namespace, unwrap, wrap
 from rocketstream.client.route import TopicPublishInfo
+from rocketstream.client.tls import TlsConfig, tls_config
 from rocketstream.codec import (
     PROPERTY_DELAY,
     PROPERTY_TRAN_MSG,
@@ -86,14 +89,22 @@ class Producer:
     """``Producer(group, namesrv=...)``; ``start()`` before sending, ``shutdown()`` (or ``with``) after.
     ``credentials``: sign every request for a cluster with ACL on (``AclClientRPCHook``). A refusal by the
     broker's ACL is SYSTEM_ERROR, which ``retryResponseCodes`` retries as Java does: the send fails with
-    SendFailedError after its attempts, the broker's answer (BrokerResponseError) as ``__cause__``."""
+    SendFailedError after its attempts, the broker's answer (BrokerResponseError) as ``__cause__``.
+    ``namespace`` (``ClientConfig.namespace``): the group and every topic are ``namespace%name`` on the broker
+    (``DefaultMQProducer.withNamespace``); ``self.group`` is the group as the broker knows it; send results,
+    and the queues a selector is given, show topics without the namespace (``parsePublishMessageQueues``,
+    ``MQClientAPIImpl.processSendResponse``).
+    ``tls``: a :class:`~rocketstream.client.tls.TlsConfig` or True: every connection is TLS."""
 
     def __init__(self, group: str, *, namesrv: str, instance_name: str = "DEFAULT", send_msg_timeout: float = 3.0,
                  retry_times_when_send_failed: int = 2, compress_msg_body_over_howmuch: int = 4096,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, default_topic_queue_nums: int = 4,
                  create_topic_key: str = AUTO_CREATE_TOPIC_KEY, compress_level: int = COMPRESS_LEVEL,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, namespace: str | None = None,
+                 tls: TlsConfig | bool | None = None) -> None:
         check_group(group)
+        namespace = check_namespace(namespace)
+        tls = tls_config(tls)
         if credentials is not None and not isinstance(credentials, Credentials):
             raise OptionError("credentials", "must be a rocketstream.client.Credentials or None, not "
                               + type(credentials).__name__)
@@ -111,7 +122,8 @@ class Producer:
                 raise OptionError(name, f"must be a number > {low}" if name == "send_msg_timeout"
                                   else f"must be a number >= {low}", value)
         check_topic(create_topic_key, argument="create_topic_key")
-        self.group = group
+        self.namespace = namespace
+        self.group = wrap(namespace, group)   # DefaultMQProducer.start: setProducerGroup(withNamespace(...))
         self.namesrv = namesrv
         self.instance_name = instance_name
         self.send_msg_timeout = float(send_msg_timeout)
@@ -122,6 +134,7 @@ class Producer:
         self.default_topic_queue_nums = int(default_topic_queue_nums)
         self.create_topic_key = create_topic_key
         self.credentials = credentials
+        self.tls = tls
         self._publish: dict[str, TopicPublishInfo] = {}
         self._instance: MQClientInstance | None = None
 
@@ -129,7 +142,7 @@ class Producer:
     def start(self) -> Producer:
         if self._instance is not None:
             raise MQClientError(f"producer {self.group} is already started")
-        inst = MQClientInstance.get(self.namesrv, self.instance_name, credentials=self.credentials)
+        inst = MQClientInstance.get(self.namesrv, self.instance_name, credentials=self.credentials, tls=self.tls)
         inst.register_producer(self.group, self)
         self._publish[self.create_topic_key] = TopicPublishInfo(self.create_topic_key, [])
         try:
@@ -172,6 +185,27 @@ class Producer:
     def update_topic_publish_info(self, topic: str, info: TopicPublishInfo) -> None:
         if topic in self._publish:
             self._publish[topic] = info
+
+    # ------------------------------------------------------------------------- namespace
+    def _wrap_message(self, msg: Message) -> Message:
+        """``msg.setTopic(withNamespace(msg.getTopic()))`` on a copy: the caller's message keeps its topic."""
+        topic = wrap(self.namespace, msg.topic)
+        return msg if topic == msg.topic else dataclasses.replace(msg, topic=topic)
+
+    def _wrap_queue(self, mq: MessageQueue) -> MessageQueue:
+        """``queueWithNamespace``."""
+        topic = wrap(self.namespace, mq.topic)
+        return mq if topic == mq.topic else MessageQueue(topic, mq.broker_name, mq.queue_id)
+
+    def _unwrap_queue(self, mq: MessageQueue) -> MessageQueue:
+        topic = unwrap(self.namespace, mq.topic)
+        return mq if topic == mq.topic else MessageQueue(topic, mq.broker_name, mq.queue_id)
+
+    def _user_result(self, result: SendResult) -> SendResult:
+        """The send result as the user sees it: its queue's topic without the namespace."""
+        if not self.namespace:
+            return result
+        return dataclasses.replace(result, queue=self._unwrap_queue(result.queue))
 
     # ------------------------------------------------------------------------- building messages
     @staticmethod
@@ -220,6 +254,13 @@ class Producer:
             raise OptionError("queue", f"message's topic {msg.topic} not equal mq's topic {queue.topic}")
         if sharding_key is not None:
             selector, arg = select_by_hash, sharding_key
+        if self.namespace:
+            user_msg, msg = msg, self._wrap_message(msg)
+            check_topic(msg.topic)   # the topic the broker sees (Validators.checkMessage after withNamespace)
+            if queue is not None:
+                queue = self._wrap_queue(queue)
+            if selector is not None:
+                selector = self._user_selector(selector, user_msg)
         wire_body, sys_flag, props = self._wire(msg, compress=True)
         t = self.send_msg_timeout if timeout is None else timeout
         inst = self.instance
@@ -232,7 +273,7 @@ class Producer:
             if fast is not None:
                 result, failed = fast
                 if result is not None:
-                    return result
+                    return self._user_result(result)
 
                 async def attempt(mq: MessageQueue, left: float) -> SendResult:
                     addr = await self._broker_addr(mq, left)
@@ -240,8 +281,17 @@ class Producer:
                                                timeout=left, body=wire_body, sys_flag=sys_flag, properties=props,
                                                default_topic=self.create_topic_key,
                                                default_topic_queue_nums=self.default_topic_queue_nums)
-                return inst.run(self._with_retries(msg.topic, attempt, t, t0, failed), t + 1.0)
-        return inst.run(self._send_async(msg, wire_body, sys_flag, props, queue, selector, arg, t), t + 1.0)
+                return self._user_result(inst.run(self._with_retries(msg.topic, attempt, t, t0, failed), t + 1.0))
+        return self._user_result(
+            inst.run(self._send_async(msg, wire_body, sys_flag, props, queue, selector, arg, t), t + 1.0))
+
+    def _user_selector(self, selector: MessageQueueSelector, user_msg: Message) -> MessageQueueSelector:
+        """``sendSelectImpl`` with a namespace: the selector sees the queues and the message without it, and
+        the queue it picks is put back in it."""
+        def select(mqs: list[MessageQueue], _msg: Message, arg: Any) -> MessageQueue:
+            chosen = selector([self._unwrap_queue(mq) for mq in mqs], user_msg, arg)
+            return self._wrap_queue(chosen) if isinstance(chosen, MessageQueue) else chosen
+        return select
 
     def _send_from_thread(self, topic: str, timeout: float, t0: float,
                           build: Callable[[MessageQueue], tuple[RemotingCommand, str]],
@@ -300,6 +350,12 @@ class Producer:
             raise OptionError("topic", "retry group topic is not supported for batching", topic)
         if queue is not None and queue.topic != topic:
             raise OptionError("queue", f"message's topic {topic} not equal mq's topic {queue.topic}")
+        if self.namespace:   # DefaultMQProducer.batch: every message's topic and the batch's in the namespace
+            topic = wrap(self.namespace, topic)
+            msgs = [self._wrap_message(m) for m in msgs]
+            check_topic(topic)
+            if queue is not None:
+                queue = self._wrap_queue(queue)
         props: list[dict[str, str]] = []
         encoded: list[bytes] = []   # each message's PROPERTIES as the batch body carries them
         size = 0
@@ -327,9 +383,9 @@ class Producer:
             if fast is not None:
                 result, failed = fast
                 if result is not None:
-                    return result
-                return inst.run(self._send_batch_async(msgs, props, None, t, t0, failed), t + 1.0)
-        return inst.run(self._send_batch_async(msgs, props, queue, t), t + 1.0)
+                    return self._user_result(result)
+                return self._user_result(inst.run(self._send_batch_async(msgs, props, None, t, t0, failed), t + 1.0))
+        return self._user_result(inst.run(self._send_batch_async(msgs, props, queue, t), t + 1.0))
 
     # ------------------------------------------------------------------------- on the loop
     async def _publish_info(self, topic: str, timeout: float) -> TopicPublishInfo:

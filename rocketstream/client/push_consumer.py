@@ -53,6 +53,7 @@ from rocketstream.client.consume_service import (
     OrderlyListener,
 )
 from rocketstream.client.instance import MQClientInstance
+from rocketstream.client.namespace import wrap
 from rocketstream.client.offset_store import (
     BrokerOffsetClient,
     LocalFileOffsetStore,
@@ -174,14 +175,22 @@ class RebalancePushImpl(RebalanceImpl):
 
 class PushConsumer:
     """A push consumer of one group (see the module docstring). Listener return values:
-    ``ConsumeConcurrentlyStatus`` / ``ConsumeOrderlyStatus``; an exception or ``None`` means retry."""
+    ``ConsumeConcurrentlyStatus`` / ``ConsumeOrderlyStatus``; an exception or ``None`` means retry.
+
+    With ``namespace`` (``ClientConfig.namespace``) the group, the subscribed topics and the retry topic are
+    in the namespace on the broker (``ns%group``, ``ns%topic``, ``%RETRY%ns%group``; ``self.group`` is the
+    group as the broker knows it, as ``getConsumerGroup`` after ``start``); the listener sees topics without
+    it (``resetRetryAndNamespace``). The context's queue is the broker's, as in Java."""
 
     def __init__(self, group: str, config: PushConsumerConfig | None = None, **options: Any) -> None:
         """``config`` and/or :class:`PushConsumerConfig`'s field names as keywords
         (``PushConsumer("g", namesrv="127.0.0.1:9876", consume_thread_max=8)``); the consumer keeps its own copy
         as ``self.config``."""
-        self.group = check_group(group, argument="group")
+        check_group(group, argument="group")
         self.config = cfg = PushConsumerConfig.from_options(config, options)
+        self.namespace = cfg.namespace
+        # DefaultMQPushConsumer.start: setConsumerGroup(NamespaceUtil.wrapNamespace(namespace, consumerGroup))
+        self.group = wrap(self.namespace, group)
         self._subscriptions: dict[str, Subscription] = {}
         self._listener: ConcurrentListener | OrderlyListener | None = None
         self.orderly = False
@@ -209,6 +218,7 @@ class PushConsumer:
         """Subscribe to ``topic``: TAG expressions ``"*"`` or ``"TagA || TagB"``; ``expression_type="SQL92"``
         needs a broker with ``enablePropertyFilter=true`` (checked at start: MQClientError otherwise)."""
         check_topic(topic)
+        topic = wrap(self.namespace, topic)   # subscribe(withNamespace(topic), ...)
         if expression_type not in EXPRESSION_TYPES:
             raise OptionError("expression_type", f"must be one of {', '.join(EXPRESSION_TYPES)}", expression_type)
         if expression_type == "TAG":
@@ -228,6 +238,7 @@ class PushConsumer:
         self.instance.rebalance_now()
 
     def unsubscribe(self, topic: str) -> None:
+        topic = wrap(self.namespace, topic)
         self._subscriptions.pop(topic, None)
         self.rebalance.subscription_inner.pop(topic, None)
 
@@ -268,7 +279,7 @@ class PushConsumer:
                 log.warning("%s: orderly consumption in BROADCASTING does not lock queues", self.group)
             self._state = "START_FAILED"
         instance = MQClientInstance.get(self.config.namesrv, self.config.instance_name,
-                                     credentials=self.config.credentials)
+                                     credentials=self.config.credentials, tls=self.config.tls)
         if self.config.message_model == CLUSTERING:
             retry = retry_topic(self.group)
             sub = Subscription(retry, SubscriptionData.parse("*"))
@@ -286,10 +297,12 @@ class PushConsumer:
         if self.orderly:
             self.consume_service = ConsumeMessageOrderlyService(self, self._listener,  # type: ignore[arg-type]
                                                                 self.config.consume_thread_max,
-                                                                lock_interval_s=self.config.lock_interval_s)
+                                                                lock_interval_s=self.config.lock_interval_s,
+                                                                namespace=self.namespace)
         else:
             self.consume_service = ConsumeMessageConcurrentlyService(self, self._listener,  # type: ignore[arg-type]
-                                                                     self.config.consume_thread_max)
+                                                                     self.config.consume_thread_max,
+                                                                     namespace=self.namespace)
         instance.register_consumer(self.group, self)
         try:
             instance.start()
@@ -424,7 +437,10 @@ class PushConsumer:
 
     def send_message_back(self, msg: MessageExt, delay_level: int, broker_name: str | None) -> bool:
         """``sendMessageBack`` (from a consume thread): CONSUMER_SEND_MSG_BACK to the broker the message came
-        from; if that fails, a copy to ``%RETRY%<group>`` (delay 3 + reconsume times). False when both fail."""
+        from; if that fails, a copy to ``%RETRY%<group>`` (delay 3 + reconsume times). False when both fail.
+        The message's topic goes back into the namespace first (``msg.setTopic(withNamespace(...))`` in
+        ``ConsumeMessageConcurrentlyService.sendMessageBack``), so RETRY_TOPIC names the broker's topic."""
+        msg.topic = wrap(self.namespace, msg.topic)
         inst = self.instance
         if inst is None or not inst.running:
             return False

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocketstream.client.common import Message, MessageExt, MessageQueue, SendResult, SendStatus, check_message
+from rocketstream.client.namespace import unwrap
 from rocketstream.client.producer import Producer
 from rocketstream.client.transaction_check import CheckTransactionStateHeader
 from rocketstream.codec import (
@@ -218,8 +219,12 @@ class TransactionProducer(Producer):
             log.warning("producer %s: check of %s from %s dropped: %s", self.group, msg.msg_id, broker_addr, exc)
 
     def _check(self, broker_addr: str, msg: MessageExt, header: CheckTransactionStateHeader) -> None:
-        """``checkTransactionState``'s task: ask the listener, answer END_TRANSACTION(fromTransactionCheck)."""
+        """``checkTransactionState``'s task: ask the listener, answer END_TRANSACTION(fromTransactionCheck).
+        The message arrives in the namespace; the listener sees its topic without it
+        (``ClientRemotingProcessor.checkTransactionState``)."""
         remark = None
+        if self.namespace:
+            msg.topic = unwrap(self.namespace, msg.topic)
         try:
             state, remark = _state_of(self.transaction_listener.check_local_transaction(msg),
                                       "check_local_transaction")

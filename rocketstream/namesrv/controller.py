@@ -13,6 +13,7 @@ from rocketstream.namesrv.kv_config import KVConfigManager
 from rocketstream.namesrv.processor import DefaultRequestProcessor
 from rocketstream.namesrv.route_info import BROKER_CHANNEL_EXPIRED_S, RouteInfoManager
 from rocketstream.remoting.server import SERVER_CHANNEL_MAX_IDLE_S, RemotingServer
+from rocketstream.remoting.tls import ServerTlsConfig
 
 __all__ = ["NamesrvConfig", "NamesrvController"]
 
@@ -30,6 +31,7 @@ class NamesrvConfig:
     order_message_enable: bool = False          # NamesrvConfig.orderMessageEnable
     kv_config_path: Path | None = None          # NamesrvConfig.kvConfigPath (None: in memory only)
     idle_timeout_s: float | None = SERVER_CHANNEL_MAX_IDLE_S
+    tls: ServerTlsConfig | None = None          # tls.server.* (remoting/tls.py); None: plain TCP
 
 
 class NamesrvController:
@@ -40,7 +42,7 @@ class NamesrvController:
         self.processor = DefaultRequestProcessor(self.routes, self.kv,
                                                  order_message_enable=self.config.order_message_enable)
         self.server = RemotingServer(self.config.host, self.config.port, name="namesrv",
-                                     idle_timeout_s=self.config.idle_timeout_s)
+                                     idle_timeout_s=self.config.idle_timeout_s, tls=self.config.tls)
         self.server.default_processor = self.processor
         self.server.close_listeners.append(lambda ch: self.routes.on_channel_destroy(ch.addr, ch))
         self._scan_task: asyncio.Task | None = None

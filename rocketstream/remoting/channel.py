@@ -130,6 +130,7 @@ class Channel:
         self.close_reason: str | None = None
         self._out: list[bytes] = []     # frames waiting for this loop iteration's write (see send)
         self._keep_buffer: set[int] = set()   # opaques whose response may keep a large body in its buffer
+        self._answered = False   # a frame has come from the peer
 
     # --- lifecycle
     def start(self) -> Channel:
@@ -307,6 +308,7 @@ class Channel:
             while True:
                 data = await self._frames.next_frame()
                 self.last_activity = time.monotonic()
+                self._answered = True
                 if isinstance(data, tuple):   # a large frame, its body received apart
                     cmd = decode_frame(data[0], addr=self.addr, body_apart=data[1])
                     if not (cmd.is_response and cmd.opaque in self._keep_buffer):
@@ -324,12 +326,16 @@ class Channel:
         except asyncio.IncompleteReadError as exc:
             reason = "peer closed the connection" if not exc.partial else \
                 f"peer closed the connection in the middle of a frame ({len(exc.partial)} bytes)"
+            if not exc.partial:
+                reason += self._plain_refused_hint()
         except FrameError as exc:
             problem = str(exc)   # the text, not the exception: a record kept by a handler would keep its frames
             reason = f"bad frame: {problem}"
             log.warning("%s: closing connection: %s", self.name, problem)
         except (ConnectionError, OSError) as exc:
             reason = f"connection error: {exc}"
+            if isinstance(exc, ConnectionResetError):
+                reason += self._plain_refused_hint()
         except RemotingError as exc:   # a response could not be written
             reason = str(exc)
         except asyncio.CancelledError:
@@ -337,6 +343,18 @@ class Channel:
             raise
         finally:
             self.close(reason)
+
+    def _plain_refused_hint(self) -> str:
+        """Why a plain connection may have been closed before any answer: HandshakeHandler (a server enforcing
+        TLS) closes it without a word."""
+        if not self._pending or self._answered:
+            return ""
+        if self._transport.get_extra_info("ssl_object") is None:
+            return (" without answering anything: a server that enforces TLS (tls.server.mode=enforcing) closes "
+                    "plain connections so; connect with tls=")
+        # TLS 1.3: the client's handshake is done before the server has checked the client's certificate
+        return (" without answering anything: the server may have refused the TLS handshake after our side "
+                "finished it, e.g. for a missing or untrusted client certificate (tls.server.need.client.auth)")
 
     async def _dispatch(self, request: RemotingCommand) -> None:
         try:

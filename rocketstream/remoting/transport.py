@@ -44,6 +44,7 @@ import asyncio
 import collections
 import copy
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -146,14 +147,15 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     # --- asyncio protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream transport (connection_made of a Protocol); not an isinstance check: uvloop's transports
+        # (remoting/loop.py) implement asyncio.Transport's methods without deriving from it
+        self.transport = stream = cast(asyncio.Transport, transport)
         high, low = self._write_limits
         if high is not None:
-            transport.set_write_buffer_limits(high=high, low=low)
+            stream.set_write_buffer_limits(high=high, low=low)
         self._closed = asyncio.get_running_loop().create_future()
         if self._on_connected is not None:
-            self._on_connected(transport, self)
+            self._on_connected(stream, self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._big_view is not None:

@@ -39,7 +39,7 @@ from pyspark.sql.datasource import (
 
 from rocketstream.spark import positions
 from rocketstream.spark.broker_view import BrokerView, open_views, queue_bounds
-from rocketstream.spark.brokers import broker_locations
+from rocketstream.spark.brokers import query_topics_and_brokers
 from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.spark.options import RocketMQOptions
 from rocketstream.spark.schema import Projection
@@ -158,13 +158,13 @@ class RocketMQBatchReader(DataSourceReader):
 
     def partitions(self) -> list[ReadTask]:
         o, pushed = self.options, self.pushed
-        brokers = broker_locations(o)
+        topics, brokers = query_topics_and_brokers(o)
         tags = _tag_set(o, pushed)
         if tags is not None and not tags:
             return []
         with open_views(brokers) as views:
-            bounds = queue_bounds(views, o.topics)
-            positions.require_queues(views, bounds, o.topics)
+            bounds = queue_bounds(views, topics)
+            positions.require_queues(views, bounds, topics)
             starts = positions.starting_offsets(o, views, bounds)
             ends = positions.ending_offsets(o, views, bounds)
             for q in bounds:

@@ -32,7 +32,7 @@ from rocketstream.client.common import CLIENT_INNER_PRODUCER_GROUP
 from rocketstream.client.instance import local_ip
 from rocketstream.client.rebalance import Subscription
 from rocketstream.spark.broker_view import BrokerLocation
-from rocketstream.spark.network.routes import REQUEST_TIMEOUT_S, process_client
+from rocketstream.spark.network.routes import process_client
 from rocketstream.spark.network.view import NetworkBroker
 from rocketstream.spark.options import RocketMQOptions
 
@@ -58,6 +58,7 @@ class GroupPresence:
         self._subscriptions = [Subscription(secured.wrap(t), options.subscription, "SQL92" if sql else "TAG")
                                for t in options.topics]
         self._api = process_client().api_for(options.name_server, secured)
+        self._timeout_s = options.request_timeout_ms / 1000   # option requestTimeoutMs
         self._addrs: tuple[str, ...] = ()
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -100,7 +101,7 @@ class GroupPresence:
         data = self.heartbeat_data()
         client = process_client()
         for addr in addrs:
-            client.run(self._api.heartbeat(addr, data, REQUEST_TIMEOUT_S))
+            client.run(self._api.heartbeat(addr, data, self._timeout_s))
 
     def _run(self) -> None:
         while not self._stopped.wait(self.interval_s):
@@ -118,13 +119,13 @@ class GroupPresence:
         self._stopped.set()
         thread, self._thread = self._thread, None
         if thread is not None:
-            thread.join(REQUEST_TIMEOUT_S)
+            thread.join(self._timeout_s)
         with self._lock:
             addrs, self._addrs = self._addrs, ()
         client = process_client()
         for addr in addrs:
             try:
-                client.run(self._api.unregister(addr, self.client_id, None, self.group, REQUEST_TIMEOUT_S))
+                client.run(self._api.unregister(addr, self.client_id, None, self.group, self._timeout_s))
             except Exception as exc:  # noqa: BLE001 - closing must go on to the other brokers
                 log.warning("%s: unregistering group %s from %s failed: %s", self.client_id, self.group, addr, exc)
 

@@ -262,8 +262,17 @@ class AtTimestamp:
     timestamp_ms: int
 
 
-StartPosition = Position | SpecificOffsets | AtTimestamp
-EndPosition = Literal[Position.LATEST] | SpecificOffsets | AtTimestamp
+@dataclass(frozen=True)
+class TimestampsPerQueue:
+    """A timestamp (epoch ms) per queue (``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``): each
+    queue at its first message stored at or after its time; queues left out start at earliest (a start) or
+    end at latest (an end), as in :class:`SpecificOffsets`."""
+
+    timestamps: QueueOffsets
+
+
+StartPosition = Position | SpecificOffsets | AtTimestamp | TimestampsPerQueue
+EndPosition = Literal[Position.LATEST] | SpecificOffsets | AtTimestamp | TimestampsPerQueue
 
 __all__ = ["AtTimestamp", "EARLIEST", "EndPosition", "GROUP", "LATEST", "OffsetJson", "Position", "QueueIndex",
-           "QueueOffsets", "SpecificOffsets", "StartPosition"]
+           "QueueOffsets", "SpecificOffsets", "StartPosition", "TimestampsPerQueue"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +28,7 @@ from rocketstream.spark.offsets import (
     QueueOffsets,
     SpecificOffsets,
     StartPosition,
+    TimestampsPerQueue,
 )
 from rocketstream.spark.secured import NOT_SECURED, SECRET_OPTIONS, SECURED_OPTIONS, SecuredOptions, parse_secured
 
@@ -66,6 +67,20 @@ OFFSETS_STORE_DIR = "offsetsStoreDir"  # BROADCASTING: base dir of <clientId>/<g
 CLIENT_ID = "clientId"  # BROADCASTING: client id directory name
 NAME_SERVER = "nameServer"  # network mode: "host:port[;host:port]"
 NAMESRV_ADDR = "namesrvAddr"  # alias (RocketMQ's name)
+TOPIC_PATTERN = "topicPattern"  # a regex (full match) over the topics, instead of topic
+STARTING_OFFSETS_BY_TIMESTAMP = "startingOffsetsByTimestamp"  # {"topic": {"broker": {"queueId": ts_ms}}}
+ENDING_OFFSETS_BY_TIMESTAMP = "endingOffsetsByTimestamp"
+# what a start by timestamp does where no message is stored at or after it (Kafka's option name)
+STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY = "startingOffsetsByTimestampStrategy"
+# how often a running stream reads its topics' routes (network) or the store's topics (topicPattern) again
+ROUTE_REFRESH_INTERVAL = "routeRefreshIntervalMs"
+POLL_NAME_SERVER_INTERVAL = "pollNameServerInterval"  # alias (ClientConfig's name, milliseconds)
+# network tunables
+REQUEST_TIMEOUT = "requestTimeoutMs"  # every request but a pull
+MQ_CLIENT_API_TIMEOUT = "mqClientApiTimeout"  # alias (ClientConfig's name, milliseconds)
+PULL_TIMEOUT = "pullTimeoutMs"  # a pull (consumerTimeoutMillisWhenSuspend)
+PULL_BATCH_SIZE = "pullBatchSize"  # messages asked for per pull
+PULL_RETRIES = "pullRetries"  # a pull that timed out or lost its connection is sent again this many times
 
 ALL_OPTIONS: tuple[str, ...] = (
     PATH, TOPIC, SUB_EXPRESSION, STARTING_OFFSETS, ENDING_OFFSETS, STARTING_TIMESTAMP, ENDING_TIMESTAMP,
@@ -73,14 +88,20 @@ ALL_OPTIONS: tuple[str, ...] = (
     MIN_PARTITIONS, MAX_MESSAGES_PER_PARTITION, MAX_MESSAGES_PER_TRIGGER, MAX_OFFSETS_PER_TRIGGER,
     MAX_BYTES_PER_TRIGGER, MIN_MESSAGES_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY,
     FAIL_ON_DATA_LOSS, CHECK_CRC, BROKER_NAME, BROKERS, CONSUMER_IDCS, VIRTUAL_NODE_CNT, ALLOCATE_QUEUES,
-    OFFSETS_STORE_DIR, CLIENT_ID, BROKER_ADDR, NAME_SERVER, NAMESRV_ADDR,
+    OFFSETS_STORE_DIR, CLIENT_ID, BROKER_ADDR, NAME_SERVER, NAMESRV_ADDR, TOPIC_PATTERN,
+    STARTING_OFFSETS_BY_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY,
+    ROUTE_REFRESH_INTERVAL, POLL_NAME_SERVER_INTERVAL, REQUEST_TIMEOUT, MQ_CLIENT_API_TIMEOUT, PULL_TIMEOUT,
+    PULL_BATCH_SIZE, PULL_RETRIES,
     *SECURED_OPTIONS,  # accessKey, secretKey, securityToken, namespace, tls.* (rocketstream.spark.secured)
 )
 _CANONICAL = {k.lower(): k for k in ALL_OPTIONS}
 _ALIASES = {MIN_PARTITIONS: NUM_PARTITIONS, MAX_OFFSETS_PER_TRIGGER: MAX_MESSAGES_PER_TRIGGER,
-            MIN_OFFSETS_PER_TRIGGER: MIN_MESSAGES_PER_TRIGGER, NAMESRV_ADDR: NAME_SERVER}
+            MIN_OFFSETS_PER_TRIGGER: MIN_MESSAGES_PER_TRIGGER, NAMESRV_ADDR: NAME_SERVER,
+            POLL_NAME_SERVER_INTERVAL: ROUTE_REFRESH_INTERVAL, MQ_CLIENT_API_TIMEOUT: REQUEST_TIMEOUT}
 # Options that name or need a store directory: an error in network mode (and nameServer one in local mode).
 LOCAL_ONLY = (PATH, BROKERS, BROKER_NAME, BROKER_ADDR)
+# Options of network mode only: a local read sends no request.
+NETWORK_ONLY = (REQUEST_TIMEOUT, PULL_TIMEOUT, PULL_BATCH_SIZE, PULL_RETRIES)
 
 # ---- values -------------------------------------------------------------------------------------
 CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
@@ -90,6 +111,20 @@ CONSUME_FROM_WHERE_VALUES = (CONSUME_FROM_LAST_OFFSET, CONSUME_FROM_FIRST_OFFSET
 CLUSTERING, BROADCASTING = "CLUSTERING", "BROADCASTING"
 DEFAULT_CONSUMER_GROUP = "rocketstream-spark"
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's default "15m"
+DEFAULT_ROUTE_REFRESH_INTERVAL_MS = 30_000  # ClientConfig.pollNameServerInterval
+DEFAULT_REQUEST_TIMEOUT_MS = 3_000  # ClientConfig.mqClientApiTimeout
+DEFAULT_PULL_TIMEOUT_MS = 30_000  # DefaultMQPushConsumer.consumerTimeoutMillisWhenSuspend
+# Asked per pull: as many as the broker's transfer limits allow (maxTransferCountOnMessageInMemory, 32 on a
+# default broker — DefaultMQPushConsumer.pullBatchSize's 32 — more where an operator raised the limits).
+DEFAULT_PULL_BATCH_SIZE = 4096
+DEFAULT_PULL_RETRIES = 0  # a failed pull fails its task, which Spark retries (spark.task.maxFailures)
+TIMESTAMP_STRATEGY_LATEST, TIMESTAMP_STRATEGY_ERROR = "latest", "error"
+# Topics a pattern leaves out unless it names them literally: retry and dead-letter topics of groups
+# (MixAll.RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX), TopicValidator.SYSTEM_TOPIC_SET (4.9.8 and 5.x)
+# and its SYSTEM_TOPIC_PREFIX "rmq_sys_"; cluster and broker-name topics are left out by the caller.
+SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_")
+SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "TRANS_CHECK_MAX_TIME_TOPIC",
+                           "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
 _NAME = re.compile(r"[%|A-Za-z0-9_-]{1,255}\Z")  # RocketMQ's topic / group character set
 _DURATION = re.compile(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*\Z", re.IGNORECASE)
 _DURATION_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -100,7 +135,7 @@ class RocketMQOptions:
     """Every option of the source, validated. Positions stay symbolic until the planner resolves them
     against the brokers (:mod:`rocketstream.spark.positions`)."""
 
-    topics: tuple[str, ...]
+    topics: tuple[str, ...]  # () with topicPattern: the topics are found by the planner (topics_matching)
     brokers: tuple[tuple[str, Path], ...]  # (brokerName, store root); () in network mode
     subscription: SubscriptionData
     # startingTimestamp over startingOffsets (as Spark's Kafka source); not given: batch earliest, stream group
@@ -124,6 +159,14 @@ class RocketMQOptions:
     client_id: str | None = None
     broker_addr: str | None = None  # host:port of a live broker serving the (single) store
     name_server: str | None = None  # network mode: the name server addresses ("a:9876;b:9876")
+    topic_pattern: re.Pattern[str] | None = None  # topicPattern (full match), exclusive with topic
+    # startingTimestamp / startingOffsetsByTimestamp where no message is at or after the time: latest or error
+    timestamp_strategy: str = TIMESTAMP_STRATEGY_LATEST
+    route_refresh_interval_ms: int = DEFAULT_ROUTE_REFRESH_INTERVAL_MS
+    request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
+    pull_timeout_ms: int = DEFAULT_PULL_TIMEOUT_MS
+    pull_batch_size: int = DEFAULT_PULL_BATCH_SIZE
+    pull_retries: int = DEFAULT_PULL_RETRIES
     secured: SecuredOptions = NOT_SECURED  # network mode: ACL account, TLS, namespace (repr hides secrets)
 
     @property
@@ -164,8 +207,13 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
     _only_with(given, CONSUMER_IDCS, strategy == "MACHINE_ROOM", f"{ALLOCATE_STRATEGY}=MACHINE_ROOM")
     for key in (OFFSETS_STORE_DIR, CLIENT_ID):
         _only_with(given, key, message_model == BROADCASTING, f"{MESSAGE_MODEL}={BROADCASTING}")
-    topics = _topics(given)
+    topics, pattern = _topics(given)
     name_server = _name_server(given)
+    if name_server is None:
+        for key in NETWORK_ONLY:
+            if key in given:
+                raise OptionError(given.label(key), f"applies to network mode ('{NAME_SERVER}') only; a local read "
+                                                    f"sends no request", given[key])
     brokers = () if name_server is not None else _brokers(given)
     subscription = SubscriptionData.parse_option(given.get(SUB_EXPRESSION, "*"), SUB_EXPRESSION)
     starting, ending = _positions(given, streaming=streaming)
@@ -193,6 +241,13 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
         client_id=given.get(CLIENT_ID) or None,
         broker_addr=_broker_addr(given),
         name_server=name_server,
+        topic_pattern=pattern,
+        timestamp_strategy=_timestamp_strategy(given),
+        route_refresh_interval_ms=_millis(given, ROUTE_REFRESH_INTERVAL, DEFAULT_ROUTE_REFRESH_INTERVAL_MS, 1),
+        request_timeout_ms=_millis(given, REQUEST_TIMEOUT, DEFAULT_REQUEST_TIMEOUT_MS, 1),
+        pull_timeout_ms=_millis(given, PULL_TIMEOUT, DEFAULT_PULL_TIMEOUT_MS, 1),
+        pull_batch_size=_bounded(given, PULL_BATCH_SIZE, DEFAULT_PULL_BATCH_SIZE, 1, 0x7FFFFFFF),
+        pull_retries=_bounded(given, PULL_RETRIES, DEFAULT_PULL_RETRIES, 0, 100),
         secured=parse_secured(given, network=name_server is not None),
     )
 
@@ -215,17 +270,44 @@ class _Given(dict[str, str]):
         return self.spelled.get(key, key)
 
 
-def _topics(given: Mapping[str, str]) -> tuple[str, ...]:
+def _topics(given: Mapping[str, str]) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
     raw = given.get(TOPIC)
+    if TOPIC_PATTERN in given:
+        if raw is not None:
+            raise OptionError(TOPIC_PATTERN, f"give either '{TOPIC}' or '{TOPIC_PATTERN}', not both",
+                              given[TOPIC_PATTERN])
+        text = given[TOPIC_PATTERN]
+        if not text.strip():
+            raise OptionError(TOPIC_PATTERN, "must be a regular expression matching whole topic names", text)
+        try:
+            return (), re.compile(text)
+        except re.error as exc:
+            raise OptionError(TOPIC_PATTERN, f"is not a valid regular expression: {exc}", text) from None
     if raw is None or not raw.strip():
-        raise OptionError(TOPIC, "is required: one topic or a comma-separated list")
+        raise OptionError(TOPIC, f"is required: one topic or a comma-separated list (or '{TOPIC_PATTERN}')")
     topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
     for t in topics:
         if not _NAME.match(t):
             raise OptionError(TOPIC, f"topic {t!r} has characters outside [%|a-zA-Z0-9_-]", raw)
     if not topics:
         raise OptionError(TOPIC, "names no topic", raw)
-    return topics
+    return topics, None
+
+
+def topics_matching(pattern: re.Pattern[str], names: Iterable[str], excluded: Iterable[str] = ()) -> tuple[str, ...]:
+    """The topics of ``names`` that ``pattern`` matches whole, in name order. Retry, dead-letter and system
+    topics (:data:`SYSTEM_TOPICS`, :data:`SYSTEM_TOPIC_PREFIXES`) and ``excluded`` (the cluster and broker
+    names a name server lists as topics) only when the pattern is that very name, character for character."""
+    left_out = frozenset(excluded)
+    chosen = []
+    for name in sorted(set(names)):
+        if not pattern.fullmatch(name):
+            continue
+        special = name in SYSTEM_TOPICS or name in left_out or name.startswith(SYSTEM_TOPIC_PREFIXES)
+        if special and pattern.pattern != name:
+            continue
+        chosen.append(name)
+    return tuple(chosen)
 
 
 _ADDR = re.compile(r"[A-Za-z0-9_.\-]+:\d{1,5}\Z|\[[0-9A-Fa-f:.]+\]:\d{1,5}\Z")
@@ -296,11 +378,19 @@ def _positions(given: Mapping[str, str], *, streaming: bool) -> tuple[StartPosit
     end = _position(given, ENDING_OFFSETS, (LATEST,))
     start_ms = _int(given, STARTING_TIMESTAMP, minimum=0)
     end_ms = _int(given, ENDING_TIMESTAMP, minimum=0)
+    start_times = _timestamps(given, STARTING_OFFSETS_BY_TIMESTAMP)
+    end_times = _timestamps(given, ENDING_OFFSETS_BY_TIMESTAMP)
+    if streaming and end_times is not None:
+        raise OptionError(ENDING_OFFSETS_BY_TIMESTAMP, "is for batch queries only; a stream has no end")
+    # startingTimestamp over startingOffsetsByTimestamp over startingOffsets (Spark's Kafka source's order)
     starting: StartPosition = (AtTimestamp(start_ms) if start_ms is not None
+                               else start_times if start_times is not None
                                else start if start is not None else GROUP if streaming else EARLIEST)
     ending: EndPosition
     if end_ms is not None:
         ending = AtTimestamp(end_ms)
+    elif end_times is not None:
+        ending = end_times
     elif end is None or end is LATEST:
         ending = LATEST
     elif isinstance(end, SpecificOffsets):
@@ -308,6 +398,58 @@ def _positions(given: Mapping[str, str], *, streaming: bool) -> tuple[StartPosit
     else:  # cannot happen: the only word an end accepts is latest
         raise OptionError(ENDING_OFFSETS, f"{end.value} is not a valid end")
     return starting, ending
+
+
+def _timestamps(given: Mapping[str, str], key: str) -> TimestampsPerQueue | None:
+    """``{"topic": {"brokerName": {"queueId": <epoch ms>}}}``: the shape of startingOffsets, timestamps as values."""
+    raw = given.get(key)
+    if raw is None:
+        return None
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise OptionError(key, f"is not valid JSON: {exc}", raw) from exc
+    times = QueueOffsets.from_dict(obj, option=key, allow_special=False)
+    if not times:
+        raise OptionError(key, "names no queue", raw)
+    return TimestampsPerQueue(times)
+
+
+def _timestamp_strategy(given: Mapping[str, str]) -> str:
+    raw = given.get(STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY)
+    if raw is None:
+        return TIMESTAMP_STRATEGY_LATEST
+    value = raw.strip().lower()
+    if value not in (TIMESTAMP_STRATEGY_LATEST, TIMESTAMP_STRATEGY_ERROR):
+        raise OptionError(STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY,
+                          f"must be {TIMESTAMP_STRATEGY_LATEST} or {TIMESTAMP_STRATEGY_ERROR}", raw)
+    if STARTING_TIMESTAMP not in given and STARTING_OFFSETS_BY_TIMESTAMP not in given:
+        raise OptionError(STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY,
+                          f"only applies with {STARTING_TIMESTAMP} or {STARTING_OFFSETS_BY_TIMESTAMP}", raw)
+    return value
+
+
+def _millis(given: Mapping[str, str], key: str, default: int, minimum: int) -> int:
+    """A duration in milliseconds: a bare number (RocketMQ's ``...Millis`` settings) or '500ms', '30s', '1m'."""
+    raw = given.get(key)
+    if raw is None:
+        return default
+    m = _DURATION.match(raw)
+    if not m:
+        raise OptionError(_label(given, key), "must be milliseconds, or a duration such as '500ms', '30s', '1m'", raw)
+    value = int(m.group(1)) * _DURATION_MS[m.group(2).lower() if m.group(2) else None]
+    if value < minimum:
+        raise OptionError(_label(given, key), f"must be at least {minimum} ms", raw)
+    return value
+
+
+def _bounded(given: Mapping[str, str], key: str, default: int, minimum: int, maximum: int) -> int:
+    value = _int(given, key, minimum=minimum)
+    if value is None:
+        return default
+    if value > maximum:
+        raise OptionError(_label(given, key), f"must be <= {maximum}", given[key])
+    return value
 
 
 def _position(given: Mapping[str, str], key: str, words: tuple[Position, ...]) -> Position | SpecificOffsets | None:

@@ -25,6 +25,7 @@ from rocketstream.spark.offsets import (
     LATEST,
     AtTimestamp,
     SpecificOffsets,
+    TimestampsPerQueue,
 )
 from rocketstream.spark.options import RocketMQOptions
 
@@ -40,7 +41,13 @@ def starting_offsets(options: RocketMQOptions, views: Views, bounds: Mapping[Que
     """First offset to read per queue, already checked against the queue's [min, max]."""
     start = options.starting
     if isinstance(start, AtTimestamp):
-        return {q: search_lower(views, q, start.timestamp_ms) for q in bounds}
+        return timestamp_starts(options, views, bounds, dict.fromkeys(bounds, start.timestamp_ms),
+                                opt.STARTING_TIMESTAMP)
+    if isinstance(start, TimestampsPerQueue):
+        _check_known(start.timestamps, bounds, opt.STARTING_OFFSETS_BY_TIMESTAMP)
+        named = {q: start.timestamps[q] for q in bounds if q in start.timestamps}
+        found = timestamp_starts(options, views, bounds, named, opt.STARTING_OFFSETS_BY_TIMESTAMP)
+        return {q: found.get(q, b.min) for q, b in bounds.items()}  # queues left out: earliest
     if start is EARLIEST:
         return {q: b.min for q, b in bounds.items()}
     if start is LATEST:
@@ -58,6 +65,11 @@ def ending_offsets(options: RocketMQOptions, views: Views, bounds: Mapping[Queue
     end = options.ending
     if isinstance(end, AtTimestamp):
         return {q: search_lower(views, q, end.timestamp_ms) for q in bounds}
+    if isinstance(end, TimestampsPerQueue):
+        # the first message at or after the time is the exclusive end; none: the queue's max (latest)
+        _check_known(end.timestamps, bounds, opt.ENDING_OFFSETS_BY_TIMESTAMP)
+        return {q: search_lower(views, q, end.timestamps[q]) if q in end.timestamps else b.max
+                for q, b in bounds.items()}
     if end is LATEST:
         return {q: b.max for q, b in bounds.items()}
     _check_known(end.offsets, bounds, opt.ENDING_OFFSETS)
@@ -71,6 +83,25 @@ def ending_offsets(options: RocketMQOptions, views: Views, bounds: Mapping[Queue
                 topic=q.topic, broker_name=q.broker_name, queue_id=q.queue_id, lost_from=bounds[q].max, lost_to=stop,
             )
     return ends
+
+
+def timestamp_starts(options: RocketMQOptions, views: Views, bounds: Mapping[QueueKey, QueueBounds],
+                     times: Mapping[QueueKey, int], option: str) -> Offsets:
+    """The first offset stored at or after ``times[q]`` for every queue named; where no message is (the
+    search answers the max offset of a queue holding messages), ``startingOffsetsByTimestampStrategy``
+    decides: ``latest`` starts there, ``error`` is an OptionError naming the queue and the time (an empty
+    queue has nothing to miss and starts at its max either way)."""
+    found: Offsets = {}
+    for q, ts in times.items():
+        offset = search_lower(views, q, ts)
+        b = bounds[q]
+        if offset >= b.max and b.max > b.min and options.timestamp_strategy == opt.TIMESTAMP_STRATEGY_ERROR:
+            raise OptionError(
+                option, f"no message of topic {q.topic!r} on broker {q.broker_name!r} queue {q.queue_id} is stored "
+                f"at or after {ts} ms (its messages end at offset {b.max}); set "
+                f"{opt.STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY}=latest to start there", ts)
+        found[q] = offset
+    return found
 
 
 def group_offsets(options: RocketMQOptions, views: Views, bounds: Mapping[QueueKey, QueueBounds]) -> Offsets:
@@ -182,4 +213,4 @@ def _check_known(spec: Mapping[QueueKey, int], bounds: Mapping[QueueKey, QueueBo
 
 
 __all__ = ["QueueBounds", "check_starts", "ending_offsets", "group_offsets", "open_views", "queue_bounds",
-           "read_committed", "require_queues", "search_lower", "starting_offsets"]
+           "read_committed", "require_queues", "search_lower", "starting_offsets", "timestamp_starts"]

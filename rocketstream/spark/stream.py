@@ -35,7 +35,13 @@ from pyspark.sql.streaming.datasource import (
 from rocketstream.errors import DataLossError, RocketStreamError
 from rocketstream.spark import positions
 from rocketstream.spark.broker_view import BrokerView, QueueBounds, bounds_arrays, queue_bounds
-from rocketstream.spark.brokers import broker_locations, brokers_can_change
+from rocketstream.spark.brokers import (
+    broker_locations,
+    brokers_can_change,
+    query_topics,
+    query_topics_and_brokers,
+    topics_can_change,
+)
 from rocketstream.spark.commits import OffsetCommits
 from rocketstream.spark.group_presence import GroupPresence
 from rocketstream.spark.offset_ranges import QueueKey, rate_limit
@@ -46,10 +52,6 @@ from rocketstream.spark.tasks import ReadTask, plan_tasks, read_task
 
 log = logging.getLogger(__name__)
 Offsets = dict[QueueKey, int]
-# A running query reads its brokers again this often (the client's pollNameServerInterval, 30 s): queues and
-# brokers added to the topics' routes are read, from their first offset (as Kafka's source starts new
-# partitions at earliest), and a broker that left them keeps its offsets until it is back.
-ROUTE_REFRESH_S = 30.0
 _RECENT = 4  # offsets returned to Spark that a later call may hand back (start and end of a batch, initial)
 
 
@@ -74,9 +76,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: RocketMQOptions, projection: Projection) -> None:
         self.options = options
         self.projection = projection
-        self.brokers = broker_locations(options)
+        # the topics read (a topicPattern's change) and the brokers holding them (network mode: they change)
+        self.topics, self.brokers = query_topics_and_brokers(options)
         self._brokers_move = brokers_can_change(options)  # network mode: brokers join, leave, come back
-        self._brokers_at = time.monotonic()  # when the brokers were last read (ROUTE_REFRESH_S)
+        self._topics_move = topics_can_change(options)  # topicPattern: topics are created and deleted
+        self._brokers_at = time.monotonic()  # when topics and brokers were last read (routeRefreshIntervalMs)
         self._initial: QueueOffsets | None = None
         self._target: Offsets | None = None  # AvailableNow: never read past these offsets
         self._last_trigger = time.monotonic()  # for maxTriggerDelay
@@ -134,8 +138,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._initial is None:
             self._keep_presence()
             with self._views() as views:
-                bounds = queue_bounds(views, self.options.topics)
-                positions.require_queues(views, bounds, self.options.topics)
+                bounds = queue_bounds(views, self.topics)
+                positions.require_queues(views, bounds, self.topics)
                 self._initial = QueueOffsets(positions.starting_offsets(self.options, views, bounds))
             self._remember(self._initial)
         return self._initial.to_dict()
@@ -152,37 +156,54 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         with self._views() as views:
-            self._target = {q: b.max for q, b in queue_bounds(views, self.options.topics).items()}
+            self._target = {q: b.max for q, b in queue_bounds(views, self.topics).items()}
         self._target_array = None
 
     def _refresh_brokers(self) -> None:
-        """Brokers added to or removed from the topics' routes are seen within :data:`ROUTE_REFRESH_S` (the
-        client's ``pollNameServerInterval``): the locations are read again, and the views reopened when they
-        changed. A failed lookup (the name server down) keeps planning with the brokers known: they are
-        still where they were, and a broker that is gone fails its own requests with a typed error."""
+        """Queues and brokers added to or removed from the topics' routes, and topics a ``topicPattern`` newly
+        matches, are seen within ``routeRefreshIntervalMs`` (default 30 s, the client's
+        ``pollNameServerInterval``, as ``MQClientInstance.updateTopicRouteInfoFromNameServer`` polls): the
+        topics and locations are read again, and the views reopened when the locations changed. A failed
+        lookup (the name server down) keeps planning with what is known: the brokers are still where they
+        were, and a broker that is gone fails its own requests with a typed error."""
         now = time.monotonic()
-        if not self._brokers_move or now - self._brokers_at < ROUTE_REFRESH_S:
+        if not (self._brokers_move or self._topics_move) or \
+                (now - self._brokers_at) * 1000 < self.options.route_refresh_interval_ms:
             return
         self._brokers_at = now
         try:
-            found = broker_locations(self.options)
+            if self._brokers_move:
+                topics = query_topics(self.options)
+                found = broker_locations(self.options, topics)
+            else:   # local mode with a topicPattern: the stores' topics, through the open views
+                with self._views() as views:
+                    topics = query_topics(self.options, views)
+                found = self.brokers
         except RocketStreamError as exc:
-            log.warning("reading the brokers of %s again failed, planning with the %d known: %s",
-                        ", ".join(self.options.topics), len(self.brokers), exc)
+            log.warning("reading the topics and brokers of %s again failed, planning with the %d brokers known: %s",
+                        ", ".join(self.topics), len(self.brokers), exc)
             return
+        self._set_topics(topics)
         if found != self.brokers:
-            log.info("the brokers of %s changed: %s -> %s", ", ".join(self.options.topics),
+            log.info("the brokers of %s changed: %s -> %s", ", ".join(self.topics),
                      sorted(b.name for b in self.brokers), sorted(b.name for b in found))
             self._close_views()
             self.brokers = found
+
+    def _set_topics(self, topics: tuple[str, ...]) -> None:
+        if topics != self.topics:
+            log.info("topicPattern %r now matches %s (was %s)", self.options.topic_pattern and
+                     self.options.topic_pattern.pattern, ", ".join(topics), ", ".join(self.topics))
+            self.topics = topics
 
     def latestOffset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
         committed = self._parse(start)
         self._refresh_brokers()
         self._commit(committed)  # every batch up to start has completed
         with self._views() as views:
-            index, low, high = bounds_arrays(views, self.options.topics, self._index)
+            index, low, high = bounds_arrays(views, self.topics, self._index)
             self._index = index
+            self._vanished(committed, index, views)
             begin = self._checked_begin(committed, index, low, high)
             latest = high
             if self._target is not None:
@@ -204,6 +225,26 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._last_trigger = time.monotonic()
         self._remember(end)
         return end.to_dict()
+
+    def _vanished(self, committed: QueueOffsets, index: QueueIndex, views: Mapping[str, BrokerView]) -> None:
+        """Queues of ``committed`` that a broker still in the routes no longer serves (its topic deleted, its
+        readQueueNums lowered): failOnDataLoss=true is a DataLossError naming them; false drops them from
+        the offsets, logged as a warning (the queue is then absent from the progress' endOffset)."""
+        if committed.array_in(index) is not None:
+            return   # the same queues as planned: the usual trigger
+        positions_ = index.positions()
+        gone = [q for q in committed if q not in positions_ and q.broker_name in views]
+        if not gone:
+            return
+        names = ", ".join(f"topic {q.topic!r} on broker {q.broker_name!r} queue {q.queue_id}" for q in gone)
+        if self.options.fail_on_data_loss:
+            first = gone[0]
+            raise DataLossError(
+                f"{names} no longer in the routes (queue removed or topic deleted) at offset "
+                f"{committed[first]}; set failOnDataLoss=false to drop it and go on",
+                topic=first.topic, broker_name=first.broker_name, queue_id=first.queue_id)
+        log.warning("%s no longer in the routes (queue removed or topic deleted); dropped from the query's offsets "
+                    "(failOnDataLoss=false)", names)
 
     def _checked_begin(self, committed: QueueOffsets, index: QueueIndex, low: np.ndarray,
                        high: np.ndarray) -> np.ndarray:
@@ -272,7 +313,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._planned is not None:
             return self._planned.index.to_dict(self._planned.high)
         with self._views() as views:
-            bounds = queue_bounds(views, self.options.topics)
+            bounds = queue_bounds(views, self.topics)
         return QueueOffsets({q: b.max for q, b in bounds.items()}).to_dict()
 
     # ---- batches ------------------------------------------------------------------------------
@@ -298,7 +339,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if planned is not None and planned.end == stop:
                 bounds = planned.bounds()  # the same trigger: latestOffset just read them
             else:
-                bounds = queue_bounds(views, self.options.topics)
+                bounds = queue_bounds(views, self.topics)
             # queues of a broker out of the routes are carried at their offsets: nothing of them is read
             reading = {q: o for q, o in stop.items() if q in bounds or begin.get(q) != o}
             for q in reading:

@@ -15,9 +15,10 @@ For each broker, on a fresh store (1 GiB commit-log files, ASYNC_FLUSH, default 
   4. latency  ``--latency`` messages sent one every 2 ms to a waiting push consumer (its pulls held by
               the broker: long polling): produce-to-consume p50/p99 in ms (System.nanoTime() in the body).
 ``--full`` is the issue's setting: 200,000 sends + 800,000 batched = a push consumer draining 1 M
-messages. The Java broker is 4.9.8 from ../shared/rocketmq-4.9.8 (bin/broker, JVM flags of that
-distribution: SerialGC, -Xmx512m); ours is ``python -m rocketstream.cli serve`` with a conf file of the
-same RocketMQ properties. Ratios are ours/java, so > 1 is better for throughput and worse for latency.
+messages. The Java broker is 4.9.8 from ../shared/rocketmq-4.9.8 (tests/realbroker/peers.py
+broker_command: the JVM flags of that distribution's bin/broker, SerialGC, -Xmx512m); ours is
+``python -m rocketstream.cli serve`` with a conf file of the same RocketMQ properties. Ratios are ours/java,
+so > 1 is better for throughput and worse for latency.
 Goals (issue 11): send and consume ≥ 0.5× the Java broker's; p50 latency ≤ 5 ms.
 
 The two brokers never run at the same time. Each server's CPU time (user+sys) over the whole run is
@@ -102,19 +103,13 @@ def rss_mib(pid: int) -> float:
 def start_java(home: Path) -> Running:
     namesrv = peers.start_namesrv(home)
     namesrv.wait_ready("boot success")
-    dist = peers.find_dist()
     port = peers.free_port((-2, 0, 1))
     bhome = home / "java-broker"
     bhome.mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RMQ_")}
-    env.update(RMQ_DATA_DIR=str(home), RMQ_BIND_ADDRESS=peers.BIND, RMQ_BROKER_PORT=str(port),
-               RMQ_NAMESRV_ADDR=f"{peers.BIND}:{namesrv.port}", RMQ_BROKER_HOME=str(bhome),
-               RMQ_STORE_DIR=str(bhome / "store"), RMQ_COMMITLOG_FILE_SIZE=str(COMMITLOG_FILE_SIZE),
-               RMQ_CQ_FILE_SIZE=str(CQ_FILE_SIZE))
-    conf = bhome / "bench.conf"
-    conf.write_text("".join(f"{k}={v}\n" for k, v in COMMON_CONF.items()))
+    argv = peers.broker_command(bhome, port, f"{peers.BIND}:{namesrv.port}", extra_conf=COMMON_CONF,
+                                commitlog_file_size=COMMITLOG_FILE_SIZE, cq_file_size=CQ_FILE_SIZE, heap="512m")
     log = bhome / "broker.out"
-    proc = peers._spawn([str(dist / "bin" / "broker"), str(conf)], env, log)
+    proc = peers._spawn(argv, peers.server_env(peers.find_dist()), log)
     peers.Server("java broker", proc, log, port).wait_ready("boot success")
     return Running("java", f"{peers.BIND}:{namesrv.port}", [proc, namesrv.proc], [log, namesrv.log])
 

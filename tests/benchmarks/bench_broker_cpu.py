@@ -5,8 +5,9 @@ throughput bench_broker.py measures, because it counts this process's CPU time, 
     python tests/benchmarks/bench_broker_cpu.py [--count 3000] [--repeat 3]
 
 Cases (1 KiB bodies, 8 queues, a fresh store): ``send`` = SEND_MESSAGE_V2 one message each (headers
-as the 4.9.8 client writes them); ``batch`` = SEND_BATCH_MESSAGE of 32; ``pull`` = PULL_MESSAGE of 32
-(no suspend) over what was sent; ``pull1024`` = PULL_MESSAGE of 1024 from a broker whose transfer limits
+as the 4.9.8 client writes them); ``batch`` = SEND_BATCH_MESSAGE of 32; ``batchj`` = the same as the 4.9.8
+Java client encodes it (no last \\x02 in each message's properties); ``pull`` = PULL_MESSAGE of 32 (no
+suspend) over what was sent; ``pull1024`` = PULL_MESSAGE of 1024 from a broker whose transfer limits
 are raised (maxTransferCountOnMessageInMemory 4096, maxTransferBytesOnMessageInMemory 8 MiB), as Spark's
 network read asks, over one queue written in batches of 256. Prints the best of ``--repeat`` µs per
 message for each.
@@ -46,11 +47,21 @@ class _Channel:
         encode_frame(cmd)
 
 
-def _batch_frame(i: int) -> bytes:
-    msgs = [(0, BODY, {"UNIQ_KEY": codec.new_uniq_key(), "WAIT": "true"}) for _ in range(32)]
+def _batch_frame(i: int, *, java: bool = False) -> bytes:
+    """A SEND_BATCH_MESSAGE of 32; ``java``: as the 4.9.8 client encodes it (``MessageBatch.encode``: TAGS, WAIT,
+    UNIQ_KEY per message, each properties string without its last \\x02, MessageDecoder.messageProperties2String)."""
+    if java:
+        body = b"".join(
+            codec.record._BATCH_HEAD.pack(20 + len(BODY) + 2 + len(p), 0, 0, 0, len(BODY)) + BODY
+            + len(p).to_bytes(2, "big") + p
+            for p in (f"TAGS\x01TagL\x02WAIT\x01true\x02UNIQ_KEY\x01{codec.new_uniq_key()}".encode()
+                      for _ in range(32)))
+    else:
+        body = codec.encode_batch_body([(0, BODY, {"UNIQ_KEY": codec.new_uniq_key(), "WAIT": "true"})
+                                        for _ in range(32)])
     return encode_frame(RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, {
         "a": "pg", "b": "T", "c": "TBW102", "d": 4, "e": i % 8, "f": 0, "g": int(time.time() * 1000), "h": 0,
-        "i": "WAIT\x01true\x02", "k": False, "m": True}, codec.encode_batch_body(msgs)))
+        "i": "WAIT\x01true", "k": False, "m": True}, body))
 
 
 async def _run(count: int, repeat: int) -> dict[str, list[float]]:
@@ -79,6 +90,8 @@ async def _run(count: int, repeat: int) -> dict[str, list[float]]:
                 res.setdefault("send", []).append(1e6 * run(frames) / count)
                 frames = [_batch_frame(i) for i in range(count // 32)]
                 res.setdefault("batch", []).append(1e6 * run(frames) / (len(frames) * 32))
+                frames = [_batch_frame(i, java=True) for i in range(count // 32)]
+                res.setdefault("batchj", []).append(1e6 * run(frames) / (len(frames) * 32))
                 per_queue = controller.store.get_message_raw("T", 0, 0, 1).max_offset
                 offsets = dict.fromkeys(range(8), 0)
                 frames = []
@@ -104,7 +117,9 @@ async def _run(count: int, repeat: int) -> dict[str, list[float]]:
                 for frame in frames:
                     req = decode_frame(frame[4:])
                     resp = handle(channel, req)
-                    assert resp.code == 0 and len(resp.body) > 1024 * 1024, resp.remark
+                    # a pull answer's body is views of the commit log (body_parts), not bytes
+                    body = resp.body_parts if resp.body_parts is not None else [resp.body or b""]
+                    assert resp.code == 0 and sum(len(p) for p in body) > 1024 * 1024, resp.remark
                     resp.opaque = req.opaque
                     resp.flag |= 1
                     encode_frame(resp)

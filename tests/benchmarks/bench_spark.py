@@ -202,19 +202,13 @@ def serve_java(store: Path, home: Path, extra: dict[str, str]) -> Served:
     namesrv = peers.start_namesrv(home)
     try:
         namesrv.wait_ready("boot success")
-        dist = peers.find_dist()
         port = peers.free_port((-2, 0, 1))
         bhome = home / "java-broker"
         bhome.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RMQ_")}
-        env.update(RMQ_DATA_DIR=str(home), RMQ_BIND_ADDRESS=peers.BIND, RMQ_BROKER_PORT=str(port),
-                   RMQ_NAMESRV_ADDR=f"{peers.BIND}:{namesrv.port}", RMQ_BROKER_HOME=str(bhome),
-                   RMQ_STORE_DIR=str(store), RMQ_COMMITLOG_FILE_SIZE=str(1 << 30), RMQ_CQ_FILE_SIZE=str(6000000),
-                   RMQ_BROKER_HEAP="512m")
-        conf = bhome / "bench.conf"
-        conf.write_text("".join(f"{k}={v}\n" for k, v in extra.items()))
+        argv = peers.broker_command(bhome, port, f"{peers.BIND}:{namesrv.port}", store=store, extra_conf=extra,
+                                    commitlog_file_size=1 << 30, cq_file_size=6000000, heap="512m")
         log = bhome / "broker.out"
-        proc = peers._spawn([str(dist / "bin" / "broker"), str(conf)], env, log)
+        proc = peers._spawn(argv, peers.server_env(peers.find_dist()), log)
     except BaseException:
         namesrv.kill()
         raise

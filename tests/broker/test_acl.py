@@ -460,7 +460,7 @@ def real_acl_broker(tmp_path_factory: pytest.TempPathFactory, java_classes: Path
             raise
     try:
         br.wait_ready()
-        assert "Broker plain acl conf data" in (br.log.parent / "logs" / "broker.log").read_text(errors="replace")
+        assert "Broker plain acl conf data" in br.rocketmq_log("broker.log").read_text(errors="replace")
         yield SimpleNamespace(home=home, yml=yml, namesrv=f"127.0.0.1:{ns.port}", broker=f"127.0.0.1:{br.port}")
     finally:
         br.kill()

@@ -7,9 +7,7 @@ broker (``ROCKETSTREAM_BROKER_TARGETS=java``, see tests/broker/java_fixtures.py)
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 
 import pytest
 
@@ -28,11 +26,8 @@ def seeded(broker_target, scenario_classes):  # noqa: F811
 
 
 def mqadmin(target, *args: str, timeout: float = 120) -> str:
-    """Run bin/mqadmin SUBCOMMAND ... -n NAMESRV; its stdout (it must exit 0)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RMQ_")}
-    env["RMQ_DATA_DIR"] = str(target.home / "mqadmin")       # its logs; bin/_common.sh sets ROCKETMQ_HOME
-    argv = [str(peers.find_dist() / "bin" / "mqadmin"), *args, "-n", target.namesrv_addr]
-    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    """Run mqadmin SUBCOMMAND ... -n NAMESRV (tests/realbroker/peers.py); its stdout (it must exit 0)."""
+    res = peers.mqadmin(target.home / "mqadmin", *args, "-n", target.namesrv_addr, timeout=timeout)
     assert res.returncode == 0, f"mqadmin {' '.join(args)}: exit {res.returncode}\n{res.stdout}\n{res.stderr}"
     return res.stdout
 

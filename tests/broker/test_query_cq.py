@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -206,9 +205,9 @@ def test_client_refuses_malformed_bodies():
 
 
 def _mqadmin(target, *args: str) -> subprocess.Popen:
-    env = dict(os.environ, RMQ_DATA_DIR=str(target.home / "mqadmin"))
-    argv = [str(peers.find_dist() / "bin" / "mqadmin"), *args, "-n", target.namesrv_addr]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    argv = peers.mqadmin_command(target.home / "mqadmin", *args, "-n", target.namesrv_addr)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=peers.server_env(peers.find_dist()))
 
 
 def _expected_query_cq(target, topic: str) -> tuple[list[str], str]:

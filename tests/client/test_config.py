@@ -45,7 +45,7 @@ def test_defaults_are_rocketmqs() -> None:
 
 def test_a_shared_base_holds_the_common_fields() -> None:
     common = set(ConsumerConfig.field_names())
-    assert {"namesrv", "instance_name", "credentials"} == set(ClientConfig.field_names())
+    assert {"namesrv", "instance_name", "credentials", "namespace", "tls"} == set(ClientConfig.field_names())
     assert set(ClientConfig.field_names()) < common
     assert common < set(PushConsumerConfig.field_names()) and common < set(LitePullConsumerConfig.field_names())
     assert "consume_thread_max" not in LitePullConsumerConfig.field_names()

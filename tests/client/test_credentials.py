@@ -100,7 +100,7 @@ def test_instances_are_kept_apart_by_credentials() -> None:
     assert Producer("pg", namesrv="127.0.0.1:1", credentials=a.api.credentials).credentials is a.api.credentials
     for inst in (a, b, plain):
         assert SECRET not in repr(inst)
-        MQClientInstance._registry.pop((inst.namesrv, inst.instance_name, inst.api.credentials), None)
+        MQClientInstance._registry.pop((inst.namesrv, inst.instance_name, inst.api.credentials, inst.api.tls), None)
 
 
 # ------------------------------------------------------------------------------------------ on the wire

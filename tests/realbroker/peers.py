@@ -1,6 +1,11 @@
-"""Start and stop Apache RocketMQ 4.9.8 name servers and brokers (the runnable distribution in
-``../shared/rocketmq-4.9.8``, see its README) as child processes on 127.0.0.1, and run our Java
-peer program (``tests/java/RealStorePeer.java``) against them.
+"""Start and stop Apache RocketMQ name servers, brokers and mqadmin (4.9.x: ``$ROCKETSTREAM_RMQ_DIST`` or the
+runnable distribution in ``../shared/rocketmq-4.9.8``; 5.x: ``$ROCKETSTREAM_RMQ5_DIST`` or
+``../shared/rocketmq-5.3.3``; see their READMEs) as child processes on 127.0.0.1, and run our Java peer
+program (``tests/java/RealStorePeer.java``) against them.
+
+The JVM classes are started directly (``NamesrvStartup``, ``BrokerStartup``, ``MQAdminStartup``) with the
+flags and generated configuration of the shared dists' ``bin/`` scripts, so any binary distribution works:
+only its ``lib/*.jar`` and ``conf/`` are used (README: "Contributors: the real RocketMQ peers").
 
 No pytest here: the store generator (``make_store``) and the test fixtures both use it.
 
@@ -16,6 +21,7 @@ import contextlib
 import ctypes
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -48,15 +54,48 @@ class JavaUnavailable(RuntimeError):
 
 
 # --- locating the runtime -----------------------------------------------------------------------
-def find_dist() -> Path:
-    env = os.environ.get("ROCKETSTREAM_RMQ_DIST")
+# Any Apache RocketMQ binary distribution will do (``rocketmq-all-4.9.x-bin-release`` unpacked, or the
+# shared dists): only its ``lib/*.jar`` and ``conf/`` are used; the JVMs are started here directly, with
+# the settings of the shared dists' ``bin/`` scripts (``_common.sh``, ``namesrv``, ``broker``, ``mqadmin``).
+DIST_ENV = "ROCKETSTREAM_RMQ_DIST"       # a 4.9.x distribution
+DIST5_ENV = "ROCKETSTREAM_RMQ5_DIST"     # a 5.x distribution
+README_HINT = "see README, 'Contributors: the real RocketMQ peers'"
+
+
+def dist_version(dist: Path) -> str | None:
+    """The RocketMQ version of a distribution, from its ``lib/rocketmq-broker-<version>.jar``; None when
+    ``dist`` has no such jar or no ``conf/`` (not a RocketMQ binary distribution)."""
+    if not (dist / "conf").is_dir():
+        return None
+    jars = sorted((dist / "lib").glob("rocketmq-broker-*.jar"))
+    return jars[0].name[len("rocketmq-broker-"):-len(".jar")] if jars else None
+
+
+def _find(env_name: str, shared: str, series: str) -> Path:
+    env = os.environ.get(env_name)
     candidates = [Path(env)] if env else []
-    candidates += [REPO.parent / "shared" / "rocketmq-4.9.8", Path("/work/shared/rocketmq-4.9.8")]
+    candidates += [REPO.parent / "shared" / shared, Path("/work/shared") / shared]
     for c in candidates:
-        if (c / "bin" / "broker").is_file() and (c / "lib").is_dir():
+        version = dist_version(c)
+        if version is not None and version.startswith(series):
             return c.resolve()
-    raise JavaUnavailable(f"RocketMQ 4.9.8 distribution not found (looked in {[str(c) for c in candidates]}; "
-                          "set ROCKETSTREAM_RMQ_DIST)")
+    raise JavaUnavailable(f"no Apache RocketMQ {series}x binary distribution (lib/rocketmq-broker-{series}*.jar "
+                          f"and conf/) in {[str(c) for c in candidates]}: set {env_name} to an unpacked "
+                          f"rocketmq-all-{series}x-bin-release ({README_HINT})")
+
+
+def find_dist() -> Path:
+    """A RocketMQ 4.9.x distribution: ``$ROCKETSTREAM_RMQ_DIST``, else ``../shared/rocketmq-4.9.8``."""
+    return _find(DIST_ENV, "rocketmq-4.9.8", "4.9.")
+
+
+def find_dist5() -> Path:
+    """A RocketMQ 5.x distribution: ``$ROCKETSTREAM_RMQ5_DIST``, else ``../shared/rocketmq-5.3.3``."""
+    return _find(DIST5_ENV, "rocketmq-5.3.3", "5.")
+
+
+def _is5(dist: Path) -> bool:
+    return (dist_version(dist) or "").startswith("5.")
 
 
 def find_java() -> tuple[Path, Path]:
@@ -70,7 +109,7 @@ def find_java() -> tuple[Path, Path]:
     else:
         j, jc = shutil.which("java"), shutil.which("javac")
         if not (j and jc):
-            raise JavaUnavailable("no java/javac found (install a Java 17 JDK or set JAVA_HOME)")
+            raise JavaUnavailable(f"no java/javac found (install a Java 17 JDK or set JAVA_HOME; {README_HINT})")
         java, javac = Path(j), Path(jc)
     out = subprocess.run([str(java), "-version"], capture_output=True, text=True).stderr
     try:
@@ -78,7 +117,7 @@ def find_java() -> tuple[Path, Path]:
     except (IndexError, ValueError):
         raise JavaUnavailable(f"cannot tell the Java version from: {out.strip()!r}") from None
     if major < 11:
-        raise JavaUnavailable(f"Java {major} found; the RocketMQ 4.9.8 distribution needs Java 11+ (tested: 17)")
+        raise JavaUnavailable(f"Java {major} found; the RocketMQ distributions need Java 11+ (tested: 17)")
     return java, javac
 
 
@@ -155,7 +194,18 @@ class Server:
     proc: subprocess.Popen
     log: Path
     port: int
+    log_dir: Path | None = None     # where the JVM's own log files go (RocketMQ's logback)
     started_s: float = 0.0
+
+    def rocketmq_log(self, name: str) -> Path:
+        """One of the JVM's log files (``broker.log``, ``namesrv.log``, ...): under ``log_dir`` with the shared
+        dists' logback files, under ``log_dir/rocketmqlogs`` with an upstream release's (``${user.home}``)."""
+        if self.log_dir is None:
+            raise PeerError(f"{self.name}: no log dir known")
+        for path in (self.log_dir / name, self.log_dir / "rocketmqlogs" / name):
+            if path.is_file():
+                return path
+        return self.log_dir / name
 
     def wait_ready(self, marker: str = "boot success", timeout: float = 90.0) -> float:
         t0 = time.monotonic()
@@ -195,50 +245,180 @@ def _forget(proc: subprocess.Popen) -> None:
         _LIVE.remove(proc)
 
 
-def _base_env(home: Path) -> dict[str, str]:
+# --- the JVM command lines (what the shared dists' bin/ scripts run) ----------------------------------
+# Broker defaults of bin/broker (both dists), before the caller's configuration; the resolved values
+# (name, ports, name servers, store, file sizes, advertised address) are written after it, so they win.
+BROKER_DEFAULTS = {
+    "brokerId": "0", "brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH", "deleteWhen": "04",
+    "fileReservedTime": "48", "autoCreateSubscriptionGroup": "true", "autoCreateTopicEnable": "true",
+    "fetchNamesrvAddrByAddressServer": "false", "maxHashSlotNum": "100000", "maxIndexNum": "400000",
+    # fixture robustness on small, busy machines (upstream 200 / 1000 ms)
+    "waitTimeMillsInSendQueue": "3000", "osPageCacheBusyTimeOutMills": "5000",
+}
+
+
+def _jvm_flags(dist: Path, data_dir: Path, bind: str) -> list[str]:
+    """``RMQ_JVM_FLAGS`` of the dists' ``bin/_common.sh``."""
+    flags = ["--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED"]
+    if _is5(dist):
+        # 5.x: the HA listener's bind address is the shared dist's own patch (an upstream build ignores it)
+        flags += ["--add-opens=java.base/sun.nio.ch=ALL-UNNAMED", "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
+                  f"-Drocketmq.home.dir={dist}", f"-Drocketmq.ha.bindAddress={bind}"]
+    else:
+        # 4.9.x binds the wildcard address; the shared dist's RemotingUtil patch reads this property
+        flags += ["--add-exports=java.base/sun.nio.ch=ALL-UNNAMED", f"-Drocketmq.home.dir={dist}",
+                  f"-Drocketmq.remoting.bindAddress={bind}"]
+    # plain TCP (upstream's default tls.server.mode "permissive" would make a self-signed certificate)
+    return [*flags, "-Dtls.server.mode=disabled", "-Dtls.enable=false", "-Djava.net.preferIPv4Stack=true",
+            f"-Djna.tmpdir={data_dir}/jna-tmp", "-Dfile.encoding=UTF-8"]
+
+
+def _classpath(dist: Path) -> str:
+    # 4.x scripts put conf/ first (logback and tools.yml lookups); 5.x point at their logback files by name
+    return f"{dist}/lib/*" if _is5(dist) else f"{dist}/conf:{dist}/lib/*"
+
+
+def _logging(dist: Path, role: str, instance: Path, log_dir: Path) -> list[str]:
+    """Where a JVM logs: ``rmq.log.dir`` (the shared dists' logback files), and ``user.home`` = the instance
+    dir, where an upstream release's logback files (``${user.home}/logs/rocketmqlogs``) and 5.x's other
+    ``user.home`` defaults put their files: nothing goes under the contributor's home."""
+    opts = [f"-Duser.home={instance}", f"-Drmq.log.dir={log_dir}"]
+    conf = dist / "conf" / f"rmq.{role}.logback.xml"      # 5.x: bin/_common.sh names the role's file
+    if _is5(dist) and conf.is_file():
+        opts.append(f"-Dlogback.configurationFile={conf}")
+    return opts
+
+
+def server_env(dist: Path) -> dict[str, str]:
+    """The environment of a JVM started here: ours without ``RMQ_*`` (the old scripts' settings), with
+    ``ROCKETMQ_HOME`` (4.9.x and 5.x read it when ``rocketmq.home.dir`` is not given)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RMQ_")}
-    env.update(RMQ_DATA_DIR=str(home), RMQ_BIND_ADDRESS=BIND)
+    env["ROCKETMQ_HOME"] = str(dist)
     return env
 
 
-def start_namesrv(home: Path, jvm_opts: list[str] | None = None) -> Server:
-    """A name server on a free port; ``jvm_opts`` (``-Dtls.server.mode=...``) go last on the JVM's line."""
-    dist = find_dist()
+def namesrv_command(nsdir: Path, port: int, *, bind: str = BIND, heap: str = "128m",
+                    jvm_opts: list[str] | None = None, dist: Path | None = None) -> list[str]:
+    """``bin/namesrv``: writes ``nsdir/namesrv.properties`` and returns the NamesrvStartup command line
+    (``jvm_opts`` last, as ``RMQ_JAVA_OPTS``)."""
+    dist = dist or find_dist()
+    java, _ = find_java()
+    nsdir = nsdir.resolve()
+    log_dir = nsdir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    props = {"listenPort": str(port), "kvConfigPath": f"{nsdir}/kvConfig.json"}
+    if _is5(dist):
+        props.update(bindAddress=bind, configStorePath=f"{nsdir}/namesrv.stored.properties")
+    conf = nsdir / "namesrv.properties"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return [str(java), "-server", "-Xms64m", f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:-OmitStackTraceInFastThrow",
+            *_jvm_flags(dist, nsdir.parent, bind), *_logging(dist, "namesrv", nsdir, log_dir), *(jvm_opts or []),
+            "-cp", _classpath(dist), "org.apache.rocketmq.namesrv.NamesrvStartup", "-c", str(conf)]
+
+
+def broker_command(bhome: Path, port: int, namesrv_addr: str, *, name: str = "broker-a",
+                   cluster: str = "DefaultCluster", store: Path | None = None,
+                   extra_conf: dict[str, str] | str | None = None, commitlog_file_size: int = COMMITLOG_FILE_SIZE,
+                   cq_file_size: int = CQ_FILE_SIZE, heap: str = "384m", bind: str = BIND,
+                   jvm_opts: list[str] | None = None, dist: Path | None = None) -> list[str]:
+    """``bin/broker``: writes ``bhome/broker.effective.conf`` (fixture defaults < ``extra_conf`` < the
+    resolved values given here) and returns the BrokerStartup command line (``jvm_opts`` last)."""
+    dist = dist or find_dist()
+    java, _ = find_java()
+    bhome = bhome.resolve()
+    store = (store or bhome / "store").resolve()
+    log_dir = bhome / "logs"
+    for d in (bhome, store, log_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    extra = extra_conf if isinstance(extra_conf, str) else "".join(f"{k}={v}\n" for k, v in (extra_conf or {}).items())
+    # bin/broker rewrites the legacy spelling, which 4.9.x and 5.x ignore (MessageStoreConfig's names)
+    extra = re.sub(r"(?m)^(\s*)mapedFileSize", r"\1mappedFileSize", extra)
+    resolved = {"brokerClusterName": cluster, "brokerName": name, "listenPort": str(port),
+                "namesrvAddr": namesrv_addr, "storePathRootDir": str(store),
+                "mappedFileSizeCommitLog": str(commitlog_file_size), "mappedFileSizeConsumeQueue": str(cq_file_size),
+                "brokerIP1": bind, "brokerIP2": bind}
+    if _is5(dist):
+        resolved["bindAddress"] = bind
+    conf = bhome / "broker.effective.conf"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in BROKER_DEFAULTS.items()) + "# ---- caller's\n" + extra
+                    + "\n# ---- resolved\n" + "".join(f"{k}={v}\n" for k, v in resolved.items()))
+    return [str(java), "-server", "-Xms128m", f"-Xmx{heap}", "-XX:MaxDirectMemorySize=512m", "-XX:+UseSerialGC",
+            "-XX:-OmitStackTraceInFastThrow", *_jvm_flags(dist, bhome.parent, bind),
+            *_logging(dist, "broker", bhome, log_dir), "-Drocketmq.broker.diskSpaceWarningLevelRatio=0.99",
+            *(jvm_opts or []), "-cp", _classpath(dist), "org.apache.rocketmq.broker.BrokerStartup", "-c", str(conf)]
+
+
+def mqadmin_command(home: Path, *args: str, jvm_opts: list[str] | None = None,
+                    dist: Path | None = None) -> list[str]:
+    """``bin/mqadmin ARGS``: the MQAdminStartup command line, its logs under ``home``. mqadmin signs with
+    the AK/SK of ``<rocketmq.home.dir>/conf/tools.yml`` when that file exists (``-Drocketmq.home.dir=`` in
+    ``jvm_opts`` points it at another)."""
+    dist = dist or find_dist()
+    java, _ = find_java()
+    log_dir = home.resolve() / "mqadmin-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    logging = [f"-Duser.home={log_dir}", f"-Drmq.log.dir={log_dir}", f"-Drocketmq.client.logRoot={log_dir}"]
+    if _is5(dist):
+        logging.append(f"-Drocketmq.log.root={log_dir}")
+        if (dist / "conf" / "rmq.tools.logback.xml").is_file():
+            logging.append(f"-Dlogback.configurationFile={dist}/conf/rmq.tools.logback.xml")
+    return [str(java), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            *_jvm_flags(dist, log_dir, BIND), *logging, *(jvm_opts or []), "-cp", _classpath(dist),
+            "org.apache.rocketmq.tools.command.MQAdminStartup", *args]
+
+
+def mqadmin(home: Path, *args: str, jvm_opts: list[str] | None = None, dist: Path | None = None,
+            timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+    """Run mqadmin to the end (text output; the caller checks ``returncode``: mqadmin exits 0 even after
+    many failures, so callers look at what it printed)."""
+    dist = dist or find_dist()
+    return subprocess.run(mqadmin_command(home, *args, jvm_opts=jvm_opts, dist=dist), env=server_env(dist),
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def smoke_command(home: Path, *args: str, jvm_opts: list[str] | None = None, dist: Path | None = None) -> list[str]:
+    """``bin/smoke ARGS``: the shared dist's Java smoke program (``smoke/rmq-smoke.jar``, which an Apache
+    binary release does not have: JavaUnavailable then); ``jvm_opts`` last, as ``RMQ_JAVA_OPTS``."""
+    dist = dist or find_dist()
+    jar = dist / "smoke" / "rmq-smoke.jar"
+    if not jar.is_file():
+        raise JavaUnavailable(f"{jar} is missing: the smoke program comes with the shared dist only, not with an "
+                              f"Apache binary release ({README_HINT})")
+    java, _ = find_java()
+    log_dir = home.resolve() / "smoke-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    logging = [f"-Drocketmq.client.logRoot={log_dir}"]
+    if (dist / "conf" / "logback_smoke.xml").is_file():
+        logging.append(f"-Dlogback.configurationFile={dist}/conf/logback_smoke.xml")
+    return [str(java), "-Xmx256m", "-XX:+UseSerialGC", *_jvm_flags(dist, log_dir, BIND), *logging,
+            *(jvm_opts or []), "-cp", f"{jar}:{_classpath(dist)}", "rmqsmoke.RmqSmoke", *args]
+
+
+def start_namesrv(home: Path, jvm_opts: list[str] | None = None, *, dist: Path | None = None) -> Server:
+    """A name server on a free port; ``jvm_opts`` (``-Dtls.server.mode=...``) go last on the JVM's line;
+    ``dist`` another distribution than :func:`find_dist`'s (e.g. :func:`find_dist5`)."""
+    dist = dist or find_dist()
     port = free_port()
-    env = _base_env(home)
-    if jvm_opts:
-        env["RMQ_JAVA_OPTS"] = " ".join(jvm_opts)
-    env.update(RMQ_NAMESRV_PORT=str(port), RMQ_NAMESRV_DIR=str(home / f"namesrv-{port}"),
-               RMQ_NAMESRV_HEAP="128m")
+    argv = namesrv_command(home / f"namesrv-{port}", port, jvm_opts=jvm_opts, dist=dist)
     log = home / f"namesrv-{port}.out"
-    return Server("namesrv", _spawn([str(dist / "bin" / "namesrv")], env, log), log, port)
+    return Server("namesrv", _spawn(argv, server_env(dist), log), log, port, home / f"namesrv-{port}" / "logs")
 
 
 def start_broker(home: Path, namesrv: int | str, store: Path | None = None,
                  extra_conf: dict[str, str] | None = None, name: str = "broker-a",
-                 cluster: str = "DefaultCluster", jvm_opts: list[str] | None = None) -> Server:
+                 cluster: str = "DefaultCluster", jvm_opts: list[str] | None = None, *,
+                 dist: Path | None = None) -> Server:
     """A master broker registering with ``namesrv`` (a port on 127.0.0.1, or ``namesrvAddr`` itself,
     e.g. "a;b"); its storePathRootDir is ``store`` (default: under its home; created when missing);
-    ``jvm_opts`` go last on the JVM's command line."""
-    dist = find_dist()
+    ``jvm_opts`` go last on the JVM's command line; ``dist`` as for :func:`start_namesrv`."""
+    dist = dist or find_dist()
     port = free_port((-2, 0, 1))
     bhome = home / f"broker-{name}-{port}"
-    bhome.mkdir(parents=True, exist_ok=True)
-    env = _base_env(home)
     addr = f"{BIND}:{namesrv}" if isinstance(namesrv, int) else namesrv
-    env.update(RMQ_BROKER_PORT=str(port), RMQ_NAMESRV_ADDR=addr, RMQ_BROKER_NAME=name, RMQ_CLUSTER_NAME=cluster,
-               RMQ_BROKER_HOME=str(bhome), RMQ_STORE_DIR=str(store or bhome / "store"),
-               RMQ_COMMITLOG_FILE_SIZE=str(COMMITLOG_FILE_SIZE), RMQ_CQ_FILE_SIZE=str(CQ_FILE_SIZE),
-               RMQ_BROKER_HEAP="384m")
-    if jvm_opts:
-        env["RMQ_JAVA_OPTS"] = " ".join(jvm_opts)
-    argv = [str(dist / "bin" / "broker")]
-    if extra_conf:
-        conf = bhome / "extra.conf"
-        conf.write_text("".join(f"{k}={v}\n" for k, v in extra_conf.items()))
-        argv.append(str(conf))
+    argv = broker_command(bhome, port, addr, name=name, cluster=cluster, store=store, extra_conf=extra_conf,
+                          jvm_opts=jvm_opts, dist=dist)
     log = bhome / "broker.out"
-    return Server(f"broker {name}@{port}", _spawn(argv, env, log), log, port)
+    return Server(f"broker {name}@{port}", _spawn(argv, server_env(dist), log), log, port, bhome / "logs")
 
 
 @dataclass

@@ -4,8 +4,8 @@ or on 127.0.0.1 — each restartable on the same store and port, and killable wi
 
 The name server listens on the root namespace's address of the veth link (``NetHost.peer_addr``), so the
 broker inside the namespace registers through the link and clients in the root namespace reach both.
-A broker advertises the address it binds (ours: ``--listen``; 4.9.8: ``RMQ_BIND_ADDRESS``, which its
-``bin/broker`` writes as brokerIP1/brokerIP2), i.e. the namespace's own address.
+A broker advertises the address it binds (ours: ``--listen``; 4.9.8: ``bind=`` of tests/realbroker/peers.py
+``broker_command``, written as brokerIP1/brokerIP2), i.e. the namespace's own address.
 """
 
 from __future__ import annotations
@@ -100,19 +100,10 @@ class Broker:
                     self.addr, "--namesrv", self.namesrv, "--conf", str(conf)]
             proc = peers._spawn(self._argv(argv), env(), log)
         else:
-            dist = peers.find_dist()
-            e = {k: v for k, v in os.environ.items() if not k.startswith("RMQ_")}
-            bhome = self.home / "java-home"
-            e.update(RMQ_DATA_DIR=str(self.home), RMQ_BIND_ADDRESS=self.host, RMQ_BROKER_PORT=str(self.port),
-                     RMQ_NAMESRV_ADDR=self.namesrv, RMQ_BROKER_NAME=self.name, RMQ_BROKER_HOME=str(bhome),
-                     RMQ_STORE_DIR=str(self.store), RMQ_COMMITLOG_FILE_SIZE=str(4 * 1024 * 1024),
-                     RMQ_BROKER_HEAP="384m")
-            argv = [str(dist / "bin" / "broker")]
-            if self.conf_extra:
-                conf = self.home / "extra.conf"
-                conf.write_text(self.conf_extra)
-                argv.append(str(conf))
-            proc = peers._spawn(self._argv(argv), e, log)
+            argv = peers.broker_command(self.home / "java-home", self.port, self.namesrv, name=self.name,
+                                        store=self.store, extra_conf=self.conf_extra,
+                                        commitlog_file_size=4 * 1024 * 1024, cq_file_size=600000, bind=self.host)
+            proc = peers._spawn(self._argv(argv), peers.server_env(peers.find_dist()), log)
         self.starts += 1
         self.server = peers.Server(f"{self.kind} broker {self.name}@{self.addr}", proc, log, self.port)
         self.boot_s.append(self.server.wait_ready("boot success", timeout))

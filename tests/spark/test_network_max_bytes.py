@@ -212,7 +212,7 @@ def test_sizing_race_with_retention_follows_fail_on_data_loss(mq_broker, monkeyp
     topic = unique("QcqL")
     produce(mq_broker.namesrv_addr, topic, [b"l" * 50 for _ in range(8)])
 
-    async def gone(api, addr, broker_name, topic, queue_id, start, end, byte_cap=None):
+    async def gone(api, addr, broker_name, topic, queue_id, start, end, byte_cap=None, timeout_s=None):
         raise DataLossError(f"[{start}, {start + 2}) of {topic}:{queue_id} removed", topic=topic,
                             broker_name=broker_name, queue_id=queue_id, lost_from=start, lost_to=start + 2)
 

@@ -7,8 +7,6 @@ The broker runs with the distribution's broker.conf geometry (maxHashSlotNum 100
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,10 +18,7 @@ TOPIC = "IdxJava"
 
 
 def _mqadmin(home: Path, *argv: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RMQ_")}
-    env["RMQ_DATA_DIR"] = str(home)
-    proc = subprocess.run([str(peers.find_dist() / "bin" / "mqadmin"), *argv], env=env, capture_output=True,
-                          text=True, timeout=180)
+    proc = peers.mqadmin(home, *argv, timeout=180)
     assert proc.returncode == 0, f"mqadmin {argv}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     return proc.stdout
 

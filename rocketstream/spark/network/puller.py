@@ -24,13 +24,14 @@ import pyarrow as pa
 from rocketstream.client.api import PULL_SYS_FLAG_LITE_PULL, PULL_SYS_FLAG_SUBSCRIPTION
 from rocketstream.client.common import PullResult, PullStatus
 from rocketstream.codec.arrow_records import BATCH_BYTES, PullBody, PullBodyDecoder, pack_pull_bodies, project_schema
-from rocketstream.errors import BodyError, DataLossError
+from rocketstream.errors import BodyError, DataLossError, RemotingConnectError, RemotingTimeoutError
 
 if TYPE_CHECKING:
     from rocketstream.spark.network.routes import NetworkClient
 
 log = logging.getLogger(__name__)
 
+# Defaults of the options pullTimeoutMs and pullBatchSize (a query's values travel in its PullTarget).
 PULL_TIMEOUT_S = 30.0
 # Messages asked for per pull: the broker answers with as many as its transfer limits allow
 # (maxTransferCountOnMessageInMemory / ...BytesOn..., 32 messages / 256 KiB by default on 4.9.8).
@@ -51,13 +52,18 @@ class PullApi(Protocol):
 
 
 class PullTarget(NamedTuple):
-    """The broker a range is pulled from: the client API, the broker's address and name, and the group the
-    pulls are made on behalf of (brokers check the group)."""
+    """The broker a range is pulled from: the client API, the broker's address and name, the group the
+    pulls are made on behalf of (brokers check the group), and the query's pull tunables: each pull's
+    timeout, the messages it asks for at most (pullBatchSize) and how often a pull that timed out or lost
+    its connection is sent again before the task fails (pullRetries)."""
 
     api: PullApi
     addr: str
     broker_name: str
     group: str
+    timeout_s: float = PULL_TIMEOUT_S
+    batch_size: int = PULL_MAX_NUMS
+    retries: int = 0
 
 
 def pull_ranges(client: NetworkClient, target: PullTarget, ranges: Sequence[tuple[str, int, int, int]], *,
@@ -94,7 +100,8 @@ class _RangePuller:
 
     The broker answers at most its transfer limits per pull (maxTransferCountOnMessageInMemory /
     ...BytesOn...; 32 messages / 256 KiB by default), which the protocol does not tell. The first pull asks
-    for up to :data:`PULL_MAX_NUMS`; what it returns (``nextBeginOffset - offset`` without a tag filter) is
+    for up to the target's ``batch_size`` (pullBatchSize); what it returns (``nextBeginOffset - offset``
+    without a tag filter) is
     taken as the broker's batch, and later pulls are *tiles*: up to :data:`TILES_IN_FLIGHT` pulls in flight
     at once for [o, o+k), [o+k, o+2k), ... with ``maxMsgNums = k`` each, so round trips overlap. Tiles are
     used in order while each starts where the previous ended; a tile answered short (a byte limit, a gap,
@@ -114,10 +121,18 @@ class _RangePuller:
 
     async def _pull(self, offset: int, max_nums: int) -> PullResult:
         target = self.target
-        return await target.api.pull(
-            target.addr, group=target.group, topic=self.topic, queue_id=self.queue_id, offset=offset,
-            max_nums=max_nums, sys_flag=PULL_FLAGS, subscription=self.subscription, timeout=PULL_TIMEOUT_S,
-            body_buffer=True)
+        for attempt in range(target.retries + 1):
+            try:
+                return await target.api.pull(
+                    target.addr, group=target.group, topic=self.topic, queue_id=self.queue_id, offset=offset,
+                    max_nums=max_nums, sys_flag=PULL_FLAGS, subscription=self.subscription,
+                    timeout=target.timeout_s, body_buffer=True)
+            except (RemotingTimeoutError, RemotingConnectError) as exc:
+                if attempt == target.retries:
+                    raise
+                log.warning("pull of %s at %d failed (%s); sending it again (%d of pullRetries=%d)",
+                            self._where(), offset, exc, attempt + 1, target.retries)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def next_chunk(self) -> list[Body]:
         bodies: list[Body] = []
@@ -142,7 +157,7 @@ class _RangePuller:
                             self.batch = None   # answered short (byte limit, file end): learn the batch again
                 continue
             before = self.offset
-            want = min(self.end - self.offset, PULL_MAX_NUMS)
+            want = min(self.end - self.offset, self.target.batch_size)
             body = self._advance(await self._pull(self.offset, want))
             if body:
                 bodies.append(body)

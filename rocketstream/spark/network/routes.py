@@ -16,12 +16,16 @@ from typing import NamedTuple, TypeVar
 
 from rocketstream.client.api import MQClientAPI
 from rocketstream.client.route import PERM_READ, TopicRouteData
+from rocketstream.client.topic_list import all_topics, system_topics
 from rocketstream.errors import OptionError, RocketStreamError
+from rocketstream.remoting.loop import new_event_loop
 from rocketstream.spark.secured import NOT_SECURED, SecuredOptions
 
 T = TypeVar("T")
 
-REQUEST_TIMEOUT_S = 10.0
+# The default of option requestTimeoutMs (ClientConfig.mqClientApiTimeout, 3 s); a query's own value
+# travels in its locations.
+REQUEST_TIMEOUT_S = 3.0
 
 
 class NetworkClient:
@@ -29,7 +33,7 @@ class NetworkClient:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()   # uvloop's where installed (remoting/loop.py)
         self.apis: dict[tuple[str, SecuredOptions], MQClientAPI] = {}
         thread = threading.Thread(target=self.loop.run_forever, name="rocketstream-spark-net", daemon=True)
         thread.start()
@@ -71,7 +75,23 @@ class ReadableBroker(NamedTuple):
     queues: tuple[tuple[str, tuple[int, ...]], ...]  # (topic, readable queue ids), topics in name order
 
 
-def readable_brokers(namesrv: str, topics: Sequence[str],
+def name_server_topics(namesrv: str, timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[list[str], list[str]]:
+    """Every topic the name server knows (GET_ALL_TOPIC_LIST_FROM_NAMESERVER, as ``mqadmin topicList`` asks)
+    and the names it calls system topics (GET_SYSTEM_TOPIC_LIST_FROM_NS: the cluster and broker names, which
+    brokers register as topics)."""
+    client = process_client()
+    api = client.api_for(namesrv)
+
+    async def ask() -> tuple[list[str], list[str]]:
+        return await all_topics(api, timeout_s), await system_topics(api, timeout_s)
+
+    try:
+        return client.run(ask())
+    except RocketStreamError as exc:
+        raise RocketStreamError(f"name server {namesrv}: cannot list its topics: {exc}") from exc
+
+
+def readable_brokers(namesrv: str, topics: Sequence[str], timeout_s: float = REQUEST_TIMEOUT_S,
                      secured: SecuredOptions = NOT_SECURED) -> tuple[ReadableBroker, ...]:
     """The brokers holding readable queues of ``topics``, by the name server's routes, in name order. A
     topic without a route is an OptionError naming it (a typo far more often than a topic yet to be
@@ -81,7 +101,7 @@ def readable_brokers(namesrv: str, topics: Sequence[str],
     api = client.api_for(namesrv, secured)
 
     async def routes() -> list[TopicRouteData | None]:
-        return list(await asyncio.gather(*(api.get_route(secured.wrap(t), REQUEST_TIMEOUT_S) for t in topics)))
+        return list(await asyncio.gather(*(api.get_route(secured.wrap(t), timeout_s) for t in topics)))
 
     try:
         found = client.run(routes())
@@ -111,4 +131,5 @@ def readable_brokers(namesrv: str, topics: Sequence[str],
     return tuple(ReadableBroker(name, addrs[name], tuple(sorted(queues[name].items()))) for name in sorted(queues))
 
 
-__all__ = ["REQUEST_TIMEOUT_S", "NetworkClient", "ReadableBroker", "process_client", "readable_brokers"]
+__all__ = ["REQUEST_TIMEOUT_S", "NetworkClient", "ReadableBroker", "name_server_topics", "process_client",
+           "readable_brokers"]

@@ -30,7 +30,7 @@ from rocketstream.errors import BrokerResponseError, DataLossError, OptionError,
 from rocketstream.remoting import ResponseCode
 from rocketstream.remoting.codes import code_name
 from rocketstream.spark.broker_view import QueueBounds
-from rocketstream.spark.network.puller import PULL_FLAGS, PULL_TIMEOUT_S, PullTarget, pull_ranges
+from rocketstream.spark.network.puller import PULL_FLAGS, PULL_MAX_NUMS, PULL_TIMEOUT_S, PullTarget, pull_ranges
 from rocketstream.spark.network.routes import REQUEST_TIMEOUT_S, process_client, readable_brokers
 from rocketstream.spark.secured import NOT_SECURED, SecuredOptions
 
@@ -49,6 +49,11 @@ class NetworkBroker(NamedTuple):
     namesrv: str
     group: str  # the query's consumerGroup: pulls are made on its behalf (brokers check the group)
     queues: tuple[tuple[str, tuple[int, ...]], ...]  # readable queue ids per topic (from the routes)
+    # the query's network tunables (options requestTimeoutMs, pullTimeoutMs, pullBatchSize, pullRetries)
+    request_timeout_s: float = REQUEST_TIMEOUT_S
+    pull_timeout_s: float = PULL_TIMEOUT_S
+    pull_batch_size: int = PULL_MAX_NUMS
+    pull_retries: int = 0
     # ACL account, TLS and namespace of every request (topics and group are wrapped on the wire only)
     secured: SecuredOptions = NOT_SECURED
 
@@ -56,11 +61,15 @@ class NetworkBroker(NamedTuple):
         return NetworkBrokerView(self)
 
 
-def resolve_network_brokers(namesrv: str, topics: Sequence[str], group: str,
+def resolve_network_brokers(namesrv: str, topics: Sequence[str], group: str, *,
+                            request_timeout_s: float = REQUEST_TIMEOUT_S, pull_timeout_s: float = PULL_TIMEOUT_S,
+                            pull_batch_size: int = PULL_MAX_NUMS, pull_retries: int = 0,
                             secured: SecuredOptions = NOT_SECURED) -> tuple[NetworkBroker, ...]:
-    """The brokers holding readable queues of ``topics`` (:func:`~.routes.readable_brokers`) as locations."""
-    return tuple(NetworkBroker(b.name, b.addr, namesrv, group, b.queues, secured)
-                 for b in readable_brokers(namesrv, topics, secured))
+    """The brokers holding readable queues of ``topics`` (:func:`~.routes.readable_brokers`) as locations
+    carrying the query's tunables and its secured-cluster settings."""
+    return tuple(NetworkBroker(b.name, b.addr, namesrv, group, b.queues, request_timeout_s, pull_timeout_s,
+                               pull_batch_size, pull_retries, secured)
+                 for b in readable_brokers(namesrv, topics, request_timeout_s, secured))
 
 
 class NetworkBrokerView:
@@ -74,6 +83,7 @@ class NetworkBrokerView:
         self._client = process_client()
         self.api = self._client.api_for(location.namesrv, location.secured)
         self._queues = dict(location.queues)
+        self.timeout_s = location.request_timeout_s
         self._wire = location.secured.wrap
 
     @property
@@ -94,18 +104,18 @@ class NetworkBrokerView:
         return list(self._queues.get(topic, ()))
 
     def min_offset(self, topic: str, queue_id: int) -> int:
-        return self._run(self.api.min_offset(self.addr, self._wire(topic), queue_id, REQUEST_TIMEOUT_S))
+        return self._run(self.api.min_offset(self.addr, self._wire(topic), queue_id, self.timeout_s))
 
     def max_offset(self, topic: str, queue_id: int) -> int:
-        return self._run(self.api.max_offset(self.addr, self._wire(topic), queue_id, REQUEST_TIMEOUT_S))
+        return self._run(self.api.max_offset(self.addr, self._wire(topic), queue_id, self.timeout_s))
 
     def queue_bounds(self, topic: str, queue_ids: Sequence[int]) -> dict[int, QueueBounds]:
         """[min, max) of many queues in one round of concurrent requests."""
         wire = self._wire(topic)
 
         async def ask() -> list[int]:
-            calls = [self.api.min_offset(self.addr, wire, q, REQUEST_TIMEOUT_S) for q in queue_ids]
-            calls += [self.api.max_offset(self.addr, wire, q, REQUEST_TIMEOUT_S) for q in queue_ids]
+            calls = [self.api.min_offset(self.addr, wire, q, self.timeout_s) for q in queue_ids]
+            calls += [self.api.max_offset(self.addr, wire, q, self.timeout_s) for q in queue_ids]
             return list(await asyncio.gather(*calls))
 
         values = self._run(ask())
@@ -117,7 +127,7 @@ class NetworkBrokerView:
         while the topic is being created, an ACL, another implementation) answers no queue, and the caller
         asks the queues it lacks one by one. A body that is not a TopicStatsTable is a BodyError."""
         try:
-            return self._run(self.api.topic_stats(self.addr, self._wire(topic), REQUEST_TIMEOUT_S))
+            return self._run(self.api.topic_stats(self.addr, self._wire(topic), self.timeout_s))
         except BrokerResponseError as exc:
             if refused_access(exc):   # every request would be refused: fail now, with the broker's answer
                 raise BrokerResponseError(
@@ -155,7 +165,7 @@ class NetworkBrokerView:
         """Stored sizes of messages ``[start, end)`` by QUERY_CONSUME_QUEUE, paged; with ``byte_cap``
         only until their running total exceeds it (see :func:`query_sizes`)."""
         return self._run(query_sizes(self.api, self.addr, self.broker_name, self._wire(topic), queue_id, start, end,
-                                     byte_cap))
+                                     byte_cap, timeout_s=self.timeout_s))
 
     def message_sizes_many(self, asks: Sequence[tuple[str, int, int, int]],
                            byte_cap: int | None = None) -> list[np.ndarray]:
@@ -166,7 +176,7 @@ class NetworkBrokerView:
         async def one(topic: str, queue_id: int, start: int, end: int) -> np.ndarray:
             async with gate:
                 return await query_sizes(self.api, self.addr, self.broker_name, self._wire(topic), queue_id, start,
-                                         end, byte_cap)
+                                         end, byte_cap, timeout_s=self.timeout_s)
 
         async def all_of() -> list[np.ndarray]:
             return list(await asyncio.gather(*(one(*ask) for ask in asks)))
@@ -176,11 +186,9 @@ class NetworkBrokerView:
     def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """First offset stored at or after ``timestamp_ms`` (max when none). A 4.x broker answers the last
         message's offset for a time after every message, so the answer is checked against that message."""
-        wire = self._wire(topic)
-
         async def ask() -> int:
-            found = await self.api.search_offset(self.addr, wire, queue_id, timestamp_ms, REQUEST_TIMEOUT_S)
-            high = await self.api.max_offset(self.addr, wire, queue_id, REQUEST_TIMEOUT_S)
+            found = await self.api.search_offset(self.addr, self._wire(topic), queue_id, timestamp_ms, self.timeout_s)
+            high = await self.api.max_offset(self.addr, self._wire(topic), queue_id, self.timeout_s)
             if found >= high or found < 0:
                 return high
             ts = await self._store_time(topic, queue_id, found)
@@ -192,7 +200,7 @@ class NetworkBrokerView:
         result = await self.api.pull(self.addr, group=self._wire(self.location.group), topic=self._wire(topic),
                                      queue_id=queue_id,
                                      offset=offset, max_nums=1, sys_flag=PULL_FLAGS, subscription="*",
-                                     timeout=PULL_TIMEOUT_S)
+                                     timeout=self.location.pull_timeout_s)
         body = result.body
         if result.status is not PullStatus.FOUND or not body or len(body) < POS_STORE_TIMESTAMP + 12 + 8:
             return None
@@ -207,20 +215,22 @@ class NetworkBrokerView:
         """Batches of every range ``(topic, queueId, start, end)`` in order, pulled several at once
         (:func:`~rocketstream.spark.network.puller.pull_ranges`); data loss while pulling follows
         ``fail_on_data_loss``."""
-        target = PullTarget(self.api, self.addr, self.broker_name, self._wire(self.location.group))
-        if self.location.secured.namespace is None:
+        loc = self.location
+        target = PullTarget(self.api, self.addr, self.broker_name, self._wire(loc.group), loc.pull_timeout_s,
+                            loc.pull_batch_size, loc.pull_retries)
+        if loc.secured.namespace is None:
             return pull_ranges(self._client, target, ranges, columns=columns, tags=tags, check_crc=check_crc,
                                fail_on_data_loss=fail_on_data_loss)
         wire = [(self._wire(t), q, s, e) for t, q, s, e in ranges]
         return _user_topics(pull_ranges(self._client, target, wire, columns=columns, tags=tags, check_crc=check_crc,
-                                        fail_on_data_loss=fail_on_data_loss), self.location.secured)
+                                        fail_on_data_loss=fail_on_data_loss), loc.secured)
 
     def query_offsets(self, group: str, topic: str, queue_ids: Iterable[int]) -> dict[int, int]:
         ids = list(queue_ids)
 
         async def ask() -> list[int | None]:
             return list(await asyncio.gather(*(self.api.query_offset(self.addr, self._wire(group), self._wire(topic),
-                                                                     q, REQUEST_TIMEOUT_S) for q in ids)))
+                                                                     q, self.timeout_s) for q in ids)))
 
         return {q: -1 if o is None else o for q, o in zip(ids, self._run(ask()), strict=True)}
 
@@ -230,7 +240,7 @@ class NetworkBrokerView:
         persisted (``ConsumerOffsetManager.persist`` runs every 5 s). The open one is taken without a trip
         through the client loop (planning commits every trigger)."""
         channel = self.api.open_channel(self.addr)
-        return channel if channel is not None else self._run(self.api.channel(self.addr, REQUEST_TIMEOUT_S))
+        return channel if channel is not None else self._run(self.api.channel(self.addr, self.timeout_s))
 
     def commit_offsets(self, group: str, waves: Sequence[Mapping[str, Mapping[int, int]]]) -> None:
         """UPDATE_CONSUMER_OFFSET of every queue, answered (a commit the broker did not take raises); the
@@ -238,7 +248,7 @@ class NetworkBrokerView:
         async def send() -> None:
             for wave in waves:
                 await asyncio.gather(*(self.api.update_offset(self.addr, self._wire(group), self._wire(topic), q, o,
-                                                              oneway=False, timeout=REQUEST_TIMEOUT_S)
+                                                              oneway=False, timeout=self.timeout_s)
                                        for topic, queues in wave.items() for q, o in queues.items()))
 
         self._run(send())
@@ -289,7 +299,7 @@ SIZES_IN_FLIGHT = 16
 
 
 async def query_sizes(api: MQClientAPI, addr: str, broker_name: str, topic: str, queue_id: int, start: int,
-                      end: int, byte_cap: int | None = None) -> np.ndarray:
+                      end: int, byte_cap: int | None = None, timeout_s: float = REQUEST_TIMEOUT_S) -> np.ndarray:
     """Sizes of the units ``[start, end)`` of a queue (int64), by as many QUERY_CONSUME_QUEUE requests as it
     takes: a 4.9.8 broker answers at most the asked count and never past the end of the consume-queue file
     holding the index, so each page starts where the last answer ended. With ``byte_cap`` the pages stop
@@ -313,7 +323,7 @@ async def query_sizes(api: MQClientAPI, addr: str, broker_name: str, topic: str,
         want = min(end - at, page, MAX_QUERY_COUNT)
         try:
             answer: ConsumeQueueAnswer = await api.query_consume_queue(addr, topic, queue_id, at, want, None,
-                                                                       REQUEST_TIMEOUT_S)
+                                                                       timeout_s)
         except BrokerResponseError as exc:
             if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
                 raise
@@ -321,7 +331,7 @@ async def query_sizes(api: MQClientAPI, addr: str, broker_name: str, topic: str,
                               f"({addr}) does not answer QUERY_CONSUME_QUEUE: {exc.remark}; use "
                               f"maxMessagesPerTrigger with it") from exc
         if not answer.found or answer.min_index > at:
-            low = answer.min_index if answer.found else await api.min_offset(addr, topic, queue_id, REQUEST_TIMEOUT_S)
+            low = answer.min_index if answer.found else await api.min_offset(addr, topic, queue_id, timeout_s)
             if at < low:
                 raise DataLossError(
                     f"maxBytesPerTrigger: messages [{at}, {low}) of {where} were removed (retention) between "

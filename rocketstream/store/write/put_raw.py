@@ -5,7 +5,8 @@ The general path (broker/send.py: decode every entry's properties into a dict, a
 properties and ``CLUSTER``, ``messages.prepare`` and ``codec.encode_record`` per message) stores, for each
 inner message, its properties string re-encoded from that dict. When the string is already what the
 re-encoding gives - ``name\\x01value\\x02`` pairs, names unique, no empty name or value, no separator
-inside a value, the last pair ending with ``\\x02``, valid UTF-8 - the stored properties are the client's
+inside a value, the last pair ending with ``\\x02`` (added where a 4.9.1+ Java client leaves it out: the
+re-encoding adds it too), valid UTF-8 - the stored properties are the client's
 bytes followed by the batch properties the message does not already have (a batch property it has keeps
 its place; with the same value that changes nothing, a different value is left to the general path).
 ``build_raw_batch`` checks exactly that, and everything else ``prepare`` would refuse or rewrite, and
@@ -125,6 +126,12 @@ def build_raw_batch(topic: str, queue_id: int, raw: bytes, *, batch_properties: 
     if entries is None:
         return None
     bodies, props, flags = entries
+    if any(p and p[-1] != 2 for p in props):
+        # Java clients 4.9.1-5.1.4 end the last pair without \x02 (MessageDecoder.messageProperties2String
+        # deletes it). The general path decodes such a string exactly as the same string with \x02 appended
+        # (decode_properties drops the empty last segment) and re-encodes it with one, so the string with \x02
+        # is what it stores whenever the checks below find it in re-encoded form (else they decline).
+        props = [p + b"\x02" if p and p[-1] != 2 else p for p in props]
     parsed = _uniform(props, extra)
     if parsed is None:
         parsed = _one_by_one(props, extra)
