@@ -47,10 +47,107 @@ EXAMPLES = {
 }
 
 PRODUCE_BATCH = 256
+REQUEST_TIMEOUT_S = 10.0   # a command's wait for one broker answer (heartbeat) before it gives up
 
 
 # ---------------------------------------------------------------------------------------------
 # helpers
+
+# Environment variables of a secured cluster's account, so that secrets stay out of shell history
+# (the --access-key / --secret-key / --security-token options win over them).
+ENV_ACCESS_KEY = "ROCKETMQ_ACCESS_KEY"
+ENV_SECRET_KEY = "ROCKETMQ_SECRET_KEY"
+ENV_SECURITY_TOKEN = "ROCKETMQ_SECURITY_TOKEN"
+SECURED_FLAGS = ("--access-key", "--secret-key", "--security-token", "--tls", "--tls-trust-cert", "--tls-cert",
+                 "--tls-key", "--tls-test-mode", "--namespace")
+
+
+class Secured:
+    """A command's way into a secured cluster: the client keywords (``credentials=``, ``tls=``) and the
+    namespace its topics and groups are wrapped in (``NamespaceUtil``); repr shows no secret."""
+
+    def __init__(self, credentials: Any, tls: Any, namespace: str | None) -> None:
+        self.credentials, self.tls, self.namespace = credentials, tls, namespace
+
+    def client_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"credentials": self.credentials}
+        if self.tls is not None:
+            kw["tls"] = self.tls
+        return kw
+
+    def wrap(self, resource: str) -> str:
+        from rocketstream.client.namespace import wrap
+
+        return wrap(self.namespace, resource)
+
+    def unwrap(self, resource: str) -> str:
+        from rocketstream.client.namespace import unwrap
+
+        return unwrap(self.namespace, resource)
+
+    def __repr__(self) -> str:
+        return f"Secured(credentials={self.credentials!r}, tls={self.tls!r}, namespace={self.namespace!r})"
+
+
+def _secured(args: argparse.Namespace, *, network: bool) -> Secured:
+    """The account (options, else ROCKETMQ_ACCESS_KEY / ROCKETMQ_SECRET_KEY / ROCKETMQ_SECURITY_TOKEN), TLS
+    and namespace of a command; an OptionError naming the option when one is wrong or used without a
+    cluster. A secret's value is never part of an error."""
+    from rocketstream.client.credentials import Credentials
+    from rocketstream.client.namespace import check_namespace
+    from rocketstream.client.tls import TlsConfig
+
+    flags = {"--access-key": args.access_key, "--secret-key": args.secret_key,
+             "--security-token": args.security_token, "--tls-trust-cert": args.tls_trust_cert,
+             "--tls-cert": args.tls_cert, "--tls-key": args.tls_key, "--namespace": args.namespace,
+             "--tls": args.tls or None, "--tls-test-mode": args.tls_test_mode or None}
+    if not network:
+        given = [f for f, v in flags.items() if v is not None]
+        if given:
+            raise OptionError(given[0], "only with --namesrv (a cluster); a store directory has no account or TLS")
+        return Secured(None, None, None)
+    ak = args.access_key if args.access_key is not None else os.environ.get(ENV_ACCESS_KEY)
+    sk = args.secret_key if args.secret_key is not None else os.environ.get(ENV_SECRET_KEY)
+    token = args.security_token if args.security_token is not None else os.environ.get(ENV_SECURITY_TOKEN)
+    credentials = None
+    if ak or sk or token:
+        if not ak:
+            raise OptionError("--access-key", f"is required with a secret key or token (or set {ENV_ACCESS_KEY})")
+        if not sk:
+            raise OptionError("--secret-key", f"is required with an access key (or set {ENV_SECRET_KEY})")
+        credentials = Credentials(ak, sk, token or None)
+    tls = None
+    wants_tls = args.tls or args.tls_test_mode or any(
+        v is not None for v in (args.tls_trust_cert, args.tls_cert, args.tls_key))
+    if wants_tls:
+        try:
+            tls = TlsConfig(trust_cert_path=args.tls_trust_cert, cert_path=args.tls_cert, key_path=args.tls_key,
+                            test_mode=bool(args.tls_test_mode))
+        except OptionError as exc:   # name the command-line flag, not the keyword
+            flag = {"trust_cert_path": "--tls-trust-cert", "cert_path": "--tls-cert",
+                    "key_path": "--tls-key"}.get(str(getattr(exc, "option", "")), "--tls")
+            raise OptionError(flag, str(exc).split(": ", 1)[-1]) from exc
+    namespace = check_namespace(args.namespace, "--namespace")
+    return Secured(credentials, tls, namespace)
+
+
+def _add_secured_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("secured clusters (with --namesrv)")
+    g.add_argument("--access-key", default=None,
+                   help=f"ACL account's access key (default ${ENV_ACCESS_KEY}); requests are signed as RocketMQ's "
+                        "AclClientRPCHook signs them")
+    g.add_argument("--secret-key", default=None,
+                   help=f"the account's secret key (default ${ENV_SECRET_KEY}: prefer it, a flag stays in shell "
+                        "history)")
+    g.add_argument("--security-token", default=None, help=f"STS token (default ${ENV_SECURITY_TOKEN})")
+    g.add_argument("--tls", action="store_true", help="connect over TLS (system trust store, host name checked)")
+    g.add_argument("--tls-trust-cert", default=None, help="PEM CA certificate(s) to trust (implies --tls)")
+    g.add_argument("--tls-cert", default=None, help="PEM client certificate for mutual TLS (with --tls-key)")
+    g.add_argument("--tls-key", default=None, help="PEM client key for mutual TLS (with --tls-cert)")
+    g.add_argument("--tls-test-mode", action="store_true",
+                   help="TLS without checking the server's certificate (RocketMQ's tls.test.mode.enable)")
+    g.add_argument("--namespace", default=None,
+                   help="the cluster namespace: topics and groups are 'namespace%%name' on the wire")
 
 
 def _open_store(args: argparse.Namespace, *, read_only: bool):
@@ -122,6 +219,7 @@ def record_to_row(rec, broker_name: str) -> dict[str, Any]:
 def cmd_produce(args: argparse.Namespace) -> int:
     if args.namesrv is not None:
         return cmd_produce_remote(args)
+    _secured(args, network=False)
     for opt, value in (("--group", args.group), ("--keys", args.keys), ("--send-timeout", args.send_timeout)):
         if value is not None:
             raise OptionError(opt, "only with --namesrv (sending over the network)", value)
@@ -197,11 +295,14 @@ def cmd_produce_remote(args: argparse.Namespace) -> int:
     statuses: dict[str, int] = {}
     sent = 0
     t0 = time.monotonic()
-    producer = Producer(args.group or "rocketstream_cli_producer", namesrv=args.namesrv,
-                        send_msg_timeout=args.send_timeout if args.send_timeout is not None else 3.0)
+    secured = _secured(args, network=True)
+    producer = Producer(secured.wrap(args.group or "rocketstream_cli_producer"), namesrv=args.namesrv,
+                        send_msg_timeout=args.send_timeout if args.send_timeout is not None else 3.0,
+                        **secured.client_kwargs())
+    topic = secured.wrap(args.topic)
     with producer:
         for i in range(args.count):
-            r = producer.send(args.topic, _body(i, args.body_size, rng), tags=tags[i % len(tags)],
+            r = producer.send(topic, _body(i, args.body_size, rng), tags=tags[i % len(tags)],
                               keys=keys[i % len(keys)] if keys else f"key-{i}")
             sent += 1
             statuses[r.status.name] = statuses.get(r.status.name, 0) + 1
@@ -262,6 +363,7 @@ def cmd_topic_status(args: argparse.Namespace) -> int:
 def cmd_consumer_progress(args: argparse.Namespace) -> int:
     if args.namesrv is not None:
         return cmd_consumer_progress_remote(args)
+    _secured(args, network=False)
     from rocketstream.store.meta.offsets import ConsumerOffsetManager
 
     with _open_store(args, read_only=True) as store:
@@ -479,13 +581,15 @@ def cmd_consumer_progress_remote(args: argparse.Namespace) -> int:
 
     if args.store_given:
         raise OptionError("--store", "only for the local store (not with --namesrv)", args.store)
-    inst = MQClientInstance.get(args.namesrv, f"rocketstream-cli-{os.getpid()}")
+    secured = _secured(args, network=True)
+    inst = MQClientInstance.get(args.namesrv, f"rocketstream-cli-{os.getpid()}", **secured.client_kwargs())
     inst.start()
     try:
-        progress = inst.run(consumer_progress(inst, args.group, args.topic), 30.0)
+        progress = inst.run(consumer_progress(inst, secured.wrap(args.group),
+                                              secured.wrap(args.topic) if args.topic else None), 30.0)
     finally:
         inst.shutdown(force=True)
-    rows = [{"topic": r.queue.topic, "brokerName": r.queue.broker_name, "queueId": r.queue.queue_id,
+    rows = [{"topic": secured.unwrap(r.queue.topic), "brokerName": r.queue.broker_name, "queueId": r.queue.queue_id,
              "brokerOffset": r.broker_offset, "consumerOffset": r.consumer_offset, "diff": r.diff}
             for r in progress]
     if not rows:
@@ -528,11 +632,22 @@ def cmd_consume(args: argparse.Namespace) -> int:
     ts: int | str | None = None
     if args.timestamp is not None:
         ts = int(args.timestamp) if args.timestamp.isdigit() and len(args.timestamp) != 14 else args.timestamp
-    consumer = LitePullConsumer(args.group, namesrv=args.namesrv, consume_from_where=CONSUME_FROM[args.from_],
-                                consume_timestamp=ts, pull_batch_size=32,
-                                instance_name=f"rocketstream-consume-{os.getpid()}")
-    consumer.subscribe(args.topic, args.expression, expression_type=args.expression_type)
+    secured = _secured(args, network=True)
+    consumer = LitePullConsumer(secured.wrap(args.group), namesrv=args.namesrv,
+                                consume_from_where=CONSUME_FROM[args.from_], consume_timestamp=ts, pull_batch_size=32,
+                                instance_name=f"rocketstream-consume-{os.getpid()}", **secured.client_kwargs())
+    consumer.subscribe(secured.wrap(args.topic), args.expression, expression_type=args.expression_type)
     consumer.start()
+    try:
+        # the brokers must know the consumer: a refused heartbeat (a wrong secret, no permission on the group
+        # or topic) is the broker's answer now, not an idle wait for messages that will never come
+        assert consumer.instance is not None
+        for outcome in consumer.instance.send_heartbeat_now(REQUEST_TIMEOUT_S).values():
+            if isinstance(outcome, BaseException):
+                raise outcome
+    except BaseException:
+        consumer.shutdown()
+        raise
     printed = 0
     last = time.monotonic()
     try:
@@ -550,7 +665,9 @@ def cmd_consume(args: argparse.Namespace) -> int:
                 if args.count is not None and printed >= args.count:
                     break
                 if args.json:
-                    print(json.dumps(message_to_row(msg)), flush=True)
+                    row = message_to_row(msg)
+                    row["topic"] = secured.unwrap(row["topic"])
+                    print(json.dumps(row), flush=True)
                 else:
                     body = msg.body.decode("utf-8", "backslashreplace")
                     print(f"{msg.broker_name}:{msg.queue_id}@{msg.queue_offset} {msg.msg_id} tags={msg.tags} "
@@ -613,6 +730,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default key-<i>)")
     p.add_argument("--send-timeout", type=float, default=None, help="with --namesrv: seconds per send (default 3)")
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    _add_secured_flags(p)
 
     add("topic-list", cmd_topic_list, "List the topics in the store.")
     p = add("topic-status", cmd_topic_status,
@@ -624,6 +742,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", default=None)
     p.add_argument("--namesrv", default=None, help="ask the brokers (GET_CONSUME_STATS) through this name server "
                    "instead of reading the local store")
+    _add_secured_flags(p)
     p = add("consume", cmd_consume, "Consume a topic through a broker as a member of a consumer group (a "
             "LitePullConsumer), printing messages as they arrive; offsets are committed to the broker.")
     p.add_argument("--namesrv", required=True, help="name server address(es), 'host:port;host:port'")
@@ -636,6 +755,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timestamp", default=None, help="with --from timestamp: epoch ms or yyyyMMddHHmmss")
     p.add_argument("--count", type=int, default=None, help="stop after this many messages")
     p.add_argument("--idle-timeout", type=float, default=None, help="stop after this many seconds without a message")
+    _add_secured_flags(p)
     p = add("query-msg", cmd_query_msg, "Show one message by queue offset or by message id, or the messages of a "
             "topic with a key (KEYS, through the index/ files of a real broker's store; a commit-log scan otherwise).")
     p.add_argument("--topic")

@@ -28,7 +28,7 @@ def broker_locations(options: RocketMQOptions, topics: Sequence[str] | None = No
         return resolve_network_brokers(
             options.name_server, options.topics if topics is None else topics, options.consumer_group,
             request_timeout_s=options.request_timeout_ms / 1000, pull_timeout_s=options.pull_timeout_ms / 1000,
-            pull_batch_size=options.pull_batch_size, pull_retries=options.pull_retries)
+            pull_batch_size=options.pull_batch_size, pull_retries=options.pull_retries, secured=options.secured)
     return tuple(LocalBroker(name or _default_broker_name(root), str(root), options.broker_addr)
                  for name, root in options.brokers)
 

@@ -30,6 +30,7 @@ from rocketstream.spark.offsets import (
     StartPosition,
     TimestampsPerQueue,
 )
+from rocketstream.spark.secured import NOT_SECURED, SECRET_OPTIONS, SECURED_OPTIONS, SecuredOptions, parse_secured
 
 # ---- option keys (documented spelling) ---------------------------------------------------------
 PATH = "path"
@@ -93,6 +94,7 @@ ALL_OPTIONS: tuple[str, ...] = (
     STARTING_OFFSETS_BY_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY,
     ROUTE_REFRESH_INTERVAL, POLL_NAME_SERVER_INTERVAL, REQUEST_TIMEOUT, MQ_CLIENT_API_TIMEOUT, PULL_TIMEOUT,
     PULL_BATCH_SIZE, PULL_RETRIES, MAX_PARTITION_BYTES, OPEN_COST_IN_BYTES,
+    *SECURED_OPTIONS,  # accessKey, secretKey, securityToken, namespace, tls.* (rocketstream.spark.secured)
 )
 _CANONICAL = {k.lower(): k for k in ALL_OPTIONS}
 _ALIASES = {MIN_PARTITIONS: NUM_PARTITIONS, MAX_OFFSETS_PER_TRIGGER: MAX_MESSAGES_PER_TRIGGER,
@@ -169,6 +171,7 @@ class RocketMQOptions:
     pull_timeout_ms: int = DEFAULT_PULL_TIMEOUT_MS
     pull_batch_size: int = DEFAULT_PULL_BATCH_SIZE
     pull_retries: int = DEFAULT_PULL_RETRIES
+    secured: SecuredOptions = NOT_SECURED  # network mode: ACL account, TLS, namespace (repr hides secrets)
 
     @property
     def network(self) -> bool:
@@ -188,7 +191,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
             raise OptionError(str(key), f"unknown option; valid options: {', '.join(ALL_OPTIONS)}")
         canonical = _ALIASES.get(spelled, spelled)
         if canonical in given:
-            raise OptionError(canonical, f"given twice (directly and through its alias {spelled})", value)
+            raise OptionError(canonical, f"given twice (directly and through its alias {spelled})",
+                              None if canonical in SECRET_OPTIONS else value)
         given[canonical] = "" if value is None else str(value)
         given.spelled[canonical] = spelled
     if streaming:
@@ -250,6 +254,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> RocketMQOpt
         pull_timeout_ms=_millis(given, PULL_TIMEOUT, DEFAULT_PULL_TIMEOUT_MS, 1),
         pull_batch_size=_bounded(given, PULL_BATCH_SIZE, DEFAULT_PULL_BATCH_SIZE, 1, 0x7FFFFFFF),
         pull_retries=_bounded(given, PULL_RETRIES, DEFAULT_PULL_RETRIES, 0, 100),
+        secured=parse_secured(given, network=name_server is not None),
     )
 
 

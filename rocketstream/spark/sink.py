@@ -52,6 +52,7 @@ from pyspark.sql.types import (
 )
 
 from rocketstream.errors import ColumnError, OptionError, RocketStreamError, StoreLockedError
+from rocketstream.spark.secured import NOT_SECURED, SECURED_OPTIONS, SecuredOptions, parse_secured
 
 log = logging.getLogger("rocketstream.spark")
 
@@ -68,7 +69,7 @@ RETRY_TIMES = "retryTimesWhenSendFailed"
 BROKER_NAME = "brokerName"
 LOCK_TIMEOUT_MS = "lockTimeoutMs"
 SINK_OPTIONS = (PATH, NAME_SERVER, NAMESRV_ADDR, TOPIC, BATCH_SIZE, MAX_BATCH_BYTES, PRODUCER_GROUP, SEND_TIMEOUT_MS,
-                RETRY_TIMES, BROKER_NAME, LOCK_TIMEOUT_MS)
+                RETRY_TIMES, BROKER_NAME, LOCK_TIMEOUT_MS, *SECURED_OPTIONS)   # accessKey, secretKey, tls.*, namespace
 # options Spark itself passes to a streaming sink with the user's
 SPARK_STREAM_OPTIONS = ("checkpointLocation", "queryName")
 
@@ -124,6 +125,7 @@ class SinkOptions:
     retry_times: int = 2
     broker_name: str | None = None
     lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
+    secured: SecuredOptions = NOT_SECURED   # network mode: ACL account, TLS, namespace (repr hides secrets)
 
     @property
     def network(self) -> bool:
@@ -185,6 +187,7 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
         retry_times=_int(given, RETRY_TIMES, 2, 0),
         broker_name=broker,
         lock_timeout_ms=_int(given, LOCK_TIMEOUT_MS, DEFAULT_LOCK_TIMEOUT_MS, 0),
+        secured=parse_secured(given, network=bool(ns)),
     )
 
 
@@ -447,8 +450,11 @@ class _NetworkTarget:
 
         assert options.name_server is not None
         self.options = options
-        self.producer = Producer(options.producer_group, namesrv=options.name_server,
+        secured = options.secured
+        self._wire = secured.wrap   # topics and the producer group in the namespace (NamespaceUtil.wrapNamespace)
+        self.producer = Producer(secured.wrap(options.producer_group), namesrv=options.name_server,
                                  instance_name=f"spark-sink-{uuid.uuid4().hex[:12]}",
+                                 credentials=secured.credentials, **({"tls": secured.tls} if secured.tls else {}),
                                  send_msg_timeout=options.send_timeout_ms / 1000,
                                  retry_times_when_send_failed=options.retry_times,
                                  max_message_size=options.max_batch_bytes).start()
@@ -467,8 +473,8 @@ class _NetworkTarget:
             return mq
         inst = self.producer.instance
         t = self.options.send_timeout_ms / 1000
-        inst.run(inst.update_route(topic, timeout=t), t + 1.0)
-        route = inst.topic_route(topic)
+        inst.run(inst.update_route(self._wire(topic), timeout=t), t + 1.0)
+        route = inst.topic_route(self._wire(topic))
         if route is None:
             raise RocketStreamError(f"topic {topic} has no route on name server {self.options.name_server}; "
                                     f"create it before writing rows with a {QUEUE_ID} column")
@@ -485,7 +491,7 @@ class _NetworkTarget:
         else:
             raise OptionError(BROKER_NAME, f"topic {topic} has queue {queue_id} on several brokers {brokers}: name "
                                            f"the broker of the {QUEUE_ID} column")
-        mq = MessageQueue(topic, broker, queue_id)
+        mq = MessageQueue(self._wire(topic), broker, queue_id)
         self._queues[(topic, queue_id)] = mq
         return mq
 
@@ -496,17 +502,18 @@ class _NetworkTarget:
         n = len(bodies)
         tags, keys = chunk.tags or [None] * n, chunk.keys or [None] * n
         props = chunk.properties or [None] * n
-        msgs = [Message(chunk.topic, b, tags=t, keys=k, properties=dict(p) if p else {})
+        topic = self._wire(chunk.topic)
+        msgs = [Message(topic, b, tags=t, keys=k, properties=dict(p) if p else {})
                 for b, t, k, p in zip(bodies, tags, keys, props, strict=True)]
         self._out = out
         if chunk.queue_id is not None:
             self.drain()
             queue = self._queue(chunk.topic, chunk.queue_id)
-            self._done(self.producer.send_batch(chunk.topic, msgs, queue=queue), n)
+            self._done(self.producer.send_batch(topic, msgs, queue=queue), n)
             return
         while len(self._pending) >= IN_FLIGHT:
             self._wait_one()
-        self._pending.append((self._pool.submit(self.producer.send_batch, chunk.topic, msgs), n))
+        self._pending.append((self._pool.submit(self.producer.send_batch, topic, msgs), n))
 
     def _wait_one(self) -> None:
         future, n = self._pending.popleft()
@@ -520,7 +527,8 @@ class _NetworkTarget:
         if result.status.name != "SEND_OK":
             log.warning("rocketmq sink: batch of %d to %s stored with status %s", n, result.queue, result.status.name)
         assert self._out is not None
-        self._out.add(result.queue.topic, result.queue.broker_name, result.queue.queue_id, n, result.queue_offset)
+        self._out.add(self.options.secured.unwrap(result.queue.topic), result.queue.broker_name,
+                      result.queue.queue_id, n, result.queue_offset)
 
     def close(self) -> None:
         try:

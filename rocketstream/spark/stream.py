@@ -43,6 +43,7 @@ from rocketstream.spark.brokers import (
     topics_can_change,
 )
 from rocketstream.spark.commits import OffsetCommits
+from rocketstream.spark.group_presence import GroupPresence
 from rocketstream.spark.offset_ranges import QueueKey, rate_limit
 from rocketstream.spark.offsets import OffsetJson, QueueIndex, QueueOffsets
 from rocketstream.spark.options import RocketMQOptions
@@ -92,6 +93,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._index: QueueIndex | None = None  # the queues latestOffset saw last (reused while unchanged)
         self._recent: list[QueueOffsets] = []  # offsets returned to Spark lately, recognised when handed back
         self._target_array: tuple[QueueIndex, np.ndarray] | None = None
+        # network mode: the query heartbeats as a consumer of its group (rocketstream.spark.group_presence)
+        self._presence: GroupPresence | None = None
 
     def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
@@ -100,6 +103,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state["_recent"] = []
         state["_target_array"] = None
         state["_commits"] = OffsetCommits()  # executors never commit; a connection does not pickle
+        state["_presence"] = None  # the driver's planner heartbeats, never an executor
         return state
 
     @contextmanager
@@ -132,6 +136,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> OffsetJson:
         # Spark may call this twice; "latest" must not move between the calls.
         if self._initial is None:
+            self._keep_presence()
             with self._views() as views:
                 bounds = queue_bounds(views, self.topics)
                 positions.require_queues(views, bounds, self.topics)
@@ -370,13 +375,28 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _remember(self, offsets: QueueOffsets) -> None:
         self._recent = [offsets, *self._recent[:_RECENT - 1]]
 
+    def _keep_presence(self) -> None:
+        """Network mode: the query is a consumer of its group on the brokers of its routes before it commits
+        (a 5.x broker takes offsets only of a group it knows); heartbeats go on while it runs."""
+        if self.options.name_server is None:
+            return
+        if self._presence is None:
+            self._presence = GroupPresence(self.options)
+        self._presence.keep(self.brokers)
+
     def _commit(self, offsets: QueueOffsets) -> None:
+        self._keep_presence()
         # An idle stream plans a trigger every few milliseconds: OffsetCommits sends only what changed.
         with self._views() as views:
             self._commits.commit(self.options, views, offsets, absent_ok=self._brokers_move)
 
     def stop(self) -> None:
-        self._close_views()
+        presence, self._presence = self._presence, None
+        try:
+            self._close_views()
+        finally:
+            if presence is not None:
+                presence.close()
 
 
 def _parse(offset: Mapping[str, object]) -> QueueOffsets:

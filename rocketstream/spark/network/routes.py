@@ -19,6 +19,7 @@ from rocketstream.client.route import PERM_READ, TopicRouteData
 from rocketstream.client.topic_list import all_topics, system_topics
 from rocketstream.errors import OptionError, RocketStreamError
 from rocketstream.remoting.loop import new_event_loop
+from rocketstream.spark.secured import NOT_SECURED, SecuredOptions
 
 T = TypeVar("T")
 
@@ -33,7 +34,7 @@ class NetworkClient:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = new_event_loop()   # uvloop's where installed (remoting/loop.py)
-        self.apis: dict[str, MQClientAPI] = {}
+        self.apis: dict[tuple[str, SecuredOptions], MQClientAPI] = {}
         thread = threading.Thread(target=self.loop.run_forever, name="rocketstream-spark-net", daemon=True)
         thread.start()
 
@@ -43,10 +44,13 @@ class NetworkClient:
     def submit(self, coro: Awaitable[T]) -> asyncio.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type, return-value]
 
-    def api_for(self, namesrv: str) -> MQClientAPI:
-        api = self.apis.get(namesrv)
+    def api_for(self, namesrv: str, secured: SecuredOptions = NOT_SECURED) -> MQClientAPI:
+        """The client API of ``namesrv`` for one account and TLS setting (signing every request with
+        ``secured.credentials``); queries with other credentials never share connections."""
+        key = (namesrv, secured)
+        api = self.apis.get(key)
         if api is None:
-            api = self.apis[namesrv] = MQClientAPI(namesrv)
+            api = self.apis[key] = MQClientAPI(namesrv, credentials=secured.credentials, tls=secured.tls)
         return api
 
 
@@ -87,16 +91,17 @@ def name_server_topics(namesrv: str, timeout_s: float = REQUEST_TIMEOUT_S) -> tu
         raise RocketStreamError(f"name server {namesrv}: cannot list its topics: {exc}") from exc
 
 
-def readable_brokers(namesrv: str, topics: Sequence[str],
-                     timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[ReadableBroker, ...]:
+def readable_brokers(namesrv: str, topics: Sequence[str], timeout_s: float = REQUEST_TIMEOUT_S,
+                     secured: SecuredOptions = NOT_SECURED) -> tuple[ReadableBroker, ...]:
     """The brokers holding readable queues of ``topics``, by the name server's routes, in name order. A
     topic without a route is an OptionError naming it (a typo far more often than a topic yet to be
-    created); so is a set of topics no broker serves a readable queue of."""
+    created); so is a set of topics no broker serves a readable queue of. With a namespace the routes
+    asked are those of the wrapped names (``ns%topic``); the answer keeps the user's names."""
     client = process_client()
-    api = client.api_for(namesrv)
+    api = client.api_for(namesrv, secured)
 
     async def routes() -> list[TopicRouteData | None]:
-        return list(await asyncio.gather(*(api.get_route(t, timeout_s) for t in topics)))
+        return list(await asyncio.gather(*(api.get_route(secured.wrap(t), timeout_s) for t in topics)))
 
     try:
         found = client.run(routes())
@@ -104,7 +109,9 @@ def readable_brokers(namesrv: str, topics: Sequence[str],
         raise RocketStreamError(f"name server {namesrv}: cannot read the routes of {', '.join(topics)}: {exc}") from exc
     missing = [t for t, r in zip(topics, found, strict=True) if r is None]
     if missing:
-        raise OptionError("topic", f"name server {namesrv} has no route for topic {', '.join(missing)}")
+        shown = ", ".join(t if secured.wrap(t) == t else f"{t} ({secured.wrap(t)} in namespace {secured.namespace})"
+                          for t in missing)
+        raise OptionError("topic", f"name server {namesrv} has no route for topic {shown}")
     addrs: dict[str, str] = {}
     queues: dict[str, dict[str, tuple[int, ...]]] = {}
     for topic, route in zip(topics, found, strict=True):

@@ -28,9 +28,11 @@ from rocketstream.client.topic_stats import TopicStats, empty_topic_stats
 from rocketstream.codec import FLAG_BORNHOST_V6, POS_STORE_TIMESTAMP, POS_SYS_FLAG
 from rocketstream.errors import BrokerResponseError, DataLossError, OptionError, RocketStreamError
 from rocketstream.remoting import ResponseCode
+from rocketstream.remoting.codes import code_name
 from rocketstream.spark.broker_view import QueueBounds
 from rocketstream.spark.network.puller import PULL_FLAGS, PULL_MAX_NUMS, PULL_TIMEOUT_S, PullTarget, pull_ranges
 from rocketstream.spark.network.routes import REQUEST_TIMEOUT_S, process_client, readable_brokers
+from rocketstream.spark.secured import NOT_SECURED, SecuredOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -52,6 +54,8 @@ class NetworkBroker(NamedTuple):
     pull_timeout_s: float = PULL_TIMEOUT_S
     pull_batch_size: int = PULL_MAX_NUMS
     pull_retries: int = 0
+    # ACL account, TLS and namespace of every request (topics and group are wrapped on the wire only)
+    secured: SecuredOptions = NOT_SECURED
 
     def open(self) -> NetworkBrokerView:
         return NetworkBrokerView(self)
@@ -59,23 +63,28 @@ class NetworkBroker(NamedTuple):
 
 def resolve_network_brokers(namesrv: str, topics: Sequence[str], group: str, *,
                             request_timeout_s: float = REQUEST_TIMEOUT_S, pull_timeout_s: float = PULL_TIMEOUT_S,
-                            pull_batch_size: int = PULL_MAX_NUMS, pull_retries: int = 0) -> tuple[NetworkBroker, ...]:
+                            pull_batch_size: int = PULL_MAX_NUMS, pull_retries: int = 0,
+                            secured: SecuredOptions = NOT_SECURED) -> tuple[NetworkBroker, ...]:
     """The brokers holding readable queues of ``topics`` (:func:`~.routes.readable_brokers`) as locations
-    carrying the query's tunables."""
+    carrying the query's tunables and its secured-cluster settings."""
     return tuple(NetworkBroker(b.name, b.addr, namesrv, group, b.queues, request_timeout_s, pull_timeout_s,
-                               pull_batch_size, pull_retries)
-                 for b in readable_brokers(namesrv, topics, request_timeout_s))
+                               pull_batch_size, pull_retries, secured)
+                 for b in readable_brokers(namesrv, topics, request_timeout_s, secured))
 
 
 class NetworkBrokerView:
-    """:class:`BrokerView` over one broker's address; methods block on the process's client loop."""
+    """:class:`BrokerView` over one broker's address; methods block on the process's client loop.
+
+    Topics and groups are the user's names here; with a namespace every request carries the wrapped ones
+    (:meth:`_wire`), and rows read show the user's topic."""
 
     def __init__(self, location: NetworkBroker) -> None:
         self.location = location
         self._client = process_client()
-        self.api = self._client.api_for(location.namesrv)
+        self.api = self._client.api_for(location.namesrv, location.secured)
         self._queues = dict(location.queues)
         self.timeout_s = location.request_timeout_s
+        self._wire = location.secured.wrap
 
     @property
     def broker_name(self) -> str:
@@ -95,16 +104,18 @@ class NetworkBrokerView:
         return list(self._queues.get(topic, ()))
 
     def min_offset(self, topic: str, queue_id: int) -> int:
-        return self._run(self.api.min_offset(self.addr, topic, queue_id, self.timeout_s))
+        return self._run(self.api.min_offset(self.addr, self._wire(topic), queue_id, self.timeout_s))
 
     def max_offset(self, topic: str, queue_id: int) -> int:
-        return self._run(self.api.max_offset(self.addr, topic, queue_id, self.timeout_s))
+        return self._run(self.api.max_offset(self.addr, self._wire(topic), queue_id, self.timeout_s))
 
     def queue_bounds(self, topic: str, queue_ids: Sequence[int]) -> dict[int, QueueBounds]:
         """[min, max) of many queues in one round of concurrent requests."""
+        wire = self._wire(topic)
+
         async def ask() -> list[int]:
-            calls = [self.api.min_offset(self.addr, topic, q, self.timeout_s) for q in queue_ids]
-            calls += [self.api.max_offset(self.addr, topic, q, self.timeout_s) for q in queue_ids]
+            calls = [self.api.min_offset(self.addr, wire, q, self.timeout_s) for q in queue_ids]
+            calls += [self.api.max_offset(self.addr, wire, q, self.timeout_s) for q in queue_ids]
             return list(await asyncio.gather(*calls))
 
         values = self._run(ask())
@@ -116,8 +127,13 @@ class NetworkBrokerView:
         while the topic is being created, an ACL, another implementation) answers no queue, and the caller
         asks the queues it lacks one by one. A body that is not a TopicStatsTable is a BodyError."""
         try:
-            return self._run(self.api.topic_stats(self.addr, topic, self.timeout_s))
+            return self._run(self.api.topic_stats(self.addr, self._wire(topic), self.timeout_s))
         except BrokerResponseError as exc:
+            if refused_access(exc):   # every request would be refused: fail now, with the broker's answer
+                raise BrokerResponseError(
+                    exc.code, exc.remark, addr=self.addr, request_code=exc.request_code,
+                    what=f"broker {self.broker_name} refused {code_name(exc.request_code or 0)} of topic "
+                         f"{self._wire(topic)}") from exc
             log.debug("GET_TOPIC_STATS_INFO %s from %s: %s; asking queue by queue", topic, self.addr, exc)
             return empty_topic_stats()
 
@@ -148,8 +164,8 @@ class NetworkBrokerView:
                       byte_cap: int | None = None) -> np.ndarray:
         """Stored sizes of messages ``[start, end)`` by QUERY_CONSUME_QUEUE, paged; with ``byte_cap``
         only until their running total exceeds it (see :func:`query_sizes`)."""
-        return self._run(query_sizes(self.api, self.addr, self.broker_name, topic, queue_id, start, end, byte_cap,
-                                     timeout_s=self.timeout_s))
+        return self._run(query_sizes(self.api, self.addr, self.broker_name, self._wire(topic), queue_id, start, end,
+                                     byte_cap, timeout_s=self.timeout_s))
 
     def message_sizes_many(self, asks: Sequence[tuple[str, int, int, int]],
                            byte_cap: int | None = None) -> list[np.ndarray]:
@@ -159,8 +175,8 @@ class NetworkBrokerView:
 
         async def one(topic: str, queue_id: int, start: int, end: int) -> np.ndarray:
             async with gate:
-                return await query_sizes(self.api, self.addr, self.broker_name, topic, queue_id, start, end, byte_cap,
-                                         timeout_s=self.timeout_s)
+                return await query_sizes(self.api, self.addr, self.broker_name, self._wire(topic), queue_id, start,
+                                         end, byte_cap, timeout_s=self.timeout_s)
 
         async def all_of() -> list[np.ndarray]:
             return list(await asyncio.gather(*(one(*ask) for ask in asks)))
@@ -171,8 +187,8 @@ class NetworkBrokerView:
         """First offset stored at or after ``timestamp_ms`` (max when none). A 4.x broker answers the last
         message's offset for a time after every message, so the answer is checked against that message."""
         async def ask() -> int:
-            found = await self.api.search_offset(self.addr, topic, queue_id, timestamp_ms, self.timeout_s)
-            high = await self.api.max_offset(self.addr, topic, queue_id, self.timeout_s)
+            found = await self.api.search_offset(self.addr, self._wire(topic), queue_id, timestamp_ms, self.timeout_s)
+            high = await self.api.max_offset(self.addr, self._wire(topic), queue_id, self.timeout_s)
             if found >= high or found < 0:
                 return high
             ts = await self._store_time(topic, queue_id, found)
@@ -181,7 +197,8 @@ class NetworkBrokerView:
         return self._run(ask())
 
     async def _store_time(self, topic: str, queue_id: int, offset: int) -> int | None:
-        result = await self.api.pull(self.addr, group=self.location.group, topic=topic, queue_id=queue_id,
+        result = await self.api.pull(self.addr, group=self._wire(self.location.group), topic=self._wire(topic),
+                                     queue_id=queue_id,
                                      offset=offset, max_nums=1, sys_flag=PULL_FLAGS, subscription="*",
                                      timeout=self.location.pull_timeout_s)
         body = result.body
@@ -199,17 +216,21 @@ class NetworkBrokerView:
         (:func:`~rocketstream.spark.network.puller.pull_ranges`); data loss while pulling follows
         ``fail_on_data_loss``."""
         loc = self.location
-        target = PullTarget(self.api, self.addr, self.broker_name, loc.group, loc.pull_timeout_s, loc.pull_batch_size,
-                            loc.pull_retries)
-        return pull_ranges(self._client, target, ranges, columns=columns, tags=tags, check_crc=check_crc,
-                           fail_on_data_loss=fail_on_data_loss)
+        target = PullTarget(self.api, self.addr, self.broker_name, self._wire(loc.group), loc.pull_timeout_s,
+                            loc.pull_batch_size, loc.pull_retries)
+        if loc.secured.namespace is None:
+            return pull_ranges(self._client, target, ranges, columns=columns, tags=tags, check_crc=check_crc,
+                               fail_on_data_loss=fail_on_data_loss)
+        wire = [(self._wire(t), q, s, e) for t, q, s, e in ranges]
+        return _user_topics(pull_ranges(self._client, target, wire, columns=columns, tags=tags, check_crc=check_crc,
+                                        fail_on_data_loss=fail_on_data_loss), loc.secured)
 
     def query_offsets(self, group: str, topic: str, queue_ids: Iterable[int]) -> dict[int, int]:
         ids = list(queue_ids)
 
         async def ask() -> list[int | None]:
-            return list(await asyncio.gather(*(self.api.query_offset(self.addr, group, topic, q, self.timeout_s)
-                                               for q in ids)))
+            return list(await asyncio.gather(*(self.api.query_offset(self.addr, self._wire(group), self._wire(topic),
+                                                                     q, self.timeout_s) for q in ids)))
 
         return {q: -1 if o is None else o for q, o in zip(ids, self._run(ask()), strict=True)}
 
@@ -226,8 +247,8 @@ class NetworkBrokerView:
         updates of a wave concurrently, each wave after the previous one was answered."""
         async def send() -> None:
             for wave in waves:
-                await asyncio.gather(*(self.api.update_offset(self.addr, group, topic, q, o, oneway=False,
-                                                              timeout=self.timeout_s)
+                await asyncio.gather(*(self.api.update_offset(self.addr, self._wire(group), self._wire(topic), q, o,
+                                                              oneway=False, timeout=self.timeout_s)
                                        for topic, queues in wave.items() for q, o in queues.items()))
 
         self._run(send())
@@ -237,6 +258,33 @@ class NetworkBrokerView:
 
     def __repr__(self) -> str:
         return f"NetworkBrokerView({self.broker_name!r}, {self.addr!r})"
+
+
+def refused_access(exc: BrokerResponseError) -> bool:
+    """Whether a broker's error answer is an access refusal: NO_PERMISSION, or a 4.x ACL check that failed
+    (``AclException`` thrown by ``PlainAccessValidator``, answered as SYSTEM_ERROR with the exception as remark)
+    or a 5.x authentication/authorization failure (``AuthenticationException`` / ``AuthorizationException``)."""
+    remark = exc.remark or ""
+    return exc.code == ResponseCode.NO_PERMISSION or any(
+        word in remark for word in ("AclException", "AuthenticationException", "AuthorizationException"))
+
+
+def _user_topics(batches: Iterator[pa.RecordBatch], secured: SecuredOptions) -> Iterator[pa.RecordBatch]:
+    """``batches`` with their ``topic`` column as the user names it (``NamespaceUtil.withoutNamespace``,
+    as the Java consumer unwraps delivered messages): the broker's records carry ``ns%topic``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for batch in batches:
+        at = batch.schema.get_field_index("topic")
+        if at < 0 or batch.num_rows == 0:
+            yield batch
+            continue
+        wire = batch.column(at)
+        names = pc.unique(wire).to_pylist()
+        shown = [secured.unwrap(t) if isinstance(t, str) else t for t in names]
+        mapped = pc.take(pa.array(shown, pa.string()), pc.index_in(wire, value_set=pa.array(names, pa.string())))
+        yield batch.set_column(at, batch.schema.field(at), mapped)
 
 
 # ---- message sizes (maxBytesPerTrigger) ----------------------------------------------------------------
@@ -314,4 +362,4 @@ async def query_sizes(api: MQClientAPI, addr: str, broker_name: str, topic: str,
     return np.concatenate(parts) if len(parts) != 1 else parts[0]
 
 
-__all__ = ["NetworkBroker", "NetworkBrokerView", "query_sizes", "resolve_network_brokers"]
+__all__ = ["NetworkBroker", "NetworkBrokerView", "query_sizes", "refused_access", "resolve_network_brokers"]
