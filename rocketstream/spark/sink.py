@@ -18,6 +18,11 @@ send (the broker refuses batches over its ``maxMessageSize``, 4 MiB by default).
 Delivery is at-least-once: a task that fails after some of its batches were stored is retried by Spark
 and stores them again, and a streaming micro-batch re-run after a failure is written again. A refused
 send fails the task with the broker's answer (code and remark).
+
+``exactlyOnce=true`` (network mode, writeStream, ``checkpointLocation`` given as an option): every row is
+sent as a half message and the driver commits each micro-batch's halves once it has recorded the batch in
+the checkpoint (:mod:`rocketstream.spark.exactly_once`); consumers see a batch's rows only once it is
+committed, each row once.
 """
 
 from __future__ import annotations
