@@ -307,7 +307,12 @@ class Committer:
         attempts = {t.attempt for t in tasks}
         self.record.write(batch_id, attempts, COMMITTING, owner)
         kill_point("after_intent", batch_id)
-        failed = self._end(tasks, LocalTransactionState.COMMIT_MESSAGE, batch_id, kill_midway=True)
+        try:
+            failed = self._end(tasks, LocalTransactionState.COMMIT_MESSAGE, batch_id, kill_midway=True)
+        except BaseException:
+            # this driver stops ending the batch: the check-back commits what it left undecided
+            self.record.write(batch_id, attempts, UNRESOLVED, owner)
+            raise
         if failed:
             self.record.write(batch_id, attempts, UNRESOLVED, owner)
             raise MQClientError(f"exactly-once sink: micro-batch {batch_id}: {failed} END_TRANSACTION commit(s) "

@@ -130,3 +130,19 @@ def test_driver_commits_each_half_once_and_rolls_a_committed_batch_back(mq_broke
     finally:
         producer.shutdown()
     assert os.path.isdir(tmp_path / "state" / "batches")
+
+
+def test_a_commit_that_breaks_off_leaves_the_batch_to_the_check_back(tmp_path, monkeypatch):
+    """An error while ending (not a refused end: anything) marks the batch unresolved: the check-back then
+    commits its halves even though the driver that recorded it is still alive."""
+    record = eos.CommitRecord(tmp_path)
+    committer = eos.Committer(record, NS, "g", 1.0)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("connection pool exploded")
+    monkeypatch.setattr(committer, "_end", broken)
+    with pytest.raises(RuntimeError, match="exploded"):
+        committer.commit([eos.HalfMessages("att", 0)], 0)
+    entry = record.load(0)
+    assert entry is not None and entry["state"] == eos.UNRESOLVED and entry["attempts"] == ["att"]
+    assert eos.decide(record, "0:att") is S.COMMIT_MESSAGE
