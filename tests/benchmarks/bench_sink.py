@@ -42,6 +42,7 @@ def spark_session(partitions: int):
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     spark = (SparkSession.builder.master("local[2]").appName("bench-sink")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(partitions))
+             .config("spark.ui.showConsoleProgress", "false")
              .config("spark.default.parallelism", str(partitions)).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     from rocketstream.spark import register
@@ -84,7 +85,7 @@ def eos_compare(args: argparse.Namespace, rows: int, home: Path) -> int:
     frame(spark, 2000, args.size, args.partitions).write.parquet(warm)
     results: dict[str, dict] = {}
     try:
-        for kind in ("ours", "java"):
+        for kind in args.eos_brokers.split(","):
             (home / kind).mkdir()
             broker = start_java(home / kind) if kind == "java" else start_ours(home / kind)
             try:
@@ -105,7 +106,7 @@ def eos_compare(args: argparse.Namespace, rows: int, home: Path) -> int:
     print(f"{'sink':30} {'rows/s':>10} {'seconds':>8}")
     for name, r in results.items():
         print(f"{name:30} {r['rows_per_s']!s:>10} {r['seconds']!s:>8}")
-    for kind in ("ours", "java"):
+    for kind in args.eos_brokers.split(","):
         a, e = results[f"at-least-once ({kind})"], results[f"exactly-once ({kind})"]
         print(f"exactly-once / at-least-once ({kind}): {e['rows_per_s'] / a['rows_per_s']:.2f}x")
     if args.json:
@@ -124,6 +125,7 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--eos", action="store_true", help="exactly-once vs at-least-once streaming sink, both brokers")
+    ap.add_argument("--eos-brokers", default="ours,java", help="with --eos: the brokers, in order (default ours,java)")
     args = ap.parse_args()
     rows = 1_000_000 if args.full else args.rows
     home = Path(tempfile.mkdtemp(prefix="bench-sink-"))
