@@ -61,6 +61,7 @@ from rocketstream.client.transaction import (
     end_transactions,
     send_half_messages,
 )
+from rocketstream.codec import PROPERTY_UNIQ_KEY
 from rocketstream.errors import MQClientError, OptionError, RocketStreamError
 
 log = logging.getLogger("rocketstream.spark")
@@ -72,6 +73,7 @@ STATE_DIR = "rocketmq-sink"   # under the query's checkpoint location
 BATCH_ID_PROPERTY = "streaming.sql.batchId"   # MicroBatchExecution.BATCH_ID_KEY, a Spark local property
 HALVES_IN_FLIGHT = 64
 ENDS_IN_FLIGHT = 64
+END_CHUNK = 1024   # COMMITs confirmed and recorded (CommitRecord.add_ended) before the next ones are sent
 COMMITTING, ENDED, UNRESOLVED = "committing", "ended", "unresolved"
 
 
@@ -120,6 +122,26 @@ class CommitRecord:
         except ValueError as exc:
             raise RocketStreamError(f"exactly-once sink: batch record {path} is unreadable: {exc}") from exc
         return entry
+
+    def add_ended(self, batch_id: int, msg_ids: Iterable[str]) -> None:
+        """Append the UNIQ_KEYs of halves whose COMMIT the broker confirmed to ``batches/<batchId>.ended``
+        (fsynced before the next chunk of ends is sent)."""
+        self.ensure()
+        fd = os.open(self.batches / f"{batch_id}.ended", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, "".join(f"{m}\n" for m in msg_ids).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def ended(self, batch_id: int) -> set[str]:
+        """The UNIQ_KEYs :meth:`add_ended` recorded for the batch (a torn last line is not one)."""
+        try:
+            text = (self.batches / f"{batch_id}.ended").read_text()
+        except FileNotFoundError:
+            return set()
+        lines = text.split("\n")
+        return set(lines[:-1])   # every complete line ends with a newline
 
     def max_batch(self) -> int:
         """The highest batch id recorded, -1 for none."""
@@ -339,17 +361,26 @@ class Committer:
             return 0
         midway = kill_midway and kill_wanted("mid_end", batch_id)
         parts = [halves[:len(halves) // 2], halves[len(halves) // 2:]] if midway else [halves]
+        committing = state is LocalTransactionState.COMMIT_MESSAGE
+        if committing:   # chunks of END_CHUNK, each recorded once confirmed
+            parts = [p[i:i + END_CHUNK] for p in parts for i in range(0, len(p), END_CHUNK)]
+        cut = len(halves) // 2 if midway else -1
 
         async def run() -> list[tuple[HalfRef, str | None]]:
             api = MQClientAPI(self.name_server)
             out: list[tuple[HalfRef, str | None]] = []
             try:
-                for i, part in enumerate(parts):
-                    if i:
+                done = 0
+                for part in parts:
+                    if done == cut:
                         kill_point("mid_end", batch_id)
                     answers = await end_transactions(api, self.tx_group, part, state, timeout=self.timeout,
                                                      in_flight=ENDS_IN_FLIGHT)
+                    if committing:
+                        self.record.add_ended(batch_id, [h.msg_id for h, why in zip(part, answers, strict=True)
+                                                         if why is None])
                     out += zip(part, answers, strict=True)
+                    done += len(part)
             finally:
                 await api.close()
             return out
@@ -364,12 +395,17 @@ class Committer:
 
 # ---------------------------------------------------------------------------------------- check-back
 
-def decide(record: CommitRecord, mark: str | None) -> LocalTransactionState:
-    """The answer to the broker's check of a half marked ``<batchId>:<attempt>``, from the record alone:
+def decide(record: CommitRecord, mark: str | None, msg_id: str | None = None) -> LocalTransactionState:
+    """The answer to the broker's check of a half marked ``<batchId>:<attempt>`` with UNIQ_KEY ``msg_id``,
+    from the record alone. Every check is about a copy: 4.9.8's check service re-puts the half
+    (``putBackHalfMsgQueue``) before it asks, and a COMMIT the driver sent for the original still commits the
+    original - so a half whose COMMIT the driver had confirmed may still be asked about, and must be rolled
+    back then.
 
     * batch recorded, attempt chosen, state ``committing`` by a driver still alive: UNKNOW (that driver is
       ending it now: answering COMMIT too could end it twice);
-    * batch recorded, attempt chosen, ``committing`` by a dead driver or ``unresolved``: COMMIT;
+    * batch recorded, attempt chosen, ``committing`` by a dead driver or ``unresolved``: ROLLBACK if the
+      driver recorded its COMMIT as confirmed (``<batchId>.ended``), else COMMIT;
     * batch recorded and ``ended`` (every chosen half confirmed ended: anything still asked about is a
       copy the check service made meanwhile), or the attempt not chosen: ROLLBACK;
     * batch not recorded and above every recorded batch: UNKNOW (its tasks may still run; a run that died
@@ -391,6 +427,8 @@ def decide(record: CommitRecord, mark: str | None) -> LocalTransactionState:
         return LocalTransactionState.ROLLBACK_MESSAGE
     if entry["state"] == COMMITTING and alive(str(entry.get("owner", ""))):
         return LocalTransactionState.UNKNOW
+    if msg_id is not None and msg_id in record.ended(batch_id):
+        return LocalTransactionState.ROLLBACK_MESSAGE
     return LocalTransactionState.COMMIT_MESSAGE
 
 
@@ -405,7 +443,7 @@ class RecordListener(TransactionListener):
         raise RocketStreamError("the exactly-once sink's responder sends no transactional message")
 
     def check_local_transaction(self, msg: Any) -> LocalTransactionState:
-        state = decide(self.record, msg.get_property(MARK_PROPERTY))
+        state = decide(self.record, msg.get_property(MARK_PROPERTY), msg.get_property(PROPERTY_UNIQ_KEY))
         self.answers[state.name] = self.answers.get(state.name, 0) + 1
         log.info("exactly-once sink: check of %s (%s): %s", msg.msg_id, msg.get_property(MARK_PROPERTY), state.name)
         return state

@@ -79,6 +79,14 @@ def test_check_back_answers_follow_the_record(tmp_path):
     }
     assert {mark: eos.decide(record, mark) for mark in cases} == cases
     assert eos.decide(record, None) is S.UNKNOW
+    # a dead driver confirmed some COMMITs before it died: a check of one of those is of a copy 4.9.8's
+    # check service made of a half that is committed already
+    record.add_ended(4, ["U1", "U2"])
+    with open(tmp_path / "batches" / "4.ended", "a") as f:
+        f.write("U3")   # torn: not confirmed
+    assert [eos.decide(record, "4:c", u) for u in ("U1", "U2", "U3", "U9")] == \
+        [S.ROLLBACK_MESSAGE, S.ROLLBACK_MESSAGE, S.COMMIT_MESSAGE, S.COMMIT_MESSAGE]
+    assert eos.decide(record, "5:d", "U1") is S.UNKNOW
 
 
 def test_an_unreadable_record_names_its_file(tmp_path):
@@ -119,6 +127,7 @@ def test_driver_commits_each_half_once_and_rolls_a_committed_batch_back(mq_broke
         assert committer.commit([*first, None], 0) == 11
         entry = record.load(0)
         assert entry is not None and entry["state"] == eos.ENDED
+        assert record.ended(0) == {h.msg_id for t in first for h in t.halves}
         assert sorted(entry["attempts"]) == sorted(t.attempt for t in first)
         got = _visible(mq_broker, topic, 11)
         assert sorted(m.keys for m in got) == sorted([f"a-{i}" for i in range(6)] + [f"b-{i}" for i in range(5)])
