@@ -10,8 +10,9 @@ once: 0 duplicates, 0 missing - after the broker's check-back had time to resolv
 driver left (the brokers check every second here: transactionTimeOut / transactionCheckInterval 1000 ms).
 
 Default run: one kill per broker (``after_intent``: the batch is recorded, nothing ended, the check-back
-must commit it). The campaign (slow): every kill point, on both brokers, ``ROCKETSTREAM_EOS_ROUNDS`` rounds
-(default 3: 5 points x 2 brokers x 3 = 30 kills)::
+must commit it). The campaign (slow), per broker: one query killed at each driver kill point in turn (one
+Spark start per kill), then a run whose tasks' first attempts are killed in ``ROCKETSTREAM_EOS_TASK_KILL_BATCHES``
+batches (2 tasks each), so 4 + 8 = 12 kills per broker by default::
 
     pytest -m slow -s tests/reliability/test_sink_exactly_once.py -k campaign
 """
@@ -39,7 +40,8 @@ TX_CONF = {"transactionCheckInterval": "1000", "transactionTimeOut": "1000", "tr
            "autoCreateTopicEnable": "true", "autoCreateSubscriptionGroup": "true", "flushDiskType": "ASYNC_FLUSH"}
 KILL_POINTS = ("before_commit", "after_intent", "mid_end", "after_end", "task")
 FILES, ROWS_PER_FILE = 3, 40
-DRIVER_KILLS = int(os.environ.get("ROCKETSTREAM_EOS_DRIVER_KILLS", "9"))   # per broker, + 2 task kills
+DRIVER_KILLS = int(os.environ.get("ROCKETSTREAM_EOS_DRIVER_KILLS", "4"))   # per broker: each driver kill point
+TASK_KILL_BATCHES = int(os.environ.get("ROCKETSTREAM_EOS_TASK_KILL_BATCHES", "4"))   # x 2 tasks each
 
 
 # ---------------------------------------------------------------------------------------------- the job
@@ -191,14 +193,14 @@ def test_driver_killed_after_recording_the_intent(kind, tmp_path, peer_java):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["ours", "java"])
 def test_kill_campaign(kind, tmp_path, peer_java):
-    """One query, killed again and again: run i kills its driver at batch i (the driver kill points in turn),
-    the next run restarts it from the checkpoint (re-running batch i) and is killed at batch i + 1; the last
-    run kills the first attempt of the tasks of two batches (Spark retries them) and finishes. Then every
-    input row is in the topic exactly once."""
+    """One query, killed again and again: run i kills its driver at batch i (each driver kill point in turn,
+    ``DRIVER_KILLS`` runs), the next run restarts it from the checkpoint (re-running batch i); the last run
+    kills the first attempt of both tasks of each of ``TASK_KILL_BATCHES`` batches halfway through their rows
+    (Spark retries them) and finishes. Then every input row is in the topic exactly once."""
     broker = Broker(kind, tmp_path / "broker")
     points = [p for p in KILL_POINTS if p != "task"]
     src, checkpoint, topic = tmp_path / "in", tmp_path / "ckpt", f"EosCampaign{kind}"
-    n = write_input(src, files=DRIVER_KILLS + 3)
+    n = write_input(src, files=DRIVER_KILLS + TASK_KILL_BATCHES + 1)
     log = tmp_path / "job.log"
     kills = []
     try:
@@ -207,17 +209,20 @@ def test_kill_campaign(kind, tmp_path, peer_java):
             code = run_job(broker.namesrv_addr, src, checkpoint, topic, log, kill)
             assert code != 0, f"run {i}: the driver was to kill itself at {kill}:\n{log.read_text()[-3000:]}"
             kills.append(kill)
-            print(f"{kind}: killed at {kill}", flush=True)
-        last = f"task@{DRIVER_KILLS},task@{DRIVER_KILLS + 1}"
+            print(f"{kind}: killed the driver at {kill}", flush=True)
+        last = ",".join(f"task@{b}" for b in range(DRIVER_KILLS, DRIVER_KILLS + TASK_KILL_BATCHES))
         code = run_job(broker.namesrv_addr, src, checkpoint, topic, log, last)
         assert code == 0, log.read_text()[-4000:]
-        kills += last.split(",")
-        killed_workers = log.read_text().count("killing this task's worker")
+        workers = log.read_text().count("killing this task's worker")
         dups, missing, _ = settle(peer_java, broker.namesrv_addr, topic, tmp_path, n)
     finally:
         broker.stop()
-    print(f"{kind}: {len(kills)} kills ({', '.join(kills)}; task workers killed: {killed_workers}), {n} rows: "
-          f"duplicates {dups}, missing {missing}", flush=True)
+    print(f"{kind}: {len(kills)} driver kills ({', '.join(kills)}) + {workers} task workers killed "
+          f"({last}), {n} rows: duplicates {dups}, missing {missing}", flush=True)
+    print("RELIABILITY " + json.dumps({"item": "exactly-once sink kills", "broker": kind, "driver_kills": len(kills),
+                                       "worker_kills": workers, "rows": n, "duplicates": dups,
+                                       "missing": missing}), flush=True)
+    assert workers >= TASK_KILL_BATCHES   # the hook did kill (each batch: the first attempt of its tasks)
     assert (dups, missing) == (0, 0)
 
 
