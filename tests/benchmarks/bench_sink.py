@@ -94,8 +94,11 @@ def eos_compare(args: argparse.Namespace, rows: int, home: Path) -> int:
                     tag = label.replace("-", "")
                     timed_stream(spark, warm, str(home / f"ck-warm-{kind}-{tag}"), nameServer=ns,
                                  topic=f"Warm{tag}", **extra)
+                    # a long send timeout: the exactly-once sink never retries a half message (a timeout fails the
+                    # task, and local[2] does not retry tasks); on a loaded machine 3 s is not enough
                     secs = timed_stream(spark, src, str(home / f"ck-{kind}-{tag}"), nameServer=ns,
-                                        topic=f"SinkBench{tag}", batchSize=str(args.batch_size), **extra)
+                                        topic=f"SinkBench{tag}", batchSize=str(args.batch_size),
+                                        sendTimeoutMs="30000", **extra)
                     results[f"{label} ({kind})"] = {"rows_per_s": round(rows / secs), "seconds": round(secs, 2)}
                     print(f"{kind} {label}: {rows} rows in {secs:.2f} s", flush=True)
             finally:
