@@ -18,6 +18,7 @@ the producer's check thread (one, as Java's ``checkExecutor``) and its answer go
 from __future__ import annotations
 
 import abc
+import asyncio
 import concurrent.futures
 import dataclasses
 import enum
@@ -37,10 +38,10 @@ from rocketstream.codec import (
     decode_offset_msg_id,
 )
 from rocketstream.errors import CorruptStoreError, MQClientError, OptionError, RemotingError
-from rocketstream.remoting import RemotingCommand, RequestCode
+from rocketstream.remoting import ONEWAY_FLAG, RemotingCommand, RequestCode, ResponseCode
 
 __all__ = ["TransactionProducer", "TransactionListener", "LocalTransactionState", "TransactionSendResult",
-           "end_transaction_request"]
+           "end_transaction_request", "send_half_messages", "end_transactions", "HalfRef"]
 
 log = logging.getLogger("rocketstream.client")
 
@@ -246,3 +247,85 @@ class TransactionProducer(Producer):
         except (RemotingError, MQClientError) as exc:
             log.warning("producer %s: check answer %s for %s to %s not sent: %s", self.group, state.name, uniq,
                         broker_addr, exc)
+
+
+# ----------------------------------------------------------------------------- many transactions at once
+# (the exactly-once Spark sink, rocketstream/spark/exactly_once.py: halves sent by tasks, ended by the driver)
+
+def send_half_messages(producer: Producer, msgs: list[Message], *, transaction_group: str,
+                       queue: MessageQueue | None = None, in_flight: int = 64,
+                       timeout: float | None = None) -> list[SendResult]:
+    """Send every message of ``msgs`` as its own half message of ``transaction_group`` (``TRAN_MSG=true``,
+    ``PGROUP``; 4.9.8's ``CommitLog.putMessages`` refuses a batch of them), ``in_flight`` sends outstanding,
+    each as ``producer`` sends (its retries, its timeout per send). ``producer`` need not be of
+    ``transaction_group``: the broker then never asks it about these transactions (the check-back goes to a
+    live producer channel of the half's PGROUP). Nothing is ended: the results, in order, say where each
+    half is stored, for :func:`end_transactions`."""
+    t = producer.send_msg_timeout if timeout is None else timeout
+    prepared = []
+    for msg in msgs:
+        props = {k: v for k, v in msg.properties.items() if k != PROPERTY_DELAY}
+        props[PROPERTY_TRAN_MSG] = "true"
+        props[PROPERTY_PRODUCER_GROUP] = transaction_group
+        half = dataclasses.replace(msg, properties=props, delay_level=0)
+        check_message(half, producer.max_message_size)
+        body, sys_flag, wire = producer._wire(half, compress=True)
+        prepared.append((half, body, sys_flag, wire))
+    if not prepared:
+        return []
+
+    async def go() -> list[SendResult]:
+        gate = asyncio.Semaphore(in_flight)
+
+        async def one(item: tuple[Message, bytes, int, dict[str, str]]) -> SendResult:
+            async with gate:
+                return await producer._send_async(item[0], item[1], item[2], item[3], queue, None, None, t)
+        return list(await asyncio.gather(*(one(x) for x in prepared)))
+
+    inst = producer.instance
+    return inst.run(go(), t * (1 + len(prepared) / in_flight) + 5.0)
+
+
+@dataclass(frozen=True, slots=True)
+class HalfRef:
+    """Where a half message is: its broker's address, ``tranStateTableOffset`` (the half queue offset),
+    commit-log offset and UNIQ_KEY - what END_TRANSACTION names it by."""
+
+    addr: str
+    queue_offset: int
+    commit_log_offset: int
+    msg_id: str
+
+    @classmethod
+    def of(cls, addr: str, result: SendResult) -> HalfRef:
+        try:
+            _, commit_log_offset = decode_offset_msg_id(result.offset_msg_id)
+        except (CorruptStoreError, OptionError, ValueError) as exc:
+            raise MQClientError(f"send result of {result.msg_id}: offsetMsgId {result.offset_msg_id!r} "
+                                f"does not decode: {exc}") from exc
+        return cls(addr, result.queue_offset, commit_log_offset, result.msg_id)
+
+
+async def end_transactions(api: Any, group: str, halves: list[HalfRef], state: LocalTransactionState, *,
+                           timeout: float, in_flight: int = 64) -> list[str | None]:
+    """END_TRANSACTION for each of ``halves``, once, as a request (``invokeSync``, not Java's oneway) so
+    that the broker's answer confirms it: per half None (SUCCESS: 4.9.8 ``EndTransactionProcessor`` answers
+    it after the final message and the op record are put) or why not (the error or the broker's code and
+    remark). ``api``: an MQClientAPI. Nothing is retried: 4.9.8 commits a half again on a second COMMIT."""
+    gate = asyncio.Semaphore(in_flight)
+
+    async def one(h: HalfRef) -> str | None:
+        request = end_transaction_request(producer_group=group, tran_state_table_offset=h.queue_offset,
+                                          commit_log_offset=h.commit_log_offset, state=state,
+                                          from_transaction_check=False, msg_id=h.msg_id, transaction_id=None,
+                                          remark=None)
+        request.flag &= ~ONEWAY_FLAG
+        async with gate:
+            try:
+                response = await api.invoke(h.addr, request, timeout)
+            except RemotingError as exc:
+                return f"{exc}"
+        if response.code != ResponseCode.SUCCESS:
+            return f"code {response.code}: {response.remark}"
+        return None
+    return list(await asyncio.gather(*(one(h) for h in halves)))

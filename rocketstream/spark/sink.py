@@ -18,6 +18,11 @@ send (the broker refuses batches over its ``maxMessageSize``, 4 MiB by default).
 Delivery is at-least-once: a task that fails after some of its batches were stored is retried by Spark
 and stores them again, and a streaming micro-batch re-run after a failure is written again. A refused
 send fails the task with the broker's answer (code and remark).
+
+``exactlyOnce=true`` (network mode, writeStream, ``checkpointLocation`` given as an option): every row is
+sent as a half message and the driver commits each micro-batch's halves once it has recorded the batch in
+the checkpoint (:mod:`rocketstream.spark.exactly_once`); consumers see a batch's rows only once it is
+committed, each row once.
 """
 
 from __future__ import annotations
@@ -52,7 +57,13 @@ from pyspark.sql.types import (
 )
 
 from rocketstream.errors import ColumnError, OptionError, RocketStreamError, StoreLockedError
-from rocketstream.spark.secured import NOT_SECURED, SECURED_OPTIONS, SecuredOptions, parse_secured
+from rocketstream.spark.secured import (
+    NOT_SECURED,
+    SECURED_OPTIONS,
+    SecuredOptions,
+    is_secured_option,
+    parse_secured,
+)
 
 log = logging.getLogger("rocketstream.spark")
 
@@ -68,10 +79,13 @@ SEND_TIMEOUT_MS = "sendTimeoutMs"
 RETRY_TIMES = "retryTimesWhenSendFailed"
 BROKER_NAME = "brokerName"
 LOCK_TIMEOUT_MS = "lockTimeoutMs"
+EXACTLY_ONCE = "exactlyOnce"
 SINK_OPTIONS = (PATH, NAME_SERVER, NAMESRV_ADDR, TOPIC, BATCH_SIZE, MAX_BATCH_BYTES, PRODUCER_GROUP, SEND_TIMEOUT_MS,
-                RETRY_TIMES, BROKER_NAME, LOCK_TIMEOUT_MS, *SECURED_OPTIONS)   # accessKey, secretKey, tls.*, namespace
+                RETRY_TIMES, BROKER_NAME, LOCK_TIMEOUT_MS, EXACTLY_ONCE,
+                *SECURED_OPTIONS)   # accessKey, secretKey, tls.*, namespace
 # options Spark itself passes to a streaming sink with the user's
-SPARK_STREAM_OPTIONS = ("checkpointLocation", "queryName")
+CHECKPOINT_LOCATION = "checkpointLocation"
+SPARK_STREAM_OPTIONS = (CHECKPOINT_LOCATION, "queryName")
 
 _NAME = re.compile(r"[%|A-Za-z0-9_-]+")   # RocketMQ's topic / group character set
 DEFAULT_BATCH_SIZE = 1024
@@ -126,6 +140,8 @@ class SinkOptions:
     broker_name: str | None = None
     lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
     secured: SecuredOptions = NOT_SECURED   # network mode: ACL account, TLS, namespace (repr hides secrets)
+    exactly_once: bool = False
+    checkpoint: str | None = None   # exactlyOnce: the query's checkpointLocation (the commit record lives there)
 
     @property
     def network(self) -> bool:
@@ -136,9 +152,12 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
     canonical = {k.lower(): k for k in SINK_OPTIONS}
     ignored = {k.lower() for k in SPARK_STREAM_OPTIONS} if streaming else set()
     given: dict[str, str] = {}
+    checkpoint: str | None = None
     for key, value in options.items():
         low = str(key).lower()
         if low in ignored:
+            if low == CHECKPOINT_LOCATION.lower() and value:
+                checkpoint = str(value)
             continue
         spelled = canonical.get(low)
         if spelled is None:
@@ -176,6 +195,24 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
     broker = given.get(BROKER_NAME)
     if broker is not None:
         _check_name(BROKER_NAME, broker, 255)
+    exactly_once = _bool(given, EXACTLY_ONCE)
+    if exactly_once:
+        if not ns:
+            raise OptionError(EXACTLY_ONCE, f"needs network mode (option '{NAME_SERVER}'): a store written directly "
+                                            "has no transactional messages to commit or roll back", "true")
+        if not streaming:
+            raise OptionError(EXACTLY_ONCE, "applies to df.writeStream (a streaming query, whose checkpoint holds "
+                                            "the record of committed batches), not to df.write", "true")
+        if checkpoint is None:
+            raise OptionError(EXACTLY_ONCE, f"needs the query's '{CHECKPOINT_LOCATION}' given as an option of "
+                                            "writeStream (the sink records its committed batches there)", "true")
+    secured = parse_secured(given, network=bool(ns))
+    if exactly_once and secured != NOT_SECURED:
+        # the half senders, the committer and the check-back responder process do not carry an ACL account,
+        # TLS or a namespace yet: refused rather than half applied
+        used = sorted(k for k in given if is_secured_option(k))
+        raise OptionError(EXACTLY_ONCE, "is not available with a secured cluster's options yet "
+                                        f"({', '.join(used)}): use the at-least-once sink there", "true")
     return SinkOptions(
         path=Path(path).expanduser() if path else None,
         name_server=ns.strip() if ns else None,
@@ -187,8 +224,20 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
         retry_times=_int(given, RETRY_TIMES, 2, 0),
         broker_name=broker,
         lock_timeout_ms=_int(given, LOCK_TIMEOUT_MS, DEFAULT_LOCK_TIMEOUT_MS, 0),
-        secured=parse_secured(given, network=bool(ns)),
+        secured=secured,
+        exactly_once=exactly_once,
+        checkpoint=checkpoint if exactly_once else None,
     )
+
+
+def _bool(given: Mapping[str, str], key: str) -> bool:
+    raw = given.get(key)
+    if raw is None:
+        return False
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise OptionError(key, "must be true or false", raw)
+    return value == "true"
 
 
 def _check_name(key: str, value: str, limit: int) -> None:
@@ -538,6 +587,72 @@ class _NetworkTarget:
             self.producer.shutdown()
 
 
+class _ExactlyOnceTarget(_NetworkTarget):
+    """Sends every row as a half message (exactly_once.HalfSender); nothing is visible until the driver commits."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        from rocketstream.spark import exactly_once as eos
+
+        assert options.name_server is not None and options.checkpoint is not None
+        self.options = options
+        self.batch_id = eos.task_batch_id()
+        self.sender = eos.HalfSender(options.name_server, options.producer_group,
+                                     eos.transaction_group(options.checkpoint), options.send_timeout_ms,
+                                     options.max_batch_bytes, self.batch_id)
+        self.producer = self.sender.producer
+        self._queues = {}
+        self._kill_after: int | None = None
+        if eos.kill_wanted("task", self.batch_id) and eos.task_attempt_number() == 0:
+            self._kill_after = 1
+
+    def put(self, chunk: Chunk, out: SinkCommitMessage) -> None:
+        from rocketstream.client import Message
+        from rocketstream.spark import exactly_once as eos
+
+        bodies = chunk.bodies.to_pylist()
+        n = len(bodies)
+        tags, keys = chunk.tags or [None] * n, chunk.keys or [None] * n
+        props = chunk.properties or [None] * n
+        msgs = [Message(chunk.topic, b, tags=t, keys=k, properties=dict(p) if p else {})
+                for b, t, k, p in zip(bodies, tags, keys, props, strict=True)]
+        queue = None if chunk.queue_id is None else self._queue(chunk.topic, chunk.queue_id)
+        if self._kill_after is not None and n > 1:
+            self.sender.send(msgs[:n // 2], queue)
+            eos.kill_point("task", self.batch_id)
+            msgs = msgs[n // 2:]
+        self.sender.send(msgs, queue)
+        out.rows += len(msgs)
+
+    def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.sender.close()
+
+
+def write_halves(options: SinkOptions, cols: SinkColumns, batches: Iterator[pa.RecordBatch]) -> Any:
+    """What a task of an exactly-once query does: every row sent as a half message; the task's halves."""
+    target: _ExactlyOnceTarget | None = None
+    counts = SinkCommitMessage()
+    try:
+        for rb in batches:
+            for chunk in split_batch(rb, cols, options):
+                if target is None:
+                    target = _ExactlyOnceTarget(options)
+                target.put(chunk, counts)
+    except BaseException:
+        if target is not None:
+            try:
+                target.close()
+            except Exception as exc:   # the first error is the one to report
+                log.warning("rocketmq sink: closing after a failure: %s", exc)
+        raise
+    if target is None:
+        return None
+    target.close()
+    return target.sender.out
+
+
 def write_batches(options: SinkOptions, cols: SinkColumns, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
     """What a task does: every Arrow batch split into chunks, each stored or sent; the task's counts."""
     out = SinkCommitMessage()
@@ -623,6 +738,41 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
                     "when the batch is retried (at-least-once)", batchId, done)
 
 
+class RocketMQExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("rocketmq").option("exactlyOnce", "true")``: tasks send half messages, the
+    driver's commit ends them (rocketstream/spark/exactly_once.py). Built on the driver: there it also makes
+    sure the query's check-back responder runs."""
+
+    def __init__(self, options: SinkOptions, columns: SinkColumns) -> None:
+        from rocketstream.spark import exactly_once as eos
+
+        assert options.checkpoint is not None and options.name_server is not None
+        self.options = options
+        self.columns = columns
+        eos.check_kill_env()
+        root = Path(options.checkpoint) / eos.STATE_DIR
+        eos.Responder.ensure(root, eos.transaction_group(options.checkpoint), options.name_server)
+
+    def _committer(self) -> Any:
+        from rocketstream.spark import exactly_once as eos
+
+        assert self.options.checkpoint is not None and self.options.name_server is not None
+        return eos.Committer(eos.CommitRecord(Path(self.options.checkpoint) / eos.STATE_DIR),
+                             self.options.name_server, eos.transaction_group(self.options.checkpoint),
+                             self.options.send_timeout_ms / 1000)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Any:
+        return write_halves(self.options, self.columns, iterator)
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        rows = self._committer().commit(messages, batchId)
+        log.info("rocketmq sink: micro-batch %d: %d row(s) committed", batchId, rows)
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        self._committer().abort(messages, batchId)
+        log.warning("rocketmq sink: micro-batch %d failed; its half messages are rolled back", batchId)
+
+
 def sink_writer(options: Mapping[str, str], schema: StructType, overwrite: bool, *, streaming: bool) -> Any:
     parsed = parse_sink_options(options, streaming=streaming)
     if overwrite and not streaming:
@@ -630,6 +780,8 @@ def sink_writer(options: Mapping[str, str], schema: StructType, overwrite: bool,
                           "overwrite")
     columns = check_columns(schema, parsed)
     _check_local_store(parsed)
+    if parsed.exactly_once:
+        return RocketMQExactlyOnceStreamWriter(parsed, columns)
     if streaming:
         return RocketMQStreamWriter(parsed, columns)
     return RocketMQWriter(parsed, columns)

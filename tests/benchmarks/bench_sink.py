@@ -4,7 +4,13 @@ client: ``send`` from 8 threads, ``batch`` of 32 per call, and ``batch`` of ``--
 own batch size) against the same broker, on this machine.
 
     python tests/benchmarks/bench_sink.py [--rows 100000] [--size 1024] [--full] [--broker ours|java]
-                                          [--batch-size 1024] [--partitions 2] [--json FILE] [--keep]
+                                          [--batch-size 1024] [--partitions 2] [--json FILE] [--keep] [--eos]
+
+``--eos``: instead, the exactly-once streaming sink (``exactlyOnce``: one half message per row, ended by the
+driver) against the at-least-once one (``send_batch``), in one run, on both brokers one after the other
+(``--broker`` ignored): ``rows`` rows of ``size`` bytes written once to parquet, then one Trigger.AvailableNow
+micro-batch of ``readStream.parquet`` into the sink per measurement (a warm-up query of 2,000 rows first),
+timed from ``start()`` to the query's end; prints rows/s and the exactly-once / at-least-once ratio.
 
 ``--full`` is the issue's setting: 1 M rows of 1 KiB. Spark runs local[2] (as the tests); the DataFrame is
 ``spark.range(rows)`` with a constant ``size``-byte body, in ``--partitions`` partitions (each a task with its
@@ -36,6 +42,7 @@ def spark_session(partitions: int):
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     spark = (SparkSession.builder.master("local[2]").appName("bench-sink")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(partitions))
+             .config("spark.ui.showConsoleProgress", "false")
              .config("spark.default.parallelism", str(partitions)).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     from rocketstream.spark import register
@@ -57,6 +64,59 @@ def timed_write(df, **options) -> float:
     return time.perf_counter() - t0
 
 
+def timed_stream(spark, src: str, ckpt: str, **options) -> float:
+    w = spark.readStream.schema("body binary").parquet(src).writeStream.format("rocketmq") \
+        .option("checkpointLocation", ckpt).trigger(availableNow=True)
+    for k, v in options.items():
+        w = w.option(k, v)
+    t0 = time.perf_counter()
+    q = w.start()
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise RuntimeError(f"query failed: {q.exception()}")
+    return time.perf_counter() - t0
+
+
+def eos_compare(args: argparse.Namespace, rows: int, home: Path) -> int:
+    """``--eos``: exactly-once vs at-least-once streaming sink, both brokers."""
+    spark = spark_session(args.partitions)
+    src, warm = str(home / "src"), str(home / "warm")
+    frame(spark, rows, args.size, args.partitions).write.parquet(src)
+    frame(spark, 2000, args.size, args.partitions).write.parquet(warm)
+    results: dict[str, dict] = {}
+    try:
+        for kind in args.eos_brokers.split(","):
+            (home / kind).mkdir()
+            broker = start_java(home / kind) if kind == "java" else start_ours(home / kind)
+            try:
+                ns = broker.namesrv_addr
+                for label, extra in (("at-least-once", {}), ("exactly-once", {"exactlyOnce": "true"})):
+                    tag = label.replace("-", "")
+                    timed_stream(spark, warm, str(home / f"ck-warm-{kind}-{tag}"), nameServer=ns,
+                                 topic=f"Warm{tag}", **extra)
+                    # a long send timeout: the exactly-once sink never retries a half message (a timeout fails the
+                    # task, and local[2] does not retry tasks); on a loaded machine 3 s is not enough
+                    secs = timed_stream(spark, src, str(home / f"ck-{kind}-{tag}"), nameServer=ns,
+                                        topic=f"SinkBench{tag}", batchSize=str(args.batch_size),
+                                        sendTimeoutMs="30000", **extra)
+                    results[f"{label} ({kind})"] = {"rows_per_s": round(rows / secs), "seconds": round(secs, 2)}
+                    print(f"{kind} {label}: {rows} rows in {secs:.2f} s", flush=True)
+            finally:
+                stop(broker)
+    finally:
+        spark.stop()
+    print(f"\n{rows:,} rows x {args.size} B, Spark local[2], {args.partitions} partitions, one micro-batch")
+    print(f"{'sink':30} {'rows/s':>10} {'seconds':>8}")
+    for name, r in results.items():
+        print(f"{name:30} {r['rows_per_s']!s:>10} {r['seconds']!s:>8}")
+    for kind in args.eos_brokers.split(","):
+        a, e = results[f"at-least-once ({kind})"], results[f"exactly-once ({kind})"]
+        print(f"exactly-once / at-least-once ({kind}): {e['rows_per_s'] / a['rows_per_s']:.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "size": args.size, "results": results}, indent=2))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=100_000)
@@ -67,9 +127,18 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--json")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--eos", action="store_true", help="exactly-once vs at-least-once streaming sink, both brokers")
+    ap.add_argument("--eos-brokers", default="ours,java", help="with --eos: the brokers, in order (default ours,java)")
     args = ap.parse_args()
     rows = 1_000_000 if args.full else args.rows
     home = Path(tempfile.mkdtemp(prefix="bench-sink-"))
+    if args.eos:
+        try:
+            return eos_compare(args, rows, home)
+        finally:
+            if not args.keep:
+                import shutil
+                shutil.rmtree(home, ignore_errors=True)
     results: dict[str, dict] = {}
     spark = spark_session(args.partitions)
     df = frame(spark, rows, args.size, args.partitions)
