@@ -349,3 +349,25 @@ def test_spark_reads_and_writes_over_tls(spark, certs, broker, request):
         spark.read.format("rocketmq").options(
             **_spark_tls(certs, namesrv, topic, **{"tls.client.trustCertPath": str(certs.other_ca)})).load().collect()
     assert "certificate verify failed" in str(err.value), str(err.value)[-2000:]
+
+
+# ------------------------------------------------------------------------- the command line over TLS
+def test_cli_produce_and_consume_over_tls_to_ours_enforcing(certs, ours_enforcing, capsys):
+    """``--tls --tls-trust-cert`` on produce and consume through our enforcing ``serve``; without ``--tls`` the
+    same command fails with the TLS hint (exit 2), at once."""
+    from rocketstream import cli
+
+    namesrv = ours_enforcing.namesrv_addr
+    topic, group = f"CliTls{time.monotonic_ns() % 10**9}", f"CliTlsG{time.monotonic_ns() % 10**9}"
+    tls = ["--tls", "--tls-trust-cert", str(certs.ca)]
+    assert cli.main(["produce", "--namesrv", namesrv, "--topic", topic, "--count", "6", "--json", *tls]) == 0
+    out = capsys.readouterr().out
+    assert '"sent": 6' in out.splitlines()[-1], out[-1000:]
+    assert cli.main(["consume", "--namesrv", namesrv, "--group", group, "--topic", topic, "--from", "first",
+                     "--count", "6", "--idle-timeout", "30", "--json", *tls]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert len(rows) == 6
+    t0 = time.monotonic()
+    assert cli.main(["produce", "--namesrv", namesrv, "--topic", topic, "--count", "1"]) == 2
+    err = capsys.readouterr().err
+    assert time.monotonic() - t0 < 30 and "TLS" in err, err[-1000:]
