@@ -1,7 +1,7 @@
 """The exactly-once sink's pieces without Spark (rocketstream/spark/exactly_once.py): its options, the
 check-back's answers from the commit record, and the driver's commit of real half messages on our broker
 and on the real 4.9.8 broker (the session's shared brokers): committed once, a batch committed before rolled
-back. The kill tests are tests/reliability/test_sink_exactly_once.py."""
+back. The kill tests are tests/reliability/test_sink_exactly_once_kills.py."""
 
 from __future__ import annotations
 

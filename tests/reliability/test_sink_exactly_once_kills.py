@@ -14,7 +14,7 @@ must commit it). The campaign (slow), per broker: one query killed at each drive
 Spark start per kill), then a run whose tasks' first attempts are killed in ``ROCKETSTREAM_EOS_TASK_KILL_BATCHES``
 batches (2 tasks each), so 4 + 8 = 12 kills per broker by default::
 
-    pytest -m slow -s tests/reliability/test_sink_exactly_once.py -k campaign
+    pytest -m slow -s tests/reliability/test_sink_exactly_once_kills.py -k campaign
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ TASK_KILL_BATCHES = int(os.environ.get("ROCKETSTREAM_EOS_TASK_KILL_BATCHES", "4"
 # ---------------------------------------------------------------------------------------------- the job
 
 def main() -> int:
-    """``test_sink_exactly_once.py <nameServer> <input dir> <checkpoint> <topic>``: the query, to the end."""
+    """``test_sink_exactly_once_kills.py <nameServer> <input dir> <checkpoint> <topic>``: the query, to the end."""
     namesrv, src, checkpoint, topic = sys.argv[1:5]
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
