@@ -228,9 +228,12 @@ class MQClientAPI:
         ``timeout`` (None: this instance's). ``body_buffer``: see :meth:`Channel.invoke`."""
         timeout = self.timeout if timeout is None else timeout
         t0 = time.monotonic()
+        signed = self.signed(request)
+        if log.isEnabledFor(logging.DEBUG):   # the command's repr masks its SecurityToken
+            log.debug("request to %s: %r", addr, signed)
         ch = await self.channel(addr, timeout)
         left = max(timeout - (time.monotonic() - t0), 0.001)
-        return await ch.invoke(self.signed(request), left, body_buffer=body_buffer)
+        return await ch.invoke(signed, left, body_buffer=body_buffer)
 
     def invoke_from_thread(self, addr: str, request: RemotingCommand, timeout: float,
                            call_soon: Callable[..., None]) -> RemotingCommand | None:

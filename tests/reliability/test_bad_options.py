@@ -119,7 +119,51 @@ CASES = [
     Case("virtualNodeCnt-without-consistent-hash", {"virtualNodeCnt": "3"}, ("virtualNodeCnt", "allocateStrategy")),
     Case("offsetsStoreDir-with-clustering", {"offsetsStoreDir": "/tmp/o"}, ("offsetsStoreDir", "BROADCASTING")),
     Case("clientId-with-clustering", {"clientId": "c1"}, ("clientId", "BROADCASTING")),
+    # topics by pattern, offsets by timestamp
+    Case("topicPattern-bad-regex", {"topic": None, "topicPattern": "(["}, ("topicPattern", "regular expression")),
+    Case("topicPattern-and-topic", {"topicPattern": "T.*"}, ("topicPattern", "not both")),
+    Case("startingOffsetsByTimestamp-word", {"startingOffsetsByTimestamp": "soon"},
+         ("startingOffsetsByTimestamp", "JSON")),
+    Case("endingOffsetsByTimestamp-negative", {"endingOffsetsByTimestamp": Q % (TOPIC, -5)},
+         ("endingOffsetsByTimestamp", "-5")),
+    Case("startingOffsetsByTimestampStrategy-unknown", {"startingOffsetsByTimestampStrategy": "maybe"},
+         ("startingOffsetsByTimestampStrategy", "maybe")),
+    # network tunables (checked before any connection: the name server address is never dialled)
+    Case("routeRefreshIntervalMs-zero", {"nameServer": "127.0.0.1:1", "routeRefreshIntervalMs": "0"},
+         ("routeRefreshIntervalMs", "at least 1 ms"), path=None),
+    Case("pollNameServerInterval-word", {"nameServer": "127.0.0.1:1", "pollNameServerInterval": "often"},
+         ("pollNameServerInterval", "often"), path=None),
+    Case("requestTimeoutMs-zero", {"nameServer": "127.0.0.1:1", "requestTimeoutMs": "0"},
+         ("requestTimeoutMs", "at least 1 ms"), path=None),
+    Case("mqClientApiTimeout-word", {"nameServer": "127.0.0.1:1", "mqClientApiTimeout": "x"},
+         ("mqClientApiTimeout",), path=None),
+    Case("pullTimeoutMs-negative", {"nameServer": "127.0.0.1:1", "pullTimeoutMs": "-1"}, ("pullTimeoutMs", "-1"),
+         path=None),
+    Case("pullBatchSize-zero", {"nameServer": "127.0.0.1:1", "pullBatchSize": "0"}, ("pullBatchSize", ">= 1"),
+         path=None),
+    Case("pullRetries-negative", {"nameServer": "127.0.0.1:1", "pullRetries": "-1"}, ("pullRetries", ">= 0"),
+         path=None),
+    # secured clusters: a secret's value is never part of the error (the needles hold no secret)
+    Case("accessKey-with-a-store", {"accessKey": "ak", "secretKey": "sk-SECRET"}, ("accessKey", "network mode")),
+    Case("secretKey-without-accessKey", {"nameServer": "127.0.0.1:1", "secretKey": "sk-SECRET"},
+         ("accessKey", "secretKey"), path=None),
+    Case("securityToken-without-account", {"nameServer": "127.0.0.1:1", "securityToken": "tok-SECRET"},
+         ("accessKey", "securityToken"), path=None),
+    Case("namespace-percent", {"nameServer": "127.0.0.1:1", "namespace": "a%b"}, ("namespace", "a%b"), path=None),
+    Case("tls.enable-maybe", {"nameServer": "127.0.0.1:1", "tls.enable": "maybe"}, ("tls.enable", "maybe"),
+         path=None),
+    Case("tls.client.trustCertPath-missing", {"nameServer": "127.0.0.1:1", "tls.enable": "true",
+                                              "tls.client.trustCertPath": "/nonexistent/ca.pem"},
+         ("tls.client.trustCertPath", "/nonexistent/ca.pem"), path=None),
+    Case("tls.client.keyPath-without-cert", {"nameServer": "127.0.0.1:1", "tls.enable": "true",
+                                             "tls.client.keyPath": "/etc/hostname"},
+         ("tls.client.certPath", "both"), path=None),
+    Case("tls.client.keyPassword-with-a-store", {"tls.client.keyPassword": "kp-SECRET"},
+         ("tls.client.keyPassword", "network mode")),
+    Case("tls.test.mode.enable-maybe", {"nameServer": "127.0.0.1:1", "tls.test.mode.enable": "maybe"},
+         ("tls.test.mode.enable", "maybe"), path=None),
 ]
+SECRETS = ("sk-SECRET", "tok-SECRET", "kp-SECRET")
 # one per way an error reaches Spark: schema() at load, batch planning, stream initialOffset
 SPARK_SAMPLE = {"numPartitions-not-int", "startingOffsets-malformed-json", "endingOffsets-beyond-end",
                 "startingOffsets-beyond-end-stream"}
@@ -180,6 +224,9 @@ def _check(case: Case, error: BaseException | None) -> str | None:
     missing = [n for n in case.needles if n not in text]
     if missing:
         return f"{case}: {missing} not in error: {text[:600]}"
+    shown = [s for s in SECRETS if s in text]
+    if shown:
+        return f"{case}: the error shows a secret value"
     return None
 
 
@@ -194,7 +241,7 @@ def _valid_options(store: Path) -> list[str]:
     """The option names the source accepts, as its unknown-option error lists them."""
     with pytest.raises(Exception) as info:  # noqa: B017 - the text is what is judged
         run_direct(Case("probe", {"noSuchOption": "x"}, ()), store)
-    match = re.search(r"valid options: ([A-Za-z]+(?:, [A-Za-z]+)*)", str(info.value))
+    match = re.search(r"valid options: ([A-Za-z.]+(?:, [A-Za-z.]+)*)", str(info.value))
     assert match, f"the unknown-option error lists no valid options: {info.value}"
     return match.group(1).split(", ")
 
