@@ -157,7 +157,8 @@ def test_plan_tasks_with_views_packs_by_bytes_and_keeps_allocation_strategies(tm
 
 def test_a_task_of_many_small_ranges_is_read_in_one_batch_refreshing_each_queue_once(tmp_path, monkeypatch):
     """Issue 21: the local read's work is per task, not per range — one batch for 20 one-message ranges (rows
-    in range order, each with its queue), and each queue refreshed once (it was twice, plus a min-offset read)."""
+    in range order, each with its queue), and each queue refreshed once (it was twice, plus a min-offset read;
+    then once by ``load`` and once more by ``queues_for_read``)."""
     from rocketstream.store import MessageStore
     from rocketstream.store.files.consume_queue import ConsumeQueue
 
@@ -166,9 +167,10 @@ def test_a_task_of_many_small_ranges_is_read_in_one_batch_refreshing_each_queue_
         store.create_topic("T", 20)
         for qid in range(20):
             store.put_batch("T", qid, [b"m%d" % qid] * 2, tags="A")
-    refreshed: list[int] = []
-    real = ConsumeQueue.refresh
-    monkeypatch.setattr(ConsumeQueue, "refresh", lambda self, m: refreshed.append(self.queue_id) or real(self, m))
+    refreshed: list[int] = []   # every scan for a queue's end: load's and refresh's
+    real = ConsumeQueue._refresh_reader
+    monkeypatch.setattr(ConsumeQueue, "_refresh_reader",
+                        lambda self, **kw: refreshed.append(self.queue_id) or real(self, **kw))
     view = LocalBroker("broker-a", str(root)).open()
     try:
         order = [7, 3, 19, 0] + [q for q in range(20) if q not in (7, 3, 19, 0)]

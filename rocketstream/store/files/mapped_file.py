@@ -230,8 +230,10 @@ class MappedFileQueue:
         for mf in self.files:
             mf.release()
         self.files = []
-        self._listed_mtime = None
-        for name in self._list_names():
+        mtime = None if self.writable else self._mtime()   # before listing: a change after it is seen
+        names = self._list_names()
+        self._listed_mtime = mtime if self._trusted(mtime) else None
+        for name in names:
             try:
                 self._append_mapped(self.directory / name)
             except StoreError:
@@ -240,6 +242,7 @@ class MappedFileQueue:
                 for mf in self.files:
                     mf.release()
                 self.files = []
+                self._listed_mtime = None
 
     def _append_mapped(self, path: Path) -> MappedFile:
         mf = MappedFile(path, self.file_size, writable=self.writable)
@@ -259,16 +262,11 @@ class MappedFileQueue:
         kernel's clock, so a later change cannot carry the old value); a planner refreshing a thousand
         queues per trigger then pays a stat per queue instead of a listdir.
         """
-        try:
-            mtime: int | None = os.stat(self.directory).st_mtime_ns
-        except OSError:
-            mtime = None
+        mtime = self._mtime()
         if mtime is not None and mtime == self._listed_mtime:
             return False
         names = self._list_names()
-        trusted = (mtime is not None and not self.writable and not self._dropped_empty
-                   and time.time_ns() - mtime > _TRUSTED_AGE_NS)
-        self._listed_mtime = mtime if trusted else None
+        self._listed_mtime = mtime if self._trusted(mtime) else None
         present = set(names)
         while self.files and self.files[0].path.name not in present:
             self.files.pop(0)
@@ -286,6 +284,18 @@ class MappedFileQueue:
                 mf.wrote_position = 0  # unknown yet: the owner scans for the end
                 grew = True
         return grew
+
+    def _mtime(self) -> int | None:
+        try:
+            return os.stat(self.directory).st_mtime_ns
+        except OSError:
+            return None
+
+    def _trusted(self, mtime: int | None) -> bool:
+        """A reader's listing taken at directory mtime ``mtime`` stays valid while the mtime is unchanged
+        (``refresh``)."""
+        return (mtime is not None and not self.writable and not self._dropped_empty
+                and time.time_ns() - mtime > _TRUSTED_AGE_NS)
 
     # --- geometry -----------------------------------------------------------------------------
     @property
