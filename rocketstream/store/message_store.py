@@ -152,6 +152,7 @@ class MessageStore:
         self.commit_log = CommitLog(root, config.mapped_file_size_commit_log, read_only=read_only,
                                     store_host=config.store_host)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._topic_dirs: dict[str, Path] = {}   # consumequeue/<topic> (a path join less per queue loaded)
         self._lock = self.commit_log.lock
         self._store_lock: StoreLock | None = None
         self.checkpoint: StoreCheckpoint | None = None
@@ -284,8 +285,11 @@ class MessageStore:
 
     def _load_queue(self, topic: str, queue_id: int, commit_log_min: int = 0) -> ConsumeQueue:
         """Load a queue; a reader's is then as fresh as ``refresh(commit_log_min)`` makes it."""
+        topic_dir = self._topic_dirs.get(topic)
+        if topic_dir is None:
+            topic_dir = self._topic_dirs[topic] = self.root / "consumequeue" / topic
         cq = ConsumeQueue(self.root, topic, queue_id, self.config.mapped_file_size_consume_queue,
-                          read_only=self.read_only, check_units=self.commit_log.check_units)
+                          read_only=self.read_only, check_units=self.commit_log.check_units, topic_dir=topic_dir)
         cq.load(commit_log_min)
         self._queues[(topic, queue_id)] = cq
         return cq

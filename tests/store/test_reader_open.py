@@ -83,3 +83,16 @@ def test_reader_detects_the_size_from_one_file_and_checks_each_file_it_maps(tmp_
         with pytest.raises(CorruptStoreError, match=f"length {CQ_SIZE - 20}, expected {CQ_SIZE}") as info:
             ro.queue_bounds("A", [2])
         assert info.value.path == str(root / "consumequeue" / "A" / "2" / file_name(0))
+
+
+def test_reader_refuses_an_empty_file_before_the_last(tmp_path):
+    root = tmp_path / "s"
+    with open_small(root) as st:
+        for i in range(2 * UNITS_PER_FILE + 1):   # three files
+            st.put_message(Message("A", b"y%d" % i), 0)
+    middle = root / "consumequeue" / "A" / "0" / file_name(CQ_SIZE)
+    os.truncate(middle, 0)
+    with MessageStore.open(root, read_only=True) as ro, \
+            pytest.raises(CorruptStoreError, match=f"length 0, expected {CQ_SIZE}") as info:
+        ro.queue_bounds("A", [0])
+    assert info.value.path == str(middle)

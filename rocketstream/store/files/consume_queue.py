@@ -64,10 +64,11 @@ def _valid_prefix(mf: MappedFile, start: int) -> int:
 
 class ConsumeQueue:
     def __init__(self, root: Path, topic: str, queue_id: int, file_size: int, *, read_only: bool,
-                 check_units: Callable[[np.ndarray], int]) -> None:
+                 check_units: Callable[[np.ndarray], int], topic_dir: Path | None = None) -> None:
+        """``topic_dir``: ``root / "consumequeue" / topic`` when the caller has it already."""
         self.topic = topic
         self.queue_id = queue_id
-        self.directory = root / "consumequeue" / topic / str(queue_id)
+        self.directory = (topic_dir if topic_dir is not None else root / "consumequeue" / topic) / str(queue_id)
         self.file_size = file_size
         self.read_only = read_only
         self.queue = MappedFileQueue(self.directory, file_size, writable=not read_only)
