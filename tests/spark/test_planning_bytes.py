@@ -114,7 +114,10 @@ def test_range_bytes_are_the_consume_queue_sizes_exact_or_sampled(tmp_path):
         assert queue_range_bytes(cq0, 17, 250) == int(sizes0[17:250].sum())
         assert queue_range_bytes(cq0, 390, 10_000) == int(sizes0[390:].sum())   # clamped to the max
         assert queue_range_bytes(cq0, 5, 5) == 0
+        assert queue_range_bytes(cq0, 17, 20) == int(sizes0[17:20].sum())   # a few units: summed one by one
+        assert queue_range_bytes(cq0, 396, 10_000) == int(sizes0[396:].sum())
         rare = np.array([java_hash("Rare")], dtype=np.int64)
+        assert queue_range_bytes(cq1, 0, 5, rare) == int(units[1]["size"].astype(np.int64)[0])
         assert queue_range_bytes(cq1, 0, 400, rare) == int(units[1]["size"].astype(np.int64)[::10].sum())
         # sampled: every 4th unit of 400, scaled; exact to the byte here (sizes are even within a queue)
         assert queue_range_bytes(cq0, 0, 400, exact_units=100) == int(sizes0[::4].sum()) * 4
