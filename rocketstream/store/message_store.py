@@ -152,6 +152,7 @@ class MessageStore:
         self.commit_log = CommitLog(root, config.mapped_file_size_commit_log, read_only=read_only,
                                     store_host=config.store_host)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._topic_dirs: dict[str, Path] = {}   # consumequeue/<topic> (a path join less per queue loaded)
         self._lock = self.commit_log.lock
         self._store_lock: StoreLock | None = None
         self.checkpoint: StoreCheckpoint | None = None
@@ -203,7 +204,7 @@ class MessageStore:
                 raise NotAStoreError("refusing to create a store in a non-empty directory without commitlog/ "
                                      "(pass create=True to force)", path=root)
         foreign = (layout is not None and layout.has_store_data and not (root / SETTINGS_FILE).exists())
-        config = resolve_sizes(root, config, explicit=explicit)
+        config = resolve_sizes(root, config, explicit=explicit, read_only=read_only)
         store = cls(root, config, read_only=read_only, foreign=foreign, layout=layout)
         if read_only:
             store._start_reader()
@@ -282,10 +283,14 @@ class MessageStore:
             out += [(topic, int(q)) for q in names if q.isdigit()]
         return sorted(out)
 
-    def _load_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+    def _load_queue(self, topic: str, queue_id: int, commit_log_min: int = 0) -> ConsumeQueue:
+        """Load a queue; a reader's is then as fresh as ``refresh(commit_log_min)`` makes it."""
+        topic_dir = self._topic_dirs.get(topic)
+        if topic_dir is None:
+            topic_dir = self._topic_dirs[topic] = self.root / "consumequeue" / topic
         cq = ConsumeQueue(self.root, topic, queue_id, self.config.mapped_file_size_consume_queue,
-                          read_only=self.read_only, check_units=self.commit_log.check_units)
-        cq.load()
+                          read_only=self.read_only, check_units=self.commit_log.check_units, topic_dir=topic_dir)
+        cq.load(commit_log_min)
         self._queues[(topic, queue_id)] = cq
         return cq
 
@@ -301,7 +306,7 @@ class MessageStore:
         if cq is None:
             if not (self.root / "consumequeue" / topic / str(queue_id)).is_dir():
                 return None
-            cq = self._load_queue(topic, queue_id)
+            return self._load_queue(topic, queue_id, self.commit_log.min_offset())
         cq.refresh(self.commit_log.min_offset())
         return cq
 
@@ -652,19 +657,28 @@ class MessageStore:
                 return loaded
         cl_min = self.commit_log.min_offset()
         queues: list[ConsumeQueue | None] = []
+        present: set[str] | None = None   # the topic's queue directories, listed once for all its new queues
         for queue_id in queue_ids:
             cq = self._queues.get((topic, queue_id))
             if cq is None:
-                if not (self.root / "consumequeue" / topic / str(queue_id)).is_dir():
-                    queues.append(None)
-                    continue
-                cq = self._load_queue(topic, queue_id)
-            elif not refresh:
+                if present is None:
+                    present = self._queue_dir_names(topic)
+                queues.append(self._load_queue(topic, queue_id, cl_min) if str(queue_id) in present else None)
+                continue
+            if not refresh:
                 queues.append(cq)
                 continue
             cq.refresh(cl_min)
             queues.append(cq)
         return queues
+
+    def _queue_dir_names(self, topic: str) -> set[str]:
+        """Names of the directories in ``consumequeue/<topic>/`` (none when it is missing)."""
+        try:
+            with os.scandir(self.root / "consumequeue" / topic) as it:
+                return {e.name for e in it if e.is_dir()}
+        except (FileNotFoundError, NotADirectoryError):
+            return set()
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         cq = self._queue(topic, queue_id)

@@ -114,7 +114,10 @@ def test_range_bytes_are_the_consume_queue_sizes_exact_or_sampled(tmp_path):
         assert queue_range_bytes(cq0, 17, 250) == int(sizes0[17:250].sum())
         assert queue_range_bytes(cq0, 390, 10_000) == int(sizes0[390:].sum())   # clamped to the max
         assert queue_range_bytes(cq0, 5, 5) == 0
+        assert queue_range_bytes(cq0, 17, 20) == int(sizes0[17:20].sum())   # a few units: summed one by one
+        assert queue_range_bytes(cq0, 396, 10_000) == int(sizes0[396:].sum())
         rare = np.array([java_hash("Rare")], dtype=np.int64)
+        assert queue_range_bytes(cq1, 0, 5, rare) == int(units[1]["size"].astype(np.int64)[0])
         assert queue_range_bytes(cq1, 0, 400, rare) == int(units[1]["size"].astype(np.int64)[::10].sum())
         # sampled: every 4th unit of 400, scaled; exact to the byte here (sizes are even within a queue)
         assert queue_range_bytes(cq0, 0, 400, exact_units=100) == int(sizes0[::4].sum()) * 4
@@ -157,7 +160,8 @@ def test_plan_tasks_with_views_packs_by_bytes_and_keeps_allocation_strategies(tm
 
 def test_a_task_of_many_small_ranges_is_read_in_one_batch_refreshing_each_queue_once(tmp_path, monkeypatch):
     """Issue 21: the local read's work is per task, not per range — one batch for 20 one-message ranges (rows
-    in range order, each with its queue), and each queue refreshed once (it was twice, plus a min-offset read)."""
+    in range order, each with its queue), and each queue refreshed once (it was twice, plus a min-offset read;
+    then once by ``load`` and once more by ``queues_for_read``)."""
     from rocketstream.store import MessageStore
     from rocketstream.store.files.consume_queue import ConsumeQueue
 
@@ -166,9 +170,10 @@ def test_a_task_of_many_small_ranges_is_read_in_one_batch_refreshing_each_queue_
         store.create_topic("T", 20)
         for qid in range(20):
             store.put_batch("T", qid, [b"m%d" % qid] * 2, tags="A")
-    refreshed: list[int] = []
-    real = ConsumeQueue.refresh
-    monkeypatch.setattr(ConsumeQueue, "refresh", lambda self, m: refreshed.append(self.queue_id) or real(self, m))
+    refreshed: list[int] = []   # every scan for a queue's end: load's and refresh's
+    real = ConsumeQueue._refresh_reader
+    monkeypatch.setattr(ConsumeQueue, "_refresh_reader",
+                        lambda self, **kw: refreshed.append(self.queue_id) or real(self, **kw))
     view = LocalBroker("broker-a", str(root)).open()
     try:
         order = [7, 3, 19, 0] + [q for q in range(20) if q not in (7, 3, 19, 0)]

@@ -37,6 +37,7 @@ def units_of(mf: MappedFile) -> np.ndarray:
 _SCAN_FIRST = 1024   # units looked at first by _valid_prefix; later chunks double up to _SCAN_MAX
 _SCAN_MAX = 1 << 16
 _OFFSET_SIZE = struct.Struct(">qi")   # a unit's commitLogOffset and size (CQ_DTYPE is big-endian)
+_SCAN_UNPACKED = 8   # units _valid_prefix unpacks one by one before it turns to numpy
 
 
 def _valid_prefix(mf: MappedFile, start: int) -> int:
@@ -44,10 +45,11 @@ def _valid_prefix(mf: MappedFile, start: int) -> int:
 
     Scans in growing chunks: a reader refreshes its queues on every call, and a mostly empty
     pre-allocated 6 MB file would otherwise be read to its end each time (about 5 ms)."""
-    if start + UNIT <= mf.file_size:   # the usual answer, "no new unit", without numpy
-        offset, size = _OFFSET_SIZE.unpack_from(mf.mm, start)
+    # the usual answers, "no new unit" or a few new ones, without numpy
+    for pos in range(start, min(start + _SCAN_UNPACKED * UNIT, mf.file_size - UNIT + 1), UNIT):
+        offset, size = _OFFSET_SIZE.unpack_from(mf.mm, pos)
         if offset < 0 or size <= 0:
-            return start
+            return pos
     units = units_of(mf)
     i, n, chunk = start // UNIT, len(units), _SCAN_FIRST
     while i < n:
@@ -62,10 +64,11 @@ def _valid_prefix(mf: MappedFile, start: int) -> int:
 
 class ConsumeQueue:
     def __init__(self, root: Path, topic: str, queue_id: int, file_size: int, *, read_only: bool,
-                 check_units: Callable[[np.ndarray], int]) -> None:
+                 check_units: Callable[[np.ndarray], int], topic_dir: Path | None = None) -> None:
+        """``topic_dir``: ``root / "consumequeue" / topic`` when the caller has it already."""
         self.topic = topic
         self.queue_id = queue_id
-        self.directory = root / "consumequeue" / topic / str(queue_id)
+        self.directory = (topic_dir if topic_dir is not None else root / "consumequeue" / topic) / str(queue_id)
         self.file_size = file_size
         self.read_only = read_only
         self.queue = MappedFileQueue(self.directory, file_size, writable=not read_only)
@@ -76,14 +79,18 @@ class ConsumeQueue:
         self._writer = FileWriter("consume queue")
 
     # --- load / recover -----------------------------------------------------------------------
-    def load(self) -> None:
+    def load(self, commit_log_min: int = 0) -> None:
+        """Map the files. A reader also finds the end and the min for ``commit_log_min``, as ``refresh``
+        does, from this one listing: a queue just loaded needs no ``refresh`` before it is read."""
         if not self.read_only:
             self.queue.remove_stale_tmp()
         self.queue.load()
-        if self.read_only and self.queue.files:
-            for mf in self.queue.files[-2:]:   # older files are full (a batch spans at most a file or two)
-                mf.wrote_position = 0
-            self._refresh_reader()
+        if self.read_only:
+            self._cl_min = commit_log_min
+            if self.queue.files:
+                for mf in self.queue.files[-2:]:   # older files are full (a batch spans at most a file or two)
+                    mf.wrote_position = 0
+                self._refresh_reader(listed=True)
 
     def recover(self) -> None:
         """Spec 3.8: scan from the third-to-last file to the first invalid unit; cut there."""
@@ -205,6 +212,11 @@ class ConsumeQueue:
         if mf is None:
             self.min_logic_offset = 0
             return
+        if mf.wrote_position >= UNIT:   # the usual answer, "the first unit", without numpy
+            offset, size = _OFFSET_SIZE.unpack_from(mf.mm, 0)
+            if offset >= min_commit_log_offset and 0 < size != PREFILL_SIZE:
+                self.min_logic_offset = mf.file_from_offset
+                return
         units = units_of(mf)[:mf.wrote_position // UNIT]
         ok = (units["offset"] >= min_commit_log_offset) & (units["size"] > 0) & (units["size"] != PREFILL_SIZE)
         if ok.any():
@@ -215,15 +227,18 @@ class ConsumeQueue:
             self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset)
 
     # --- offsets ------------------------------------------------------------------------------
-    def _refresh_reader(self) -> None:
+    def _refresh_reader(self, *, listed: bool = False) -> None:
         """Reader: map new files, drop deleted ones, and find the end by scanning units.
 
         The end is the first invalid unit, searched from the last known end across files. Files
         after a file that is not yet full are unmapped again: a batch that spans two CQ files is
-        published by its first unit, which may sit in the earlier file.
+        published by its first unit, which may sit in the earlier file. ``listed``: the files were
+        just loaded, the directory is not listed again before the scan.
         """
         while True:
-            self.queue.refresh()
+            if not listed:
+                self.queue.refresh()
+            listed = False
             files = self.queue.files
             if not files:
                 return

@@ -78,6 +78,10 @@ def datasync_path(path: Path) -> None:
         os.close(fd)
 
 
+class EmptyFileError(CorruptStoreError):
+    """A zero-length file where a mapped file should be: damage, except as the last file (module docstring)."""
+
+
 class MappedFile:
     """One mapped file. ``wrote_position`` is the end of data (a reader's view of it may lag)."""
 
@@ -86,11 +90,16 @@ class MappedFile:
         self.file_size = file_size
         self.file_from_offset = int(path.name)
         self.writable = writable
-        with os_errors("cannot map file", path), open(path, "r+b" if writable else "rb") as f:
-            actual = os.fstat(f.fileno()).st_size
-            if actual != file_size:
-                raise CorruptStoreError(f"file has length {actual}, expected {file_size}", path=path)
-            self.mm = mmap.mmap(f.fileno(), file_size, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+        with os_errors("cannot map file", path):
+            fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+            try:
+                actual = os.fstat(fd).st_size
+                if actual != file_size:
+                    raise (EmptyFileError if actual == 0 else CorruptStoreError)(
+                        f"file has length {actual}, expected {file_size}", path=path)
+                self.mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
         self.array: np.ndarray = np.frombuffer(self.mm, dtype=np.uint8)
         self.wrote_position = file_size  # "as if full" until recovery says otherwise (MappedFileQueue.load)
         self.flushed_position = file_size
@@ -184,7 +193,9 @@ class MappedFileQueue:
         self._dropped_empty = False
 
     # --- loading ------------------------------------------------------------------------------
-    def _list_names(self) -> list[str]:
+    def _list_names(self, *, check_last: bool = True) -> list[str]:
+        """The data files' names, sorted. ``check_last=False``: a zero-length last file is left to the caller
+        (a reader's ``load`` sees it when it maps the file)."""
         try:
             names = os.listdir(self.directory)
         except (FileNotFoundError, NotADirectoryError):
@@ -202,7 +213,7 @@ class MappedFileQueue:
             out.append(name)
         out.sort()
         self._dropped_empty = False
-        if out and self._is_empty(out[-1]):
+        if check_last and out and self._is_empty(out[-1]):
             self._dropped_empty = True
             if self.writable:
                 log.warning("removing the zero-length last file %s (a crash while creating it; it holds nothing)",
@@ -230,16 +241,22 @@ class MappedFileQueue:
         for mf in self.files:
             mf.release()
         self.files = []
-        self._listed_mtime = None
-        for name in self._list_names():
+        mtime = None if self.writable else self._mtime()   # before listing: a change after it is seen
+        names = self._list_names(check_last=self.writable)
+        for name in names:
             try:
                 self._append_mapped(self.directory / name)
+            except EmptyFileError:
+                if self.writable or name != names[-1]:
+                    raise
+                self._dropped_empty = True   # a reader skips an empty last file (module docstring)
             except StoreError:
                 if self.writable or (self.directory / name).exists():
                     raise
                 for mf in self.files:
                     mf.release()
                 self.files = []
+        self._listed_mtime = mtime if self._trusted(mtime) and len(self.files) == len(names) else None
 
     def _append_mapped(self, path: Path) -> MappedFile:
         mf = MappedFile(path, self.file_size, writable=self.writable)
@@ -259,16 +276,11 @@ class MappedFileQueue:
         kernel's clock, so a later change cannot carry the old value); a planner refreshing a thousand
         queues per trigger then pays a stat per queue instead of a listdir.
         """
-        try:
-            mtime: int | None = os.stat(self.directory).st_mtime_ns
-        except OSError:
-            mtime = None
+        mtime = self._mtime()
         if mtime is not None and mtime == self._listed_mtime:
             return False
         names = self._list_names()
-        trusted = (mtime is not None and not self.writable and not self._dropped_empty
-                   and time.time_ns() - mtime > _TRUSTED_AGE_NS)
-        self._listed_mtime = mtime if trusted else None
+        self._listed_mtime = mtime if self._trusted(mtime) else None
         present = set(names)
         while self.files and self.files[0].path.name not in present:
             self.files.pop(0)
@@ -286,6 +298,18 @@ class MappedFileQueue:
                 mf.wrote_position = 0  # unknown yet: the owner scans for the end
                 grew = True
         return grew
+
+    def _mtime(self) -> int | None:
+        try:
+            return os.stat(self.directory).st_mtime_ns
+        except OSError:
+            return None
+
+    def _trusted(self, mtime: int | None) -> bool:
+        """A reader's listing taken at directory mtime ``mtime`` stays valid while the mtime is unchanged
+        (``refresh``)."""
+        return (mtime is not None and not self.writable and not self._dropped_empty
+                and time.time_ns() - mtime > _TRUSTED_AGE_NS)
 
     # --- geometry -----------------------------------------------------------------------------
     @property

@@ -399,7 +399,8 @@ def _detect(files: list[Path], what: str) -> int | None:
     return None if first is None else first[1]
 
 
-def _cq_files(root: Path) -> list[Path]:
+def _cq_files(root: Path, *, first_only: bool = False) -> list[Path]:
+    """Every consume-queue file, or (``first_only``) the first one found."""
     base = root / "consumequeue"
     out: list[Path] = []
     try:
@@ -413,14 +414,20 @@ def _cq_files(root: Path) -> list[Path]:
             continue
         for q in sorted(queues):
             out += data_files(base / topic / q)
+            if first_only and out:
+                return out[:1]
     return out
 
 
-def resolve_sizes(root: Path, config: StoreConfig, *, explicit: bool) -> StoreConfig:
-    """Return ``config`` with the store's mapped-file sizes (module docstring gives the rules)."""
+def resolve_sizes(root: Path, config: StoreConfig, *, explicit: bool, read_only: bool = False) -> StoreConfig:
+    """Return ``config`` with the store's mapped-file sizes (module docstring gives the rules).
+
+    ``read_only``: the consume-queue size is detected from the first consume-queue file only, not by a
+    stat of every file of every queue (a reader opens the store once per Spark task); every file a reader
+    maps is still checked against that size (``MappedFile``: CorruptStoreError naming the file)."""
     persisted = load_settings(root) or {}
     detected = {"mappedFileSizeCommitLog": _detect(data_files(root / "commitlog"), "commit-log"),
-                "mappedFileSizeConsumeQueue": _detect(_cq_files(root), "consume-queue")}
+                "mappedFileSizeConsumeQueue": _detect(_cq_files(root, first_only=read_only), "consume-queue")}
     requested = {"mappedFileSizeCommitLog": config.mapped_file_size_commit_log,
                  "mappedFileSizeConsumeQueue": config.mapped_file_size_consume_queue}
     chosen: dict[str, int] = {}

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from rocketstream.codec import CQ_UNIT
 from rocketstream.errors import CorruptStoreError
 from rocketstream.store.files.consume_queue import UNIT, ConsumeQueue, units_of
 from rocketstream.store.read.bulk_read import tags_code_may_match
 
 EXACT_UNITS = 1 << 20  # up to 20 MiB of units summed exactly per range; an even sample beyond
+_UNPACKED = 8   # a piece of at most this many units is summed unit by unit, without numpy
 
 
 def queue_range_bytes(cq: ConsumeQueue, start: int, end: int, codes: np.ndarray | None = None,
@@ -40,6 +42,10 @@ def queue_range_bytes(cq: ConsumeQueue, start: int, end: int, codes: np.ndarray 
                                     offset=at * UNIT)
         first = (at * UNIT - mf.file_from_offset) // UNIT
         stop = min(cq.file_end_index(at), end)
+        if codes is None and step == 1 and stop - at <= _UNPACKED:   # a few units (one-message queues): no numpy
+            total += sum(CQ_UNIT.unpack_from(mf.mm, (first + i) * UNIT)[1] for i in range(stop - at))
+            at = stop
+            continue
         units = units_of(mf)[first:first + (stop - at):step]
         sizes = units["size"]
         if codes is not None:
