@@ -293,8 +293,8 @@ def test_reader_opening_while_retention_deletes_the_oldest_file(tmp_path: Path, 
         listed = sorted(p.name for p in (root / "commitlog").iterdir())
         real = MappedFileQueue._list_names
 
-        def stale(self):  # the listing a reader made just before retention ran
-            return listed if self.directory.name == "commitlog" else real(self)
+        def stale(self, **kw):  # the listing a reader made just before retention ran
+            return listed if self.directory.name == "commitlog" else real(self, **kw)
 
         writer.expire()
         monkeypatch.setattr(MappedFileQueue, "_list_names", stale)

@@ -123,6 +123,9 @@ def campaign(spark, base: Path, restarts: int, total: int, rate: float, seed: in
     return figures
 
 
+# in the slow run with the campaign (29 s: the default run's budget went to the exactly-once kill test, which
+# kills a streaming driver and restarts it from its checkpoint too)
+@pytest.mark.slow
 @pytest.mark.spark
 def test_streaming_restarts_short(spark, tmp_path: Path) -> None:
     # one kill after a committed batch, then the final run resumes from that checkpoint (a second kill of
