@@ -34,7 +34,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -630,39 +630,17 @@ class _ExactlyOnceTarget(_NetworkTarget):
         self.sender.close()
 
 
-def write_halves(options: SinkOptions, cols: SinkColumns, batches: Iterator[pa.RecordBatch]) -> Any:
-    """What a task of an exactly-once query does: every row sent as a half message; the task's halves."""
-    target: _ExactlyOnceTarget | None = None
-    counts = SinkCommitMessage()
+def _put_all(options: SinkOptions, cols: SinkColumns, batches: Iterator[pa.RecordBatch],
+             make_target: Callable[[], Any], counts: SinkCommitMessage) -> Any:
+    """Every Arrow batch split into chunks and put to one target, made at the first chunk and closed at the end
+    (on a failure too, the first error being the one raised); the target, None when no row came."""
+    target = None
     try:
         for rb in batches:
             for chunk in split_batch(rb, cols, options):
                 if target is None:
-                    target = _ExactlyOnceTarget(options)
+                    target = make_target()
                 target.put(chunk, counts)
-    except BaseException:
-        if target is not None:
-            try:
-                target.close()
-            except Exception as exc:   # the first error is the one to report
-                log.warning("rocketmq sink: closing after a failure: %s", exc)
-        raise
-    if target is None:
-        return None
-    target.close()
-    return target.sender.out
-
-
-def write_batches(options: SinkOptions, cols: SinkColumns, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-    """What a task does: every Arrow batch split into chunks, each stored or sent; the task's counts."""
-    out = SinkCommitMessage()
-    target: _LocalTarget | _NetworkTarget | None = None
-    try:
-        for rb in batches:
-            for chunk in split_batch(rb, cols, options):
-                if target is None:
-                    target = _NetworkTarget(options) if options.network else _LocalTarget(options)
-                target.put(chunk, out)
     except BaseException:
         if target is not None:
             try:
@@ -672,6 +650,20 @@ def write_batches(options: SinkOptions, cols: SinkColumns, batches: Iterator[pa.
         raise
     if target is not None:
         target.close()
+    return target
+
+
+def write_halves(options: SinkOptions, cols: SinkColumns, batches: Iterator[pa.RecordBatch]) -> Any:
+    """What a task of an exactly-once query does: every row sent as a half message; the task's halves."""
+    target = _put_all(options, cols, batches, lambda: _ExactlyOnceTarget(options), SinkCommitMessage())
+    return None if target is None else target.sender.out
+
+
+def write_batches(options: SinkOptions, cols: SinkColumns, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+    """What a task does: every Arrow batch split into chunks, each stored or sent; the task's counts."""
+    out = SinkCommitMessage()
+    _put_all(options, cols, batches,
+             lambda: _NetworkTarget(options) if options.network else _LocalTarget(options), out)
     return out
 
 
