@@ -124,6 +124,47 @@ def test_check_reports_unit_that_disagrees(tmp_path):
         assert report.records == 3 and report.units == 3
 
 
+def _undispatch_last_units(root, topic, queue_id, count):
+    """Zero the last ``count`` units of a queue, as a broker stopped before its reput caught up leaves it."""
+    path = root / "consumequeue" / topic / str(queue_id) / file_name(0)
+    data = bytearray(path.read_bytes())
+    end = len(data.rstrip(b"\x00"))
+    end += -end % 20
+    data[end - 20 * count:end] = bytes(20 * count)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("queues_written", [("T",), ("T", "U")])
+def test_check_notes_records_at_the_tail_not_dispatched_yet(tmp_path, queues_written):
+    """Records after the last dispatched one are a stopped broker's reput backlog (spec §2.9), not damage."""
+    root = tmp_path / "s"
+    with open_small(root) as st:
+        for i in range(4):
+            for topic in queues_written:
+                st.put_message(Message(topic, b"m%d" % i), 0)
+    _undispatch_last_units(root, queues_written[-1], 0, 1)
+    if len(queues_written) == 1:
+        _undispatch_last_units(root, "T", 0, 1)        # the last two records of the log
+    with MessageStore.open(root, read_only=True) as ro:
+        report = ro.check()
+        assert report.ok, report.problems
+        assert report.undispatched == (1 if len(queues_written) == 2 else 2)
+        assert any("end of the commit log" in n for n in report.notes)
+
+
+def test_check_reports_records_without_units_before_a_dispatched_record(tmp_path):
+    root = tmp_path / "s"
+    with open_small(root) as st:
+        for i in range(4):
+            st.put_message(Message("T", b"t%d" % i), 0)
+            st.put_message(Message("U", b"u%d" % i), 0)
+    _undispatch_last_units(root, "T", 0, 1)            # T/0#3 is followed by the dispatched U/0#3
+    with MessageStore.open(root, read_only=True) as ro:
+        report = ro.check()
+        assert not report.ok and report.undispatched == 0
+        assert [p.message for p in report.problems] == ["record T/0#3 has no consume-queue unit"]
+
+
 # --- getMessage -----------------------------------------------------------------------------
 def test_get_message_statuses(tmp_path):
     st = fill(tmp_path / "s", 40)

@@ -13,6 +13,9 @@ Only real disagreements are problems; what a healthy broker's store legitimately
 * LMQ and other multi-dispatch queues (``ConsumeQueue.multiDispatchLmqQueue``) hold units of
   records of another topic: each is checked against the queue names and offsets in its record's
   INNER_MULTI_DISPATCH / INNER_MULTI_QUEUE_OFFSET.
+* Records at the tail of the commit log without units: the broker stopped before
+  ``ReputMessageService`` dispatched them; recovery dispatches them forward.  Records without units
+  *before* a dispatched record are problems.
 * ``__CRC32#`` (5.x ``enabledAppendPropCRC``) is verified as ``CommitLog.checkMessageAndReturnSize``
   does under ``forceVerifyPropCRC``, in addition to BODYCRC.
 """
@@ -58,6 +61,7 @@ class CheckReport:
     units: int = 0
     lmq_queues: int = 0          # %LMQ% queues seen (checked against INNER_MULTI_DISPATCH)
     expired_units: int = 0       # units below the commit-log min offset (not compared)
+    undispatched: int = 0        # records at the commit log's tail not dispatched yet (a note)
     ext_units: int = 0           # units holding a ConsumeQueueExt address (tags code not compared)
     notes: list[str] = field(default_factory=list)   # what was seen that is not a problem
 
@@ -174,12 +178,17 @@ def check_store(cl: CommitLog, queue_dirs: Iterable[tuple[str, int]],
             bad = exc.offset if exc.offset is not None else offset
             offset = bad - bad % cl.file_size + cl.file_size   # resume at the next file
     keys = set(expected) | queue_dirs
+    # Records past their queue's dispatched end.  ReputMessageService dispatches the commit log in
+    # order, so a broker stopped before it caught up leaves a *tail* of records without units, and
+    # recovery dispatches them forward (spec §2.9): that is a note.  Anywhere else it is a problem.
+    undispatched: list[tuple[int, str]] = []
+    last_dispatched = -1          # highest commit-log offset a matching unit points at
     for topic, queue_id in sorted(keys):
         records = expected.get((topic, queue_id), {})
         cq = consume_queue(topic, queue_id)
         if cq is None:
             for qoff, (phys, _, _) in sorted(records.items()):
-                report.add(cl.directory, phys, f"record {topic}/{queue_id}#{qoff} has no consume queue")
+                undispatched.append((phys, f"record {topic}/{queue_id}#{qoff} has no consume queue"))
             continue
         if topic.startswith(LMQ_PREFIX):
             report.lmq_queues += 1
@@ -196,6 +205,8 @@ def check_store(cl: CommitLog, queue_dirs: Iterable[tuple[str, int]],
             if want is None and 0 <= phys < cl_min:
                 report.expired_units += 1   # its record was deleted by retention
                 continue
+            if want is not None and want[0] == phys:
+                last_dispatched = max(last_dispatched, phys)
             if want is not None and codec.is_ext_address(code) and want[:2] == (phys, size):
                 report.ext_units += 1
                 continue
@@ -207,7 +218,16 @@ def check_store(cl: CommitLog, queue_dirs: Iterable[tuple[str, int]],
                               f"the record is (offset {want[0]}, size {want[1]}, tagsCode {want[2]})"))
         for qoff, (phys, _, _) in sorted(records.items()):
             if qoff >= lo:
-                report.add(cl.directory, phys, f"record {topic}/{queue_id}#{qoff} has no consume-queue unit")
+                undispatched.append((phys, f"record {topic}/{queue_id}#{qoff} has no consume-queue unit"))
+    if undispatched and min(phys for phys, _ in undispatched) > last_dispatched:
+        start = min(phys for phys, _ in undispatched)
+        report.undispatched = len(undispatched)
+        report.notes.append(
+            f"{len(undispatched)} records at the end of the commit log (from offset {start}) have no "
+            "consume-queue unit yet: the broker stopped before dispatching them; recovery dispatches them")
+    else:
+        for phys, message in undispatched:
+            report.add(cl.directory, phys, message)
     _describe(report, missing_targets)
     return report
 
