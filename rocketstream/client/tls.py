@@ -17,10 +17,10 @@ import dataclasses
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rocketstream.errors import OptionError
+from rocketstream.remoting.tls import check_pem_paths, masked_repr
 
 __all__ = ["TlsConfig", "TLS_PROPERTIES", "tls_config"]
 
@@ -56,16 +56,7 @@ class TlsConfig:
     test_mode: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("trust_cert_path", "cert_path", "key_path"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if isinstance(value, Path):
-                object.__setattr__(self, name, value := str(value))
-            if not isinstance(value, str) or not value:
-                raise OptionError(name, "must be a path to a PEM file", value)
-            if not Path(value).is_file():
-                raise OptionError(name, "names no readable file", value)
+        check_pem_paths(self, {name: name for name in ("trust_cert_path", "cert_path", "key_path")})
         if (self.cert_path is None) != (self.key_path is None):
             raise OptionError("cert_path" if self.cert_path is None else "key_path",
                               "a client certificate needs both cert_path and key_path")
@@ -76,10 +67,7 @@ class TlsConfig:
                 raise OptionError(name, "must be a bool", getattr(self, name))
 
     def __repr__(self) -> str:
-        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr]
-        if self.key_password is not None:
-            shown.append("key_password=<hidden>")
-        return f"TlsConfig({', '.join(shown)})"
+        return masked_repr(self)
 
     __str__ = __repr__
 

@@ -39,7 +39,8 @@ from pathlib import Path
 from rocketstream.errors import OptionError
 
 __all__ = ["CLIENT_AUTH", "DEFAULT_HANDSHAKE_TIMEOUT_S", "HANDSHAKE_MAGIC_CODE", "SERVER_TLS_PROPERTIES",
-           "ServerTlsConfig", "TLS_MODES", "describe_handshake_error", "peek_first_byte"]
+           "ServerTlsConfig", "TLS_MODES", "check_pem_paths", "describe_handshake_error", "masked_repr",
+           "peek_first_byte"]
 
 HANDSHAKE_MAGIC_CODE = 0x16            # NettyRemotingServer.HandshakeHandler: a TLS handshake record's type
 TLS_MODES = ("disabled", "permissive", "enforcing")   # TlsMode
@@ -73,16 +74,7 @@ class ServerTlsConfig:
     handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
 
     def __post_init__(self) -> None:
-        for name in ("cert_path", "key_path", "trust_cert_path"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if isinstance(value, Path):
-                object.__setattr__(self, name, value := str(value))
-            if not isinstance(value, str) or not value:
-                raise OptionError(_prop(name), "must be a path to a PEM file", value)
-            if not Path(value).is_file():
-                raise OptionError(_prop(name), "names no readable file", value)
+        check_pem_paths(self, {name: _prop(name) for name in ("cert_path", "key_path", "trust_cert_path")})
         mode = self.mode
         if mode is None:
             mode = "permissive" if self.cert_path is not None and self.key_path is not None else "disabled"
@@ -103,10 +95,7 @@ class ServerTlsConfig:
             raise OptionError(missing, f"is needed with tls.server.mode={self.mode} (a PEM file)")
 
     def __repr__(self) -> str:
-        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr]
-        if self.key_password is not None:
-            shown.append("key_password=<hidden>")
-        return f"ServerTlsConfig({', '.join(shown)})"
+        return masked_repr(self)
 
     __str__ = __repr__
 
@@ -150,6 +139,30 @@ class ServerTlsConfig:
         elif ctx.verify_mode != ssl.CERT_NONE:
             ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
         return ctx
+
+
+def check_pem_paths(config: object, fields: Mapping[str, str]) -> None:
+    """Each of a frozen TLS config's path ``fields`` (field -> the option name errors show): None, or a
+    str/Path naming an existing file (a Path is stored as str)."""
+    for name, option in fields.items():
+        value = getattr(config, name)
+        if value is None:
+            continue
+        if isinstance(value, Path):
+            object.__setattr__(config, name, value := str(value))
+        if not isinstance(value, str) or not value:
+            raise OptionError(option, "must be a path to a PEM file", value)
+        if not Path(value).is_file():
+            raise OptionError(option, "names no readable file", value)
+
+
+def masked_repr(config: object) -> str:
+    """A TLS config dataclass's repr with its ``key_password`` (a secret, ``repr=False``) shown as hidden."""
+    shown = [f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config)  # type: ignore[arg-type]
+             if f.repr]
+    if getattr(config, "key_password", None) is not None:
+        shown.append("key_password=<hidden>")
+    return f"{type(config).__name__}({', '.join(shown)})"
 
 
 def _prop(field_name: str) -> str:
