@@ -14,22 +14,11 @@ import pytest
 
 from rocketstream import cli
 from tests.client.scenario_util import unique
+from tests.realbroker import acl_peers
 
 AK, SK, TOKEN = "cliuser", "cli-SECRET-0451", "cli-TOKEN-7788"
 READER_AK, READER_SK = "clireader", "reader-SECRET-1234"
-ACL_YML = f"""\
-accounts:
-  - accessKey: {AK}
-    secretKey: {SK}
-    admin: false
-    defaultTopicPerm: PUB|SUB
-    defaultGroupPerm: PUB|SUB
-  - accessKey: {READER_AK}
-    secretKey: {READER_SK}
-    admin: false
-    defaultTopicPerm: SUB
-    defaultGroupPerm: SUB
-"""
+ACL_YML = acl_peers.two_accounts_yml(AK, SK, READER_AK, READER_SK)
 SIGNATURE_FAILED = "Check signature failed for accessKey="
 SECRETS = (SK, TOKEN, READER_SK, "WRONG-secret-0000")
 
@@ -37,17 +26,8 @@ SECRETS = (SK, TOKEN, READER_SK, "WRONG-secret-0000")
 @pytest.fixture(scope="module")
 def acl_ours(tmp_path_factory: pytest.TempPathFactory):
     """``rocketstream serve`` with aclEnable=true and the accounts of ACL_YML."""
-    from tests.broker.conftest import start_serve, stop_serve
-
-    home = tmp_path_factory.mktemp("cli-acl")
-    store = home / "store"
-    (store / "conf").mkdir(parents=True)
-    (store / "conf" / "plain_acl.yml").write_text(ACL_YML)
-    served = start_serve(home, conf={"aclEnable": "true"}, store=store)
-    try:
+    with acl_peers.ours_with_acl(tmp_path_factory.mktemp("cli-acl"), ACL_YML) as served:
         yield served
-    finally:
-        assert stop_serve(served) == 0
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str, float]:

@@ -23,7 +23,7 @@ from rocketstream.broker import acl
 from rocketstream.errors import AclConfigError
 from rocketstream.remoting.codes import RequestCode, ResponseCode
 from rocketstream.remoting.command import ONEWAY_FLAG, RemotingCommand
-from tests.realbroker import peers
+from tests.realbroker import acl_peers, peers
 
 REPO = Path(__file__).resolve().parents[2]
 JAVA_DIR = REPO / "tests" / "java"
@@ -442,29 +442,10 @@ def test_signatures_equal_java_aclclientrpchook(java_classes: Path, tmp_path: Pa
 # the real 4.9.8 broker with aclEnable=true and ACL_YML --------------------------------------------------
 @pytest.fixture(scope="module")
 def real_acl_broker(tmp_path_factory: pytest.TempPathFactory, java_classes: Path):
-    home = tmp_path_factory.mktemp("acl-real")
-    yml = home / "plain_acl.yml"
-    yml.write_text(ACL_YML)
-    dist = peers.find_dist()
-    # PlainPermissionManager reads ${rocketmq.home.dir}/${rocketmq.acl.plain.file}; the path is normalized,
-    # so a relative path leads out of the (shared, read-only) distribution to our file
-    rel = os.path.relpath(yml, dist)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("JAVA_TOOL_OPTIONS", f"-Drocketmq.acl.plain.file={rel}")
-        ns = peers.start_namesrv(home)
-        try:
-            ns.wait_ready()
-            br = peers.start_broker(home, ns.port, extra_conf={"aclEnable": "true"})
-        except BaseException:
-            ns.kill()
-            raise
-    try:
-        br.wait_ready()
-        assert "Broker plain acl conf data" in br.rocketmq_log("broker.log").read_text(errors="replace")
-        yield SimpleNamespace(home=home, yml=yml, namesrv=f"127.0.0.1:{ns.port}", broker=f"127.0.0.1:{br.port}")
-    finally:
-        br.kill()
-        ns.kill()
+    with acl_peers.java_with_acl(tmp_path_factory.mktemp("acl-real"), ACL_YML) as cluster:
+        log = cluster.broker_server.rocketmq_log("broker.log").read_text(errors="replace")
+        assert "Broker plain acl conf data" in log
+        yield cluster
 
 
 REAL_CASES = [
@@ -527,17 +508,8 @@ def test_acl_scenario_against_real_broker(real_acl_broker, java_classes: Path) -
 # our broker with aclEnable=true: the same Java scenario, the same answers -------------------------------
 @pytest.fixture(scope="module")
 def our_acl_broker(tmp_path_factory: pytest.TempPathFactory):
-    from tests.broker.conftest import start_serve, stop_serve
-
-    home = tmp_path_factory.mktemp("acl-ours")
-    store = home / "store"
-    (store / "conf").mkdir(parents=True)
-    (store / "conf" / "plain_acl.yml").write_text(ACL_YML)
-    served = start_serve(home, conf={"aclEnable": "true"}, store=store)
-    try:
+    with acl_peers.ours_with_acl(tmp_path_factory.mktemp("acl-ours"), ACL_YML) as served:
         yield served
-    finally:
-        assert stop_serve(served) == 0
 
 
 def test_acl_scenario_against_our_broker(our_acl_broker, java_classes: Path, tmp_path: Path) -> None:

@@ -17,6 +17,8 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,26 +29,14 @@ from rocketstream.client import Credentials, Producer
 from rocketstream.client.api import MQClientAPI
 from rocketstream.errors import BrokerResponseError
 from tests.client.scenario_util import unique
-from tests.realbroker import peers
+from tests.realbroker import acl_peers, peers
 
 AK, SK, TOKEN = "sparkuser", "spark-SECRET-93kq", "spark-TOKEN-x71v"
 READER_AK, READER_SK = "sparkreader", "reader-SECRET-p0w2"
 WRONG = "WRONG-secret-5521"
 SECRETS = (SK, TOKEN, READER_SK, WRONG)
 NS = "nsSec"
-ACL_YML = f"""\
-accounts:
-  - accessKey: {AK}
-    secretKey: {SK}
-    admin: false
-    defaultTopicPerm: PUB|SUB
-    defaultGroupPerm: PUB|SUB
-  - accessKey: {READER_AK}
-    secretKey: {READER_SK}
-    admin: false
-    defaultTopicPerm: SUB
-    defaultGroupPerm: SUB
-"""
+ACL_YML = acl_peers.two_accounts_yml(AK, SK, READER_AK, READER_SK)
 N = 24
 SIGNATURE_FAILED = f"Check signature failed for accessKey={AK}"
 
@@ -79,63 +69,23 @@ def spark_log(spark, tmp_path_factory: pytest.TempPathFactory):
         appender.stop()
 
 
-def _start_ours(home: Path) -> SimpleNamespace:
-    from tests.broker.conftest import start_serve, stop_serve
-
-    store = home / "store"
-    (store / "conf").mkdir(parents=True)
-    (store / "conf" / "plain_acl.yml").write_text(ACL_YML)
-    served = start_serve(home, conf={"aclEnable": "true"}, store=store)
-    return SimpleNamespace(namesrv=f"127.0.0.1:{served.namesrv_port}", broker=f"127.0.0.1:{served.broker_port}",
-                           stop=lambda: stop_serve(served))
-
-
-def _start_java(home: Path) -> SimpleNamespace:
-    try:
-        peers.find_java()
-        dist = peers.find_dist()
-    except peers.JavaUnavailable as exc:
-        pytest.skip(f"real broker unavailable: {exc}")
-    yml = home / "plain_acl.yml"
-    yml.write_text(ACL_YML)
-    # PlainPermissionManager reads ${rocketmq.home.dir}/${rocketmq.acl.plain.file} (normalized): a relative
-    # path leads out of the shared distribution to our file (as tests/broker/test_acl.py does)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("JAVA_TOOL_OPTIONS", f"-Drocketmq.acl.plain.file={os.path.relpath(yml, dist)}")
-        ns = peers.start_namesrv(home)
-        try:
-            ns.wait_ready()
-            br = peers.start_broker(home, ns.port, extra_conf={"aclEnable": "true"})
-        except BaseException:
-            ns.kill()
-            raise
-    try:
-        br.wait_ready()
-    except BaseException:
-        br.kill()
-        ns.kill()
-        raise
-
-    def stop() -> None:
-        br.kill()
-        ns.kill()
-    return SimpleNamespace(namesrv=f"127.0.0.1:{ns.port}", broker=f"127.0.0.1:{br.port}", stop=stop)
+@contextmanager
+def _ours(home: Path, yml: str) -> Iterator[SimpleNamespace]:
+    with acl_peers.ours_with_acl(home, yml) as served:
+        yield SimpleNamespace(namesrv=served.namesrv_addr, broker=f"127.0.0.1:{served.broker_port}")
 
 
 @pytest.fixture(scope="module", params=["ours", "java"])
 def acl(request, tmp_path_factory: pytest.TempPathFactory):
     """An ACL-enabled name server + broker and a topic of N messages in namespace NS (sent signed)."""
     home = tmp_path_factory.mktemp(f"secured-{request.param}")
-    cluster = (_start_ours if request.param == "ours" else _start_java)(home)
-    try:
+    with (_ours if request.param == "ours" else acl_peers.java_with_acl)(home, ACL_YML) as cluster:
         topic = unique("SecT")
         creds = Credentials(AK, SK, TOKEN)
         with Producer(unique("SecPG"), namesrv=cluster.namesrv, credentials=creds) as producer:
             sent = [producer.send(f"{NS}%{topic}", f"secured-{i}".encode()) for i in range(N)]
         cluster.kind, cluster.topic, cluster.sent, cluster.home = request.param, topic, sent, home
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def options(acl, **extra: str) -> dict[str, str]:
