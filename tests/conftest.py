@@ -59,6 +59,10 @@ def spark():
     pytest.importorskip("pyspark")
     bg = _BACKGROUND.get("spark")   # usually started in the background (see "session resources" below)
     session = bg.result() if bg is not None else _start_spark()
+    # The JVM's active session is per thread (py4j gives each Python thread a JVM thread of its own): one
+    # built in the background thread is not active in the test thread, and DataStreamWriter.start looks a
+    # Python data source up in the active session's registry (DATA_SOURCE_NOT_FOUND for "rocketmq" otherwise)
+    session._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
     yield session
     session.stop()
 

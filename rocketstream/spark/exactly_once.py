@@ -26,6 +26,13 @@ record. The broker asks *a* live producer channel of the half's ``PGROUP``: the 
 one per checkpoint) is the :class:`Responder`, a process the driver starts for the query (it exits when the
 driver's JVM does) that answers from the record (:func:`decide`).
 
+On a secured cluster (the ``accessKey``/``secretKey``/``securityToken``, ``tls.*`` and ``namespace`` options,
+:class:`~rocketstream.spark.secured.SecuredOptions`) the task senders, the committer and the responder all sign
+their requests with the account and connect over TLS as the query's other clients do; in a namespace the
+topics, the ``producerGroup`` and the transaction group are ``namespace%name`` on the wire (``PGROUP`` of
+every half is the wrapped transaction group, the group the responder registers). The responder gets the
+secured options on its standard input, never on its command line or in its environment.
+
 Kill points for tests only: the environment variable :data:`KILL_ENV` = ``<step>[@<batchId>]`` (several
 separated by commas) makes the
 driver SIGKILL its JVM's process group at that step (``before_commit``, ``after_intent``, ``mid_end``,
@@ -42,6 +49,7 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -63,6 +71,7 @@ from rocketstream.client.transaction import (
 )
 from rocketstream.codec import PROPERTY_UNIQ_KEY
 from rocketstream.errors import MQClientError, OptionError, RocketStreamError
+from rocketstream.spark.secured import NOT_SECURED, SecuredOptions
 
 log = logging.getLogger("rocketstream.spark")
 
@@ -269,14 +278,15 @@ class HalfSender:
     does not know of: its attempt would be committed twice)."""
 
     def __init__(self, name_server: str, producer_group: str, tx_group: str, send_timeout_ms: int,
-                 max_message_size: int, batch_id: int) -> None:
+                 max_message_size: int, batch_id: int, secured: SecuredOptions = NOT_SECURED) -> None:
         from rocketstream.client import Producer
 
-        self.tx_group = tx_group
+        self.tx_group = secured.wrap(tx_group)   # PGROUP: the group the responder registers on the wire
         self.out = HalfMessages(uuid.uuid4().hex, batch_id)
         self.mark = f"{batch_id}:{self.out.attempt}"
-        self.producer = Producer(producer_group, namesrv=name_server,
+        self.producer = Producer(secured.wrap(producer_group), namesrv=name_server,
                                  instance_name=f"spark-sink-eos-{self.out.attempt[:12]}",
+                                 credentials=secured.credentials, tls=secured.tls,
                                  send_msg_timeout=send_timeout_ms / 1000, retry_times_when_send_failed=0,
                                  max_message_size=max_message_size).start()
         self.sent = 0
@@ -309,11 +319,13 @@ class HalfSender:
 class Committer:
     """The driver's side of a micro-batch: record, then end every half once (see the module doc)."""
 
-    def __init__(self, record: CommitRecord, name_server: str, tx_group: str, timeout_s: float) -> None:
+    def __init__(self, record: CommitRecord, name_server: str, tx_group: str, timeout_s: float,
+                 secured: SecuredOptions = NOT_SECURED) -> None:
         self.record = record
         self.name_server = name_server
-        self.tx_group = tx_group
+        self.tx_group = secured.wrap(tx_group)   # END_TRANSACTION's producerGroup, as the halves' PGROUP
         self.timeout = timeout_s
+        self.secured = secured
 
     def commit(self, messages: Sequence[Any], batch_id: int) -> int:
         """Returns the number of rows committed (0 for a batch the record already holds)."""
@@ -367,7 +379,7 @@ class Committer:
         cut = len(halves) // 2 if midway else -1
 
         async def run() -> list[tuple[HalfRef, str | None]]:
-            api = MQClientAPI(self.name_server)
+            api = MQClientAPI(self.name_server, credentials=self.secured.credentials, tls=self.secured.tls)
             out: list[tuple[HalfRef, str | None]] = []
             try:
                 done = 0
@@ -453,7 +465,7 @@ class Responder:
     """Starts (once per driver JVM) the process that answers the broker's check-backs for a query."""
 
     @staticmethod
-    def ensure(root: Path, tx_group: str, name_server: str) -> None:
+    def ensure(root: Path, tx_group: str, name_server: str, secured: SecuredOptions = NOT_SECURED) -> None:
         root.mkdir(parents=True, exist_ok=True)
         jvm = driver_jvm()
         pidfile = root / f"responder-{jvm.replace(':', '-')}.pid"
@@ -465,15 +477,19 @@ class Responder:
             pass
         logfile = open(root / "responder.log", "ab")   # noqa: SIM115 - handed to the child
         try:
+            # the secured options (secrets) go through a pipe: a command line is visible to every user
             proc = subprocess.Popen([sys.executable, "-m", "rocketstream.spark.exactly_once", str(root), tx_group,
-                                     name_server, jvm], stdin=subprocess.DEVNULL, stdout=logfile, stderr=logfile,
+                                     name_server, jvm], stdin=subprocess.PIPE, stdout=logfile, stderr=logfile,
                                     start_new_session=True, env=dict(os.environ))
         finally:
             logfile.close()
+        assert proc.stdin is not None
+        with proc.stdin:
+            proc.stdin.write(pickle.dumps(secured))
         pidfile.write_text(str(proc.pid))
 
 
-def serve(root: Path, tx_group: str, name_server: str, jvm: str) -> int:
+def serve(root: Path, tx_group: str, name_server: str, jvm: str, secured: SecuredOptions = NOT_SECURED) -> int:
     """The responder's body: one per JVM (``responder-<jvm>.lock``), one per query at a time (``responder.lock``,
     waited for: the responder of a driver that died exits within a second), a TransactionProducer of the
     transaction group whose listener is :class:`RecordListener`, until the JVM is gone."""
@@ -495,8 +511,11 @@ def serve(root: Path, tx_group: str, name_server: str, jvm: str) -> int:
         except BlockingIOError:
             time.sleep(0.2)
     record = CommitRecord(root)
-    producer = TransactionProducer(tx_group, namesrv=name_server, transaction_listener=RecordListener(record),
-                                   instance_name=f"spark-sink-responder-{os.getpid()}").start()
+    producer = TransactionProducer(secured.wrap(tx_group), namesrv=name_server,
+                                   transaction_listener=RecordListener(record),
+                                   instance_name=f"spark-sink-responder-{os.getpid()}",
+                                   credentials=secured.credentials,
+                                   tls=secured.tls).start()
     log.warning("exactly-once sink: responder of %s for JVM %s started (pid %d)", tx_group, jvm, os.getpid())
     try:
         while alive(jvm):
@@ -518,4 +537,8 @@ def check_kill_env() -> None:
 
 if __name__ == "__main__":   # the responder process (Responder.ensure starts it)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    sys.exit(serve(Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]))
+    given = pickle.loads(sys.stdin.buffer.read())   # Responder.ensure's own pipe: the query's SecuredOptions
+    if not isinstance(given, SecuredOptions):
+        raise RocketStreamError(f"exactly-once responder: standard input holds {type(given).__name__}, "
+                                "not the query's SecuredOptions")
+    sys.exit(serve(Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], given))

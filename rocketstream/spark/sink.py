@@ -61,7 +61,6 @@ from rocketstream.spark.secured import (
     NOT_SECURED,
     SECURED_OPTIONS,
     SecuredOptions,
-    is_secured_option,
     parse_secured,
 )
 
@@ -207,12 +206,6 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
             raise OptionError(EXACTLY_ONCE, f"needs the query's '{CHECKPOINT_LOCATION}' given as an option of "
                                             "writeStream (the sink records its committed batches there)", "true")
     secured = parse_secured(given, network=bool(ns))
-    if exactly_once and secured != NOT_SECURED:
-        # the half senders, the committer and the check-back responder process do not carry an ACL account,
-        # TLS or a namespace yet: refused rather than half applied
-        used = sorted(k for k in given if is_secured_option(k))
-        raise OptionError(EXACTLY_ONCE, "is not available with a secured cluster's options yet "
-                                        f"({', '.join(used)}): use the at-least-once sink there", "true")
     return SinkOptions(
         path=Path(path).expanduser() if path else None,
         name_server=ns.strip() if ns else None,
@@ -596,9 +589,10 @@ class _ExactlyOnceTarget(_NetworkTarget):
         assert options.name_server is not None and options.checkpoint is not None
         self.options = options
         self.batch_id = eos.task_batch_id()
+        self._wire = options.secured.wrap
         self.sender = eos.HalfSender(options.name_server, options.producer_group,
                                      eos.transaction_group(options.checkpoint), options.send_timeout_ms,
-                                     options.max_batch_bytes, self.batch_id)
+                                     options.max_batch_bytes, self.batch_id, options.secured)
         self.producer = self.sender.producer
         self._queues = {}
         self._kill_after: int | None = None
@@ -613,7 +607,7 @@ class _ExactlyOnceTarget(_NetworkTarget):
         n = len(bodies)
         tags, keys = chunk.tags or [None] * n, chunk.keys or [None] * n
         props = chunk.properties or [None] * n
-        msgs = [Message(chunk.topic, b, tags=t, keys=k, properties=dict(p) if p else {})
+        msgs = [Message(self._wire(chunk.topic), b, tags=t, keys=k, properties=dict(p) if p else {})
                 for b, t, k, p in zip(bodies, tags, keys, props, strict=True)]
         queue = None if chunk.queue_id is None else self._queue(chunk.topic, chunk.queue_id)
         if self._kill_after is not None and n > 1:
@@ -743,7 +737,8 @@ class RocketMQExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         self.columns = columns
         eos.check_kill_env()
         root = Path(options.checkpoint) / eos.STATE_DIR
-        eos.Responder.ensure(root, eos.transaction_group(options.checkpoint), options.name_server)
+        eos.Responder.ensure(root, eos.transaction_group(options.checkpoint), options.name_server,
+                             options.secured)
 
     def _committer(self) -> Any:
         from rocketstream.spark import exactly_once as eos
@@ -751,7 +746,7 @@ class RocketMQExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         assert self.options.checkpoint is not None and self.options.name_server is not None
         return eos.Committer(eos.CommitRecord(Path(self.options.checkpoint) / eos.STATE_DIR),
                              self.options.name_server, eos.transaction_group(self.options.checkpoint),
-                             self.options.send_timeout_ms / 1000)
+                             self.options.send_timeout_ms / 1000, self.options.secured)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Any:
         return write_halves(self.options, self.columns, iterator)

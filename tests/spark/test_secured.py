@@ -28,6 +28,7 @@ from rocketstream import cli
 from rocketstream.client import Credentials, Producer
 from rocketstream.client.api import MQClientAPI
 from rocketstream.errors import BrokerResponseError
+from rocketstream.spark.secured import SecuredOptions
 from tests.client.scenario_util import unique
 from tests.realbroker import acl_peers, peers
 
@@ -38,6 +39,8 @@ SECRETS = (SK, TOKEN, READER_SK, WRONG)
 NS = "nsSec"
 ACL_YML = acl_peers.two_accounts_yml(AK, SK, READER_AK, READER_SK)
 N = 24
+# the transaction check service every second, for halves older than a second (the exactly-once sink's check-back)
+TX_CONF = {"transactionCheckInterval": "1000", "transactionTimeOut": "1000", "transactionCheckMax": "1000"}
 SIGNATURE_FAILED = f"Check signature failed for accessKey={AK}"
 
 
@@ -70,8 +73,8 @@ def spark_log(spark, tmp_path_factory: pytest.TempPathFactory):
 
 
 @contextmanager
-def _ours(home: Path, yml: str) -> Iterator[SimpleNamespace]:
-    with acl_peers.ours_with_acl(home, yml) as served:
+def _ours(home: Path, yml: str, extra_conf: dict[str, str]) -> Iterator[SimpleNamespace]:
+    with acl_peers.ours_with_acl(home, yml, extra_conf) as served:
         yield SimpleNamespace(namesrv=served.namesrv_addr, broker=f"127.0.0.1:{served.broker_port}")
 
 
@@ -79,7 +82,7 @@ def _ours(home: Path, yml: str) -> Iterator[SimpleNamespace]:
 def acl(request, tmp_path_factory: pytest.TempPathFactory):
     """An ACL-enabled name server + broker and a topic of N messages in namespace NS (sent signed)."""
     home = tmp_path_factory.mktemp(f"secured-{request.param}")
-    with (_ours if request.param == "ours" else acl_peers.java_with_acl)(home, ACL_YML) as cluster:
+    with (_ours if request.param == "ours" else acl_peers.java_with_acl)(home, ACL_YML, TX_CONF) as cluster:
         topic = unique("SecT")
         creds = Credentials(AK, SK, TOKEN)
         with Producer(unique("SecPG"), namesrv=cluster.namesrv, credentials=creds) as producer:
@@ -243,6 +246,53 @@ def test_sink_writes_signed_into_the_namespace(spark, acl, spark_log, capsys) ->
     # on the wire the topic is nsSec%topic; the bare name was never created
     assert _ask(acl.namesrv, lambda api: api.get_route(f"{NS}%{topic}", 10)) is not None
     assert _ask(acl.namesrv, lambda api: api.get_route(topic, 10)) is None
+
+
+def test_exactly_once_sink_signed_in_a_namespace(spark, acl, spark_log, tmp_path, capsys) -> None:
+    """exactlyOnce on a secured cluster: the tasks' halves, the driver's commits and the check-back responder
+    all sign as the account, in the namespace; the responder's command line and log show no secret."""
+    from rocketstream.spark import exactly_once as eos
+
+    topic, group = unique("SecEosT"), unique("SecEosPG")
+    src, ck = tmp_path / "in", tmp_path / "ck"
+    src.mkdir()
+    for f in range(2):
+        (src / f"part-{f}.json").write_text("".join(json.dumps({"id": f * 10 + i}) + "\n" for i in range(10)))
+    frame = spark.readStream.schema("id long").option("maxFilesPerTrigger", 1).json(str(src)) \
+        .selectExpr("cast(concat('eos-', cast(id as string)) as binary) as body")
+    query = (frame.writeStream.format("rocketmq")
+             .options(**{**options(acl), "topic": topic, "producerGroup": group, "exactlyOnce": "true",
+                         "checkpointLocation": str(ck)})
+             .trigger(availableNow=True).start())
+    query.awaitTermination(300)
+    assert query.exception() is None and not query.isActive
+    read = spark.read.format("rocketmq").options(**{**options(acl), "topic": topic})
+
+    def bodies() -> list[bytes]:
+        return sorted(r.body for r in read.load().select("body").collect())
+    assert bodies() == sorted(f"eos-{i}".encode() for i in range(20))
+    assert {r.topic for r in read.load().select("topic").collect()} == {topic}
+
+    # the responder: secrets neither on its command line nor in its log; its answers are signed: halves of a
+    # batch recorded as unresolved are committed by the broker's check-back through it
+    state = ck / eos.STATE_DIR
+    (pidfile,) = state.glob("responder-*.pid")
+    cmdline = Path(f"/proc/{int(pidfile.read_text())}/cmdline").read_bytes().decode(errors="replace")
+    no_secret(cmdline, "the responder's command line")
+    sender = eos.HalfSender(acl.namesrv, group, eos.transaction_group(str(ck)), 15_000, 4 << 20, 7,
+                            SecuredOptions(Credentials(AK, SK, TOKEN), None, NS))
+    try:
+        from rocketstream.client import Message
+
+        sender.send([Message(f"{NS}%{topic}", f"late-{i}".encode()) for i in range(3)], None)
+    finally:
+        sender.close()
+    eos.CommitRecord(state).write(7, [sender.out.attempt], eos.UNRESOLVED, "0:0")
+    want = sorted([f"eos-{i}".encode() for i in range(20)] + [f"late-{i}".encode() for i in range(3)])
+    _wait(lambda: bodies() == want, 120, "the check-back to commit the unresolved batch's halves")
+    log_text = (state / "responder.log").read_text(errors="replace")
+    no_secret(log_text, "the responder's log")
+    assert "signature" not in log_text.lower() and "COMMIT_MESSAGE" in log_text, log_text[-3000:]
 
 
 # ---------------------------------------------------------------------------------------- refusals

@@ -26,9 +26,6 @@ NS = "127.0.0.1:9876"
     ({"path": "/tmp/x"}, True, "needs network mode"),
     ({"nameServer": NS}, False, "applies to df.writeStream"),
     ({"nameServer": NS}, True, "needs the query's 'checkpointLocation'"),
-    ({"nameServer": NS, "checkpointLocation": "/c", "accessKey": "ak", "secretKey": "sk-hidden-value"}, True,
-     r"not available with a secured cluster's options yet \(accessKey, secretKey\)"),
-    ({"nameServer": NS, "checkpointLocation": "/c", "namespace": "ns1"}, True, r"yet \(namespace\)"),
 ])
 def test_exactly_once_options_refused_where_it_cannot_hold(options, streaming, problem):
     with pytest.raises(OptionError, match=problem) as err:
@@ -45,6 +42,15 @@ def test_exactly_once_options():
                               streaming=True).exactly_once is False
     with pytest.raises(OptionError, match="must be true or false"):
         parse_sink_options({"nameServer": NS, "topic": "T", "exactlyOnce": "yes"}, streaming=True)
+
+
+def test_exactly_once_takes_a_secured_clusters_options():
+    parsed = parse_sink_options({"nameServer": NS, "topic": "T", "exactlyOnce": "true", "checkpointLocation": "/c",
+                                 "accessKey": "ak", "secretKey": "sk-hidden-value", "namespace": "ns1"},
+                                streaming=True)
+    assert parsed.exactly_once and parsed.secured.namespace == "ns1"
+    assert parsed.secured.credentials is not None and parsed.secured.credentials.access_key == "ak"
+    assert "sk-hidden-value" not in repr(parsed)
 
 
 def test_kill_env_is_checked(monkeypatch):
