@@ -29,7 +29,6 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import cast
 
 from rocketstream.errors import FrameError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from rocketstream.remoting.codes import ResponseCode, code_name
@@ -374,7 +373,7 @@ class Channel:
                 return
         except Exception as exc:   # NettyRemotingAbstract: a processor exception becomes SYSTEM_ERROR
             result = self._error_response(request, exc)
-        self._respond_now(request, cast("RemotingCommand | None", result))
+        self._respond_now(request, result)
 
     async def _finish(self, request: RemotingCommand, pending: Awaitable) -> None:
         try:
