@@ -16,7 +16,9 @@ the broker process's CPU from /proc per message, with its user and system parts 
 ``pullnet-sys``; the system part is mostly the loopback copy of the answers). Prints the best of
 ``--repeat`` µs per message for each.
 
-    python tests/benchmarks/bench_broker_cpu.py --cases pullnet --net-messages 200000
+    python tests/benchmarks/bench_broker_cpu.py --cases pullnet --net-messages 200000 [--net-batch 32]
+
+(``--net-batch 1``: pulls of one message, the broker's cost per request rather than per message.)
 """
 
 from __future__ import annotations
@@ -142,13 +144,13 @@ def _proc_cpu(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def _pull_frames(queues: int, per_queue: list[int]) -> list[list[bytes]]:
-    """The pulls of 32 from 0 to the end of each queue, encoded; opaque = queue * 2**24 + index."""
+def _pull_frames(queues: int, per_queue: list[int], batch: int) -> list[list[bytes]]:
+    """The pulls of ``batch`` from 0 to the end of each queue, encoded; opaque = queue * 2**24 + index."""
     frames: list[list[bytes]] = []
     for q in range(queues):
         queue_frames = []
-        for i, offset in enumerate(range(0, per_queue[q], 32)):
-            cmd = bu.pull("G", "T", q, offset, sys_flag=bu.SUBSCRIPTION)
+        for i, offset in enumerate(range(0, per_queue[q], batch)):
+            cmd = bu.pull("G", "T", q, offset, sys_flag=bu.SUBSCRIPTION, max_msgs=batch)
             cmd.opaque = (q << 24) + i
             queue_frames.append(encode_frame(cmd))
         frames.append(queue_frames)
@@ -191,7 +193,7 @@ def _drain_pulls(sock: socket.socket, frames: list[list[bytes]]) -> None:
             start = have = 0
 
 
-def _run_net(count: int, repeat: int) -> dict[str, list[float]]:
+def _run_net(count: int, repeat: int, batch: int = 32) -> dict[str, list[float]]:
     """The ``pullnet`` case (module text)."""
     from rocketstream.store import MessageStore, StoreConfig
     from tests.benchmarks.bench_spark import serve_ours
@@ -210,7 +212,7 @@ def _run_net(count: int, repeat: int) -> dict[str, list[float]]:
         try:
             host = served.namesrv_addr.rsplit(":", 1)[0]
             pid = served.procs[0].pid
-            frames = _pull_frames(queues, per_queue)
+            frames = _pull_frames(queues, per_queue, batch)
             got = sum(per_queue)
             with socket.create_connection((host, _broker_port(served.logs[0]))) as sock:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -242,6 +244,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=3000, help="messages per case and run")
     ap.add_argument("--net-messages", type=int, default=100_000, help="messages of the pullnet case's store")
+    ap.add_argument("--net-batch", type=int, default=32,
+                    help="messages per pull of the pullnet case (1: the per-request cost)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ", ".join(CASES))
     args = ap.parse_args()
@@ -251,7 +255,7 @@ def main() -> int:
         res.update((k, v) for k, v in asyncio.run(_run(args.count, args.repeat)).items()
                    if k in cases)
     if "pullnet" in cases:
-        res.update(_run_net(args.net_messages, args.repeat))
+        res.update(_run_net(args.net_messages, args.repeat, args.net_batch))
     print(f"{'case':<8}{'best µs/msg':>14}   all runs")
     for name, values in res.items():
         print(f"{name:<8}{min(values):>14.1f}   {' '.join(f'{v:.1f}' for v in values)}")
