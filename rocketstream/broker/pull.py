@@ -59,7 +59,7 @@ _STATUS_CODE = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class PullHeader:
     """``PullMessageRequestHeader``."""
 
@@ -99,8 +99,37 @@ class PullHeader:
                    expression_type=r.field("expressionType", required=False))
 
 
-def _header(next_begin: int, lo: int, hi: int, suggest: int = MASTER_ID) -> dict[str, object]:
-    return {"suggestWhichBrokerId": suggest, "nextBeginOffset": next_begin, "minOffset": lo, "maxOffset": hi}
+def _header(next_begin: int, lo: int, hi: int, suggest: int = MASTER_ID) -> dict[str, str]:
+    """``PullMessageResponseHeader`` as extFields (``makeCustomHeaderToNet``: String.valueOf of each field),
+    written as strings at once instead of through RemotingCommand.response's general conversion."""
+    return {"suggestWhichBrokerId": str(suggest), "nextBeginOffset": str(next_begin), "minOffset": str(lo),
+            "maxOffset": str(hi)}
+
+
+def _response(request: RemotingCommand, code: int, remark: str, ext_fields: dict[str, str]) -> RemotingCommand:
+    """``request.response(code, remark)`` carrying the response header's ``ext_fields`` as they are."""
+    response = request.response(code, remark)
+    response.ext_fields = ext_fields
+    return response
+
+
+# build_subscription's answers by (topic, subscription, expression type, sub version): a consumer sends the
+# same ones with every pull (SubscriptionData is not changed by its users here); cleared when full
+_SUBSCRIPTIONS: dict[tuple[str, str | None, str | None, int], tuple[SubscriptionData, frozenset[int] | None]] = {}
+_SUBSCRIPTIONS_MAX = 4096
+
+
+def _request_subscription(h: PullHeader) -> tuple[SubscriptionData, frozenset[int] | None]:
+    """The request's subscription (``FilterAPI.build``) and its tags codes; ValueError as build_subscription."""
+    key = (h.topic, h.subscription, h.expression_type, h.sub_version)
+    found = _SUBSCRIPTIONS.get(key)
+    if found is None:
+        sub = build_subscription(h.topic, h.subscription, h.expression_type, h.sub_version)
+        found = (sub, sub.tags_codes())
+        if len(_SUBSCRIPTIONS) >= _SUBSCRIPTIONS_MAX:
+            _SUBSCRIPTIONS.clear()
+        _SUBSCRIPTIONS[key] = found
+    return found
 
 
 def process_pull(controller: BrokerContext, channel: Channel, request: RemotingCommand,
@@ -131,10 +160,11 @@ def process_pull(controller: BrokerContext, channel: Channel, request: RemotingC
                                 f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
                                 f"[{tc.read_queue_nums}] consumer:[{channel.addr}]")
     sub: SubscriptionData | None
+    codes: frozenset[int] | None
     flt: SqlFilter | None = None    # SQL92: the compiled filter (sql_filter.py)
     if has_subscription:
         try:
-            sub = build_subscription(h.topic, h.subscription, h.expression_type, h.sub_version)
+            sub, codes = _request_subscription(h)
         except ValueError as exc:
             log.warning("Parse the consumer's subscription[%s] failed, group: %s: %s", h.subscription,
                         h.consumer_group, exc)
@@ -158,10 +188,10 @@ def process_pull(controller: BrokerContext, channel: Channel, request: RemotingC
             if flt is None:
                 return request.response(ResponseCode.FILTER_DATA_NOT_EXIST,
                                         "The broker's consumer filter data is not exist!Your expression may be wrong!")
-    if not is_tag_type(sub.expression_type) and not cfg.enable_property_filter:
+        codes = sub.tags_codes()
+    if not cfg.enable_property_filter and not is_tag_type(sub.expression_type):
         return request.response(ResponseCode.SYSTEM_ERROR,
                                 f"The broker does not support consumer to filter message by {sub.expression_type}")
-    codes = sub.tags_codes()
     # SQL92: the store's per-record loop checks each candidate's properties (sql_filter.py)
     check = sql_filter.record_filter(flt) if flt is not None else None
     result = controller.store.get_message_raw(h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes,
@@ -180,7 +210,7 @@ def process_pull(controller: BrokerContext, channel: Channel, request: RemotingC
     if code == ResponseCode.SUCCESS:
         # the segments (views of the commit-log mapping, adjacent records merged) are copied once, straight
         # into the response frame, as the channel encodes it at once (which drops the views)
-        response = request.response(code, status.name, fields=fields)
+        response = _response(request, code, status.name, fields)
         response.body_parts = result.buffers
         controller.stats.on_get(h.consumer_group, h.topic, result.message_count)
     elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and has_suspend:
@@ -191,7 +221,7 @@ def process_pull(controller: BrokerContext, channel: Channel, request: RemotingC
                                                   codes, time.monotonic() + max(hold_ms, 0) / 1000.0))
         response = None
     else:
-        response = request.response(code, status.name, fields=fields)
+        response = _response(request, code, status.name, fields)
     if allow_suspend and has_commit:   # storeOffsetEnable (a master): the first run only
         controller.offsets.commit_offset(_host_of(channel), h.consumer_group, h.topic, h.queue_id, h.commit_offset)
     return response

@@ -322,7 +322,9 @@ class Channel:
                     else:   # processResponseCommand: logged and dropped
                         log.debug("%s: response with unknown opaque %d from %s", self.name, cmd.opaque, self.addr)
                     continue
-                await self._dispatch(cmd)
+                self._dispatch(cmd)
+                if self._frames.write_blocked():   # the peer does not take our answers as fast
+                    await self.send_drain()
         except asyncio.IncompleteReadError as exc:
             reason = "peer closed the connection" if not exc.partial else \
                 f"peer closed the connection in the middle of a frame ({len(exc.partial)} bytes)"
@@ -356,7 +358,9 @@ class Channel:
         return (" without answering anything: the server may have refused the TLS handshake after our side "
                 "finished it, e.g. for a missing or untrusted client certificate (tls.server.need.client.auth)")
 
-    async def _dispatch(self, request: RemotingCommand) -> None:
+    def _dispatch(self, request: RemotingCommand) -> None:
+        """Run the handler; a plain answer is written at once (no coroutine per request: the reader awaits
+        only when the socket's buffer is full), an async processor's runs on its own."""
         try:
             result = self.handler(self, request) if self.handler is not None else None
             if self.handler is None:
@@ -369,7 +373,7 @@ class Channel:
                 return
         except Exception as exc:   # NettyRemotingAbstract: a processor exception becomes SYSTEM_ERROR
             result = self._error_response(request, exc)
-        await self._respond(request, result)
+        self._respond_now(request, result)
 
     async def _finish(self, request: RemotingCommand, pending: Awaitable) -> None:
         try:
@@ -391,6 +395,12 @@ class Channel:
         return request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(exc))
 
     async def _respond(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        self._respond_now(request, response)
+        await self.send_drain()
+
+    def _respond_now(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        """Write the answer to ``request`` (nothing for a oneway request or a None answer) without waiting for
+        the socket's buffer; RemotingConnectError when the connection is closed."""
         if response is None or request.is_oneway:
             return
         response.opaque = request.opaque
@@ -405,14 +415,13 @@ class Channel:
                 response.body_parts = None
             self._write_parts(parts)
             del parts   # the transport copied what the socket did not take at once: no view is held
-            await self.send_drain()
             return
         try:
             frame = encode_frame(response)   # encoded once
         except FrameError as exc:   # e.g. a body over the frame limit: the peer still gets an answer
             response = request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(exc))
             frame = encode_frame(response)
-        await self.send(response, frame)
+        self.send_nowait(response, frame)
 
     def _write_parts(self, parts: list[bytes | memoryview]) -> None:
         """Write one frame's buffers now, after the frames already queued, without joining them: what the
@@ -424,6 +433,8 @@ class Channel:
         if self._transport.is_closing():
             return
         try:
+            # one write each, not writelines: uvloop's writelines keeps the views of what the socket did not
+            # take (an export of the mapping: the file could not be unmapped), its write copies that rest
             for part in parts:
                 self._transport.write(part)
         except (ConnectionError, OSError, RuntimeError) as exc:

@@ -370,6 +370,11 @@ class FrameProtocol(asyncio.BufferedProtocol):
         return frame
 
     # --- the write side
+    def write_blocked(self) -> bool:
+        """Whether :meth:`drain` would not return at once (the write buffer is above its high water mark, or
+        the connection is lost: drain raises)."""
+        return self._write_paused or self._lost
+
     async def drain(self) -> None:
         """Wait while the transport's write buffer is above its high water mark."""
         if self._lost:

@@ -132,6 +132,11 @@ def test_pull_returns_the_stored_record_bytes(tmp_path):
             assert resp.ext_fields["nextBeginOffset"] == "5"
             resp = await ch.invoke(pull("g", "P", 0, 4, subscription="TagB"))   # only TagA left: no match
             assert resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY and resp.ext_fields["nextBeginOffset"] == "5"
+            # the broker keeps the subscriptions it built (pull.py): each pull still gets its own
+            for sub, want in (("TagA", [b"b0", b"b2", b"b4"]), ("TagB", [b"b1", b"b3"]),
+                              ("TagA || TagB", [b"b0", b"b1", b"b2", b"b3", b"b4"]), ("TagC", [])):
+                resp = await ch.invoke(pull("g", "P", 0, 0, subscription=sub))
+                assert [r.body for r in records(resp.body)] == want, sub
             await ch.aclose()
     run(go())
 

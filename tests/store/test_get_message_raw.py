@@ -16,6 +16,7 @@ import pytest
 from rocketstream import codec
 from rocketstream.errors import CorruptStoreError
 from rocketstream.store import MessageStore, StoreConfig
+from rocketstream.store.read import queries as queries_module
 from rocketstream.store.write.messages import GetMessageStatus
 
 TAGS = ["A", "B", None]
@@ -191,11 +192,17 @@ def test_a_unit_that_disagrees_with_its_record_is_an_error_naming_the_offset(sto
     units = cq.raw_units(0, 50).copy()
     units["size"][3] += 1
     monkeypatch.setattr(cq, "raw_units", lambda a, b: units[a:b])
+    # the per-record loops read the units as Python ints (queries_module._unit_values)
+    monkeypatch.setattr(queries_module, "_unit_values", lambda _cq, a, b: units[a:b].tolist())
     with pytest.raises(CorruptStoreError, match=r"does not match its consume-queue unit \(size \d+, offset "
                                                 rf"{int(units['offset'][3])}\)"):
         queries._get_raw_vectorized(cq, 0, 50, 32, None)
     with pytest.raises(CorruptStoreError, match="does not match its consume-queue unit"):
         queries._get_raw_per_record(cq, 0, 50, 32, None, None)
+    with pytest.raises(CorruptStoreError, match="does not match its consume-queue unit"):
+        queries._get_raw_all_small(cq, 0, 50, 32)
+    with pytest.raises(CorruptStoreError, match="does not match its consume-queue unit"):
+        queries.get_message_raw("O", 0, 0, 32)
 
 
 def test_a_store_the_real_broker_wrote_pulls_as_its_java_client_read_it(real_stores, copy_of):
