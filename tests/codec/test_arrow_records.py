@@ -29,6 +29,7 @@ from rocketstream.codec import (
     decode_record,
     encode_record,
 )
+from rocketstream.codec import arrow_records as ar
 from rocketstream.codec.arrow_records import (
     ALONE_BYTES,
     BATCH_BYTES,
@@ -415,3 +416,49 @@ def test_host_column_values() -> None:
     assert rows[0]["offsetMsgId"] == codec.offset_msg_id(HostAddress("10.0.0.1", 10911), BASE)
 
 
+
+
+# --- variable-length pieces ---------------------------------------------------------------------
+@settings(max_examples=150, deadline=None)
+@given(size=st.integers(1, 300), seed=st.integers(0, 2**32 - 1), n=st.integers(1, 12),
+       shape=st.sampled_from(["stride", "ascending", "any", "variable"]))
+def test_gather_segments_gives_the_slices(size: int, seed: int, n: int, shape: str) -> None:
+    """Segments of one width (a constant stride, ascending with gaps, any order, overlapping) take the
+    fixed-width paths, others Arrow's take; all give exactly the slices."""
+    rng = np.random.default_rng(seed)
+    data = rng.bytes(size)
+    width = int(rng.integers(0, len(data) + 1))
+    if shape == "stride":
+        stride = int(rng.integers(1, 40))
+        n = min(n, (len(data) - width) // stride + 1)
+        starts = int(rng.integers(0, len(data) - width - stride * (n - 1) + 1)) + stride * np.arange(n)
+        lengths = np.full(n, width)
+    elif shape == "variable":
+        starts = rng.integers(0, len(data), n)
+        lengths = rng.integers(0, len(data) - starts + 1)
+    else:
+        starts = rng.integers(0, len(data) - width + 1, n)
+        if shape == "ascending":
+            starts = np.sort(starts)
+        lengths = np.full(n, width)
+    for type_ in (pa.binary(), pa.string()):
+        got = ar.gather_segments(np.frombuffer(data, np.uint8), starts, lengths, type_)
+        got.validate(full=type_ == pa.binary())
+        assert got.type == type_
+        assert [bytes(v.as_buffer()) if v.is_valid else None for v in got] == \
+            [data[s:s + k] for s, k in zip(starts.tolist(), lengths.tolist(), strict=True)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(st.fixed_dictionaries({"queue_id": st.sampled_from([0, 0, 1]),
+                                                "queue_offset": st.integers(0, 40),
+                                                "compress": st.booleans()}), min_size=1, max_size=20),
+       body_size=st.integers(0, 300), seed=st.integers(0, 255))
+def test_bodies_of_one_size_are_the_per_record_decoders_bodies(records, body_size, seed) -> None:
+    """One producer's bodies are all the same size: records back to back at a constant stride (the
+    strided copy), or with rows of another queue between them (the fixed-width gather)."""
+    for i, r in enumerate(records):
+        r["body"] = bytes((seed + i + k) % 256 for k in range(body_size))
+    body = _body(records)
+    want = expected_rows(body, "T", 0, 0, 2**62, columns=["body", "queueOffset"])
+    assert decoded_rows(decode(body, columns=["body", "queueOffset"])) == want
