@@ -450,37 +450,36 @@ def gather_segments(buf: BufferLike, starts: np.ndarray, lengths: np.ndarray,
 
 def _gather_fixed(data: np.ndarray, starts: np.ndarray, width: int, type_: pa.DataType) -> pa.Array | None:
     """``gather_segments`` when every segment is ``width`` bytes (one producer's bodies, UNIQ_KEYs), without
-    ``take``: the segments land in one ``(n, width)`` matrix and the offsets are ``i * width``. Records of
-    one queue written back to back sit at a constant stride, so the matrix is copied run by run from
-    strided views of the buffer (in order: the copy streams). Starts in no such order are a numpy gather
-    of ``width``-byte items when the result is small, else None (the caller's ``take``). Large results go
-    to Arrow's memory pool: a fresh numpy array of megabytes is a fresh mapping that page-faults on every
-    4 KiB (measured: 18x the minor faults of ``take`` per read, more CPU than the copy saved)."""
+    ``take``: the segments land in one ``(n, width)`` matrix and the offsets are ``i * width``. A small
+    result is one numpy gather of ``width``-byte items. A large one goes to Arrow's memory pool (a fresh
+    numpy array of megabytes is a fresh mapping that page-faults on every 4 KiB: measured 18x the minor
+    faults of ``take`` per read, more CPU than the copy saved), copied run by run from strided views of
+    the buffer: records of one queue written back to back sit at a constant stride, so the copy streams.
+    Starts in no such order: None (the caller's ``take``)."""
     n = len(starts)
-    stride, cuts = width, np.zeros(0, dtype=np.int64)
-    if n > 1:
-        steps = np.diff(starts)
-        stride = int(steps[0])
-        cuts = np.flatnonzero(steps != stride) + 1
-    if stride > 0 and len(cuts) <= max(8, n >> 4):
-        out = pa.allocate_buffer(n * width)
-        rows = np.frombuffer(out, dtype=np.uint8).reshape(n, width)
-        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), n], strict=True):
-            view = np.ndarray(shape=(hi - lo, width), dtype=np.uint8, buffer=data, offset=int(starts[lo]),
-                              strides=(stride, 1))
-            np.copyto(rows[lo:hi], view)
-        values: np.ndarray | pa.Buffer = out
-    elif n * width <= _SMALL_GATHER:
+    values: np.ndarray | pa.Buffer
+    if n * width <= _SMALL_GATHER:
         cells = np.ndarray(shape=(len(data) - width + 1,), dtype=np.dtype((np.void, width)), buffer=data, strides=(1,))
         values = cells[starts]
     else:
-        return None
+        steps = starts[1:] - starts[:-1]
+        stride = int(steps[0]) if n > 1 else width
+        cuts = np.flatnonzero(steps != stride) + 1
+        if stride <= 0 or len(cuts) > max(8, n >> 4):
+            return None
+        values = pa.allocate_buffer(n * width)
+        rows = np.frombuffer(values, dtype=np.uint8).reshape(n, width)
+        bounds = [0, *cuts.tolist(), n]
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            view = np.ndarray(shape=(hi - lo, width), dtype=np.uint8, buffer=data, offset=int(starts[lo]),
+                              strides=(stride, 1))
+            np.copyto(rows[lo:hi], view)
     return binary_from_parts(values, np.arange(n + 1, dtype=np.int64) * width, type_)
 
 
-# Up to this many bytes a fixed-width gather in no stride order is a numpy gather (glibc serves such
-# sizes from its heap, no fresh mapping); above it Arrow's take, whose memory comes from Arrow's pool.
-_SMALL_GATHER = 1 << 17
+# Up to this many bytes a fixed-width gather is a numpy gather (glibc serves such sizes from its heap, no
+# fresh mapping); above it a copy into Arrow's pool.
+_SMALL_GATHER = 1 << 20
 
 
 @functools.lru_cache(maxsize=16)

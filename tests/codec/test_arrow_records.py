@@ -9,6 +9,7 @@ where the bad record starts. Bodies are built here by ``codec.encode_record``; n
 from __future__ import annotations
 
 import struct
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -424,7 +425,8 @@ def test_host_column_values() -> None:
        shape=st.sampled_from(["stride", "ascending", "any", "variable"]))
 def test_gather_segments_gives_the_slices(size: int, seed: int, n: int, shape: str) -> None:
     """Segments of one width (a constant stride, ascending with gaps, any order, overlapping) take the
-    fixed-width paths, others Arrow's take; all give exactly the slices."""
+    fixed-width paths (as a small result, and as a large one: the size limit patched to 0), others
+    Arrow's take; all give exactly the slices."""
     rng = np.random.default_rng(seed)
     data = rng.bytes(size)
     width = int(rng.integers(0, len(data) + 1))
@@ -441,12 +443,13 @@ def test_gather_segments_gives_the_slices(size: int, seed: int, n: int, shape: s
         if shape == "ascending":
             starts = np.sort(starts)
         lengths = np.full(n, width)
-    for type_ in (pa.binary(), pa.string()):
-        got = ar.gather_segments(np.frombuffer(data, np.uint8), starts, lengths, type_)
+    want = [data[s:s + k] for s, k in zip(starts.tolist(), lengths.tolist(), strict=True)]
+    for type_, small in ((pa.binary(), 1 << 20), (pa.string(), 1 << 20), (pa.binary(), 0)):
+        with mock.patch.object(ar, "_SMALL_GATHER", small):
+            got = ar.gather_segments(np.frombuffer(data, np.uint8), starts, lengths, type_)
         got.validate(full=type_ == pa.binary())
         assert got.type == type_
-        assert [bytes(v.as_buffer()) if v.is_valid else None for v in got] == \
-            [data[s:s + k] for s, k in zip(starts.tolist(), lengths.tolist(), strict=True)]
+        assert [bytes(v.as_buffer()) for v in got] == want
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
