@@ -154,11 +154,13 @@ def _blank_records(sizes: list[int]) -> bytes:
 
 
 @settings(max_examples=60, deadline=None)
-@given(runs=st.lists(st.tuples(st.integers(9, 80), st.integers(1, 40)), min_size=0, max_size=12),
+@given(runs=st.lists(st.tuples(st.integers(9, 80), st.one_of(st.integers(1, 40), st.integers(60, 300))), min_size=0,
+                     max_size=12),
        damage=st.one_of(st.none(), st.tuples(st.integers(0, 10_000), st.integers(-3, 200))))
 def test_record_starts_agrees_with_the_plain_walk_or_refuses_the_body(runs, damage) -> None:
-    """Runs of records of one size mixed with sizes that change every record; a size field damaged anywhere
-    makes both the plain walk and record_starts refuse the body (or agree on it)."""
+    """Runs of records of one size (short ones, and ones long enough for record_starts' gathers) mixed with
+    sizes that change every record; a size field damaged anywhere makes both the plain walk and
+    record_starts refuse the body (or agree on it)."""
     sizes = [size for size, count in runs for _ in range(count)]
     sizes += [9 + (i * 7) % 50 for i in range(len(sizes) // 3)]   # a varying tail
     body = bytearray(_blank_records(sizes))
