@@ -419,6 +419,11 @@ def gather_segments(buf: BufferLike, starts: np.ndarray, lengths: np.ndarray,
     n = len(starts)
     if n == 0:
         return pa.array([], type=type_)
+    width = int(lengths[0])
+    if 0 < width and width * n <= _INT32_MAX and bool((lengths == width).all()):
+        fixed = _gather_fixed(data, starts, width, type_)
+        if fixed is not None:
+            return fixed
     ends = starts + lengths
     order = None
     if n > 1 and not np.all(starts[1:] >= ends[:-1]):
@@ -443,6 +448,40 @@ def gather_segments(buf: BufferLike, starts: np.ndarray, lengths: np.ndarray,
     return interleaved.take(numeric_array(index))
 
 
+def _gather_fixed(data: np.ndarray, starts: np.ndarray, width: int, type_: pa.DataType) -> pa.Array | None:
+    """``gather_segments`` when every segment is ``width`` bytes (one producer's bodies, UNIQ_KEYs), without
+    ``take``: the segments land in one ``(n, width)`` matrix and the offsets are ``i * width``. A small
+    result is one numpy gather of ``width``-byte items. A large one goes to Arrow's memory pool (a fresh
+    numpy array of megabytes is a fresh mapping that page-faults on every 4 KiB: measured 18x the minor
+    faults of ``take`` per read, more CPU than the copy saved), copied run by run from strided views of
+    the buffer: records of one queue written back to back sit at a constant stride, so the copy streams.
+    Starts in no such order: None (the caller's ``take``)."""
+    n = len(starts)
+    values: np.ndarray | pa.Buffer
+    if n * width <= _SMALL_GATHER:
+        cells = np.ndarray(shape=(len(data) - width + 1,), dtype=np.dtype((np.void, width)), buffer=data, strides=(1,))
+        values = cells[starts]
+    else:
+        steps = starts[1:] - starts[:-1]
+        stride = int(steps[0]) if n > 1 else width
+        cuts = np.flatnonzero(steps != stride) + 1
+        if stride <= 0 or len(cuts) > max(8, n >> 4):
+            return None
+        values = pa.allocate_buffer(n * width)
+        rows = np.frombuffer(values, dtype=np.uint8).reshape(n, width)
+        bounds = [0, *cuts.tolist(), n]
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            view = np.ndarray(shape=(hi - lo, width), dtype=np.uint8, buffer=data, offset=int(starts[lo]),
+                              strides=(stride, 1))
+            np.copyto(rows[lo:hi], view)
+    return binary_from_parts(values, np.arange(n + 1, dtype=np.int64) * width, type_)
+
+
+# Up to this many bytes a fixed-width gather is a numpy gather (glibc serves such sizes from its heap, no
+# fresh mapping); above it a copy into Arrow's pool.
+_SMALL_GATHER = 1 << 20
+
+
 @functools.lru_cache(maxsize=16)
 def _even_index(n: int) -> pa.Array:
     """0, 2, ..., 2n-2 as an Arrow index (a few row counts recur batch after batch)."""
@@ -457,11 +496,12 @@ def _gather_by_index(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, 
     return binary_from_parts(values, offsets, type_)
 
 
-def binary_from_parts(values: np.ndarray | bytes, offsets: np.ndarray, type_: pa.DataType = _BINARY) -> pa.Array:
+def binary_from_parts(values: np.ndarray | bytes | pa.Buffer, offsets: np.ndarray,
+                      type_: pa.DataType = _BINARY) -> pa.Array:
     """Arrow binary/string array from a data buffer and ``n + 1`` offsets (int32 range)."""
     n = len(offsets) - 1
-    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(np.asarray(offsets, dtype=np.int32)),
-                                            pa.py_buffer(values)])
+    data = values if isinstance(values, pa.Buffer) else pa.py_buffer(values)
+    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(np.asarray(offsets, dtype=np.int32)), data])
 
 
 _NUMPY_OF: dict[pa.DataType, np.dtype[Any]] = {pa.int32(): np.dtype(np.int32), pa.int64(): np.dtype(np.int64)}
@@ -797,7 +837,7 @@ def _parse_uniform(roff: np.ndarray, blob: np.ndarray,
             columns[name] = pa.nulls(n, pa.string())
             continue
         j = pattern.index(raw)
-        columns[name] = _fixed_or_gathered(blob, value_start[j::r], value_len[j::r])
+        columns[name] = gather_segments(blob, value_start[j::r], value_len[j::r], pa.string())
     return result, columns
 
 
@@ -844,17 +884,6 @@ def _repeated_keys_for(pattern: tuple[bytes, ...], n: int) -> tuple[pa.Array, pa
     key_offsets[-1] = len(keys_blob) * n
     keys = binary_from_parts(keys_blob * n, key_offsets, pa.string())
     return keys, numeric_array(np.arange(n + 1, dtype=np.int32) * len(pattern), pa.int32())
-
-
-def _fixed_or_gathered(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """String column of ``blob[s:s+l]``; one fixed-width numpy gather when all lengths are equal
-    (UNIQ_KEY is always 32 hex digits), else Arrow's take."""
-    width = int(lengths[0])
-    n = len(starts)
-    if width * n <= _INT32_MAX and (lengths == width).all():
-        cells = np.ndarray(shape=(len(blob) - width + 1,), dtype=f"V{width}", buffer=blob, strides=(1,))[starts]
-        return binary_from_parts(cells, np.arange(n + 1, dtype=np.int64) * width, pa.string())
-    return gather_segments(blob, starts, lengths, pa.string())
 
 
 def _column_of(blob: np.ndarray, roff: np.ndarray, records: np.ndarray, starts: np.ndarray,
@@ -1096,32 +1125,69 @@ ALONE_BYTES = BATCH_BYTES // 2
 
 
 def record_starts(body: PullBody, addr: str | None = None) -> np.ndarray:
-    """Start of every record of a pull body (stored records back to back): TOTALSIZE read at each start
-    (the one loop per record left: each start depends on the previous size), then the magic codes of
-    all records checked at once. A size that does not land exactly on the body's end, or a magic code
-    that is not V1/V2, is a :class:`BodyError` naming the byte where that record starts (and ``addr``)."""
-    starts: list[int] = []
-    append = starts.append
+    """Start of every record of a pull body (stored records back to back): each start is the previous
+    start plus its TOTALSIZE (``MessageDecoder.decodes``' walk), then the magic codes of all records
+    checked at once. A size that does not land exactly on the body's end, or a magic code that is not
+    V1/V2, is a :class:`BodyError` naming the byte where that record starts (and ``addr``).
+
+    The walk reads one TOTALSIZE per record in Python, except along runs of records of one size (one
+    producer's messages): from a record of size ``s`` it reads the TOTALSIZE at ``s``, ``2s``, ... in one
+    gather and takes the records up to the first that differs — exactly the records the walk would
+    step through. A gather costs about what walking 50 records costs, so an attempt that finds fewer
+    than :data:`_MIN_RUN` records doubles the number of records walked one by one before the next
+    attempt (sizes that change every record cost the walk plus a few gathers), and a run that fills
+    its gather doubles the next one. Measured on 8,000 records of about 300 B: 40 ns a record when all
+    have one size, against 155 for the plain walk; 180-210 when sizes change every record or every 20."""
+    one: list[int] = []   # starts walked one by one
+    append = one.append
+    runs: list[np.ndarray] = []   # starts found along runs
     unpack = INT32.unpack_from
+    n = len(body)
+    sizes_at = _unaligned(as_uint8(body), np.dtype(">i4")) if n >= 4 else None
     pos = size = 0
+    walk, probe = _MIN_RUN // 4, _MIN_RUN * 4
     try:
         while True:   # ends at struct.error: fewer than 4 bytes left at pos (the end, or a bad size)
+            # walk one by one for about `walk` records (counted in bytes: one compare per record)
+            until = pos + walk * size
+            while pos < until:
+                (size,) = unpack(body, pos)
+                if size <= 8:
+                    raise StopIteration
+                append(pos)
+                pos += size
             (size,) = unpack(body, pos)
             if size <= 8:
                 break
-            append(pos)
-            pos += size
-    except struct.error:
+            k = min((n - pos) // size, probe)   # records of this size that fit in what is left, at most probe
+            if k < _MIN_RUN or sizes_at is None:
+                walk = min(max(walk * 2, 1), _MAX_RUN)
+                continue
+            candidates = pos + size * np.arange(k, dtype=np.int64)
+            same = sizes_at[candidates] == size
+            run = k if bool(same.all()) else int(np.argmin(same))
+            runs.append(candidates[:run])
+            pos += size * run
+            if run == k:
+                walk, probe = 0, min(probe * 2, _MAX_RUN)
+            elif run >= _MIN_RUN:
+                walk, probe = 1, _MIN_RUN * 4
+            else:
+                walk, probe = min(max(walk * 2, 1), _MAX_RUN), _MIN_RUN * 4
+    except (struct.error, StopIteration):
         pass
+    last = max(one[-1] if one else 0, int(runs[-1][-1]) if runs and len(runs[-1]) else 0)
     n = len(body)
     if pos > n:
-        raise BodyError(f"pull body: record at byte {starts[-1]} has size {pos - starts[-1]} beyond the body "
+        raise BodyError(f"pull body: record at byte {last} has size {pos - last} beyond the body "
                         f"({n} bytes)", addr=addr)
     if pos < n:
         what = f"has size {size}" if pos + 4 <= n else "is truncated"
         raise BodyError(f"pull body: record at byte {pos} {what} (truncated record header or a bad size; "
                         f"{n} bytes)", addr=addr)
-    rel = np.asarray(starts, dtype=np.int64)
+    rel = np.asarray(one, dtype=np.int64)
+    if runs:   # starts are increasing within each part and distinct across them
+        rel = np.sort(np.concatenate([rel, *runs]))
     if len(rel):
         magic = as_uint8(body)[rel[:, None] + np.arange(POS_MAGIC, POS_MAGIC + 4)].view(">i4").reshape(-1)
         bad = (magic != MAGIC_V1) & (magic != MAGIC_V2)
@@ -1130,6 +1196,12 @@ def record_starts(body: PullBody, addr: str | None = None) -> np.ndarray:
             raise BodyError(f"pull body: record at byte {int(rel[i])} has magic code {int(magic[i]) & 0xFFFFFFFF:#x}",
                             addr=addr)
     return rel
+
+
+# record_starts' runs: at least this many records of one size make a run worth its gather; at most this
+# many are gathered at once
+_MIN_RUN = 64
+_MAX_RUN = 4096
 
 
 def pack_pull_bodies(bodies: Iterable[PullBody]) -> Iterator[PullBody]:

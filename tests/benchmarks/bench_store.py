@@ -2,6 +2,7 @@
 ratio to a raw reference measured in the same run.
 
     python tests/benchmarks/bench_store.py [--messages 200000] [--batch 256] [--repeat 3] [--dir /tmp]
+        [--no-read | --no-append]
 
 Append, two producer APIs, both into a fresh store per repeat (1 GiB commit-log files, 4 queues,
 tags from 4 values, a distinct key per message, a distinct random body per message):
@@ -24,7 +25,8 @@ Timing: best of ``--repeat`` runs for every side, as wall time (perf_counter) an
 reference time / store time, so 1.0 means "as fast as copying the finished bytes".
 
 Read: ``MessageStore.read_range`` over every queue to Arrow RecordBatches (all columns) against a
-raw scan copying the same commit-log bytes out of the mmap in 4 MiB chunks; best of ``--repeat`` after a warm-up.
+raw scan copying the same commit-log bytes out of the mmap in 4 MiB chunks; best of ``--repeat`` after a warm-up,
+wall and CPU time as for the appends (``--no-append`` skips the appends: the read's store is written anyway).
 Data lives in a temporary directory that is removed at the end.
 """
 
@@ -123,8 +125,8 @@ def bench_append(base: Path, n: int, body_size: int, batch: int, repeat: int) ->
     return timings
 
 
-def bench_read(root: Path, body_size: int, repeat: int = 3) -> tuple[float, int, int, float]:
-    """Returns (seconds, rows, commit-log bytes, raw scan seconds), each the best of ``repeat`` runs
+def bench_read(root: Path, body_size: int, repeat: int = 3) -> tuple[Timing, int, int, Timing]:
+    """Returns (read timing, rows, commit-log bytes, raw scan timing), each the best of ``repeat`` runs
     after one warm-up read (the first read in a process pays one-off imports of pyarrow.compute)."""
     topic = f"Bench{body_size}"
     with MessageStore.open(root, read_only=True) as store:
@@ -140,18 +142,19 @@ def bench_read(root: Path, body_size: int, repeat: int = 3) -> tuple[float, int,
         return rows
 
     rows = once()
-    best = best_raw = float("inf")
+    best, best_raw = Timing(), Timing()
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         once()
-        best = min(best, time.perf_counter() - t0)
-        best_raw = min(best_raw, _raw_scan(root / "commitlog", lo, hi))
+        best.add(time.perf_counter() - t0, time.process_time() - c0)
+        best_raw.add(*_raw_scan(root / "commitlog", lo, hi))
     return best, rows, hi - lo, best_raw
 
 
-def _raw_scan(commitlog: Path, lo: int, hi: int) -> float:
+def _raw_scan(commitlog: Path, lo: int, hi: int) -> tuple[float, float]:
+    """(wall s, cpu s) of copying the commit-log bytes [lo, hi) out of fresh mappings in 4 MiB chunks."""
     files = sorted(p for p in commitlog.iterdir() if p.name.isdigit())
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     total = 0
     for p in files:
         with open(p, "rb") as f:
@@ -161,7 +164,7 @@ def _raw_scan(commitlog: Path, lo: int, hi: int) -> float:
             for pos in range(a, b, 4 << 20):
                 total += len(mm[pos : min(pos + (4 << 20), b)])
             mm.close()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def _read_store(root: Path, n: int, body_size: int, batch: int) -> None:
@@ -180,6 +183,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs per side")
     ap.add_argument("--no-read", action="store_true", help="skip the read-to-Arrow rows")
+    ap.add_argument("--no-append", action="store_true", help="skip the append rows (the read's store is still written)")
     ap.add_argument("--dir", type=Path, default=None)
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="rs-bench-", dir=args.dir))
@@ -190,21 +194,23 @@ def main() -> None:
               f"{'cpu':>6} {'MB/s':>7}")
         for body_size in (256, 4096):
             n = args.messages if body_size == 256 else max(args.messages // 8, 1000)
-            t = bench_append(base, n, body_size, args.batch, args.repeat)
-            raw = t["raw mmap"]
-            for name in ("put_messages", "put_batch"):
-                s = t[name]
-                print(f"{f'append {body_size} B x{args.batch} {name}':34} {s.wall / n * 1e6:11.3f} "
-                      f"{s.cpu / n * 1e6:7.3f} {raw.wall / n * 1e6:9.3f} {raw.cpu / n * 1e6:7.3f} "
-                      f"{raw.wall / s.wall:10.2f} {raw.cpu / s.cpu:6.2f} {t['bytes'] / s.wall / 1e6:7.0f}")
+            if not args.no_append:
+                t = bench_append(base, n, body_size, args.batch, args.repeat)
+                raw = t["raw mmap"]
+                for name in ("put_messages", "put_batch"):
+                    s = t[name]
+                    print(f"{f'append {body_size} B x{args.batch} {name}':34} {s.wall / n * 1e6:11.3f} "
+                          f"{s.cpu / n * 1e6:7.3f} {raw.wall / n * 1e6:9.3f} {raw.cpu / n * 1e6:7.3f} "
+                          f"{raw.wall / s.wall:10.2f} {raw.cpu / s.cpu:6.2f} {t['bytes'] / s.wall / 1e6:7.0f}")
             if args.no_read:
                 continue
             root = base / f"read-{body_size}"
             _read_store(root, n, body_size, args.batch)
-            secs, rows, nbytes, raw_s = bench_read(root, body_size, args.repeat)
-            mb, raw_mb = nbytes / secs / 1e6, nbytes / raw_s / 1e6
-            print(f"{'read to Arrow ' + str(body_size) + ' B':34} {secs / rows * 1e6:11.3f} {'':7} "
-                  f"{raw_s / rows * 1e6:9.3f} {'':7} {raw_s / secs:10.2f} {'':6} {mb:7.0f}  (raw {raw_mb:.0f} MB/s)")
+            r, rows, nbytes, raw = bench_read(root, body_size, args.repeat)
+            mb, raw_mb = nbytes / r.wall / 1e6, nbytes / raw.wall / 1e6
+            print(f"{'read to Arrow ' + str(body_size) + ' B':34} {r.wall / rows * 1e6:11.3f} "
+                  f"{r.cpu / rows * 1e6:7.3f} {raw.wall / rows * 1e6:9.3f} {raw.cpu / rows * 1e6:7.3f} "
+                  f"{raw.wall / r.wall:10.2f} {raw.cpu / r.cpu:6.2f} {mb:7.0f}  (raw {raw_mb:.0f} MB/s)")
             shutil.rmtree(root)
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -9,6 +9,7 @@ where the bad record starts. Bodies are built here by ``codec.encode_record``; n
 from __future__ import annotations
 
 import struct
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +30,7 @@ from rocketstream.codec import (
     decode_record,
     encode_record,
 )
+from rocketstream.codec import arrow_records as ar
 from rocketstream.codec.arrow_records import (
     ALONE_BYTES,
     BATCH_BYTES,
@@ -152,11 +154,13 @@ def _blank_records(sizes: list[int]) -> bytes:
 
 
 @settings(max_examples=60, deadline=None)
-@given(runs=st.lists(st.tuples(st.integers(9, 80), st.integers(1, 40)), min_size=0, max_size=12),
+@given(runs=st.lists(st.tuples(st.integers(9, 80), st.one_of(st.integers(1, 40), st.integers(60, 300))), min_size=0,
+                     max_size=12),
        damage=st.one_of(st.none(), st.tuples(st.integers(0, 10_000), st.integers(-3, 200))))
 def test_record_starts_agrees_with_the_plain_walk_or_refuses_the_body(runs, damage) -> None:
-    """Runs of records of one size mixed with sizes that change every record; a size field damaged anywhere
-    makes both the plain walk and record_starts refuse the body (or agree on it)."""
+    """Runs of records of one size (short ones, and ones long enough for record_starts' gathers) mixed with
+    sizes that change every record; a size field damaged anywhere makes both the plain walk and
+    record_starts refuse the body (or agree on it)."""
     sizes = [size for size, count in runs for _ in range(count)]
     sizes += [9 + (i * 7) % 50 for i in range(len(sizes) // 3)]   # a varying tail
     body = bytearray(_blank_records(sizes))
@@ -415,3 +419,51 @@ def test_host_column_values() -> None:
     assert rows[0]["offsetMsgId"] == codec.offset_msg_id(HostAddress("10.0.0.1", 10911), BASE)
 
 
+
+
+# --- variable-length pieces ---------------------------------------------------------------------
+@settings(max_examples=150, deadline=None)
+@given(size=st.integers(1, 300), seed=st.integers(0, 2**32 - 1), n=st.integers(1, 12),
+       shape=st.sampled_from(["stride", "ascending", "any", "variable"]))
+def test_gather_segments_gives_the_slices(size: int, seed: int, n: int, shape: str) -> None:
+    """Segments of one width (a constant stride, ascending with gaps, any order, overlapping) take the
+    fixed-width paths (as a small result, and as a large one: the size limit patched to 0), others
+    Arrow's take; all give exactly the slices."""
+    rng = np.random.default_rng(seed)
+    data = rng.bytes(size)
+    width = int(rng.integers(0, len(data) + 1))
+    if shape == "stride":
+        stride = int(rng.integers(1, 40))
+        n = min(n, (len(data) - width) // stride + 1)
+        starts = int(rng.integers(0, len(data) - width - stride * (n - 1) + 1)) + stride * np.arange(n)
+        lengths = np.full(n, width)
+    elif shape == "variable":
+        starts = rng.integers(0, len(data), n)
+        lengths = rng.integers(0, len(data) - starts + 1)
+    else:
+        starts = rng.integers(0, len(data) - width + 1, n)
+        if shape == "ascending":
+            starts = np.sort(starts)
+        lengths = np.full(n, width)
+    want = [data[s:s + k] for s, k in zip(starts.tolist(), lengths.tolist(), strict=True)]
+    for type_, small in ((pa.binary(), 1 << 20), (pa.string(), 1 << 20), (pa.binary(), 0)):
+        with mock.patch.object(ar, "_SMALL_GATHER", small):
+            got = ar.gather_segments(np.frombuffer(data, np.uint8), starts, lengths, type_)
+        got.validate(full=type_ == pa.binary())
+        assert got.type == type_
+        assert [bytes(v.as_buffer()) for v in got] == want
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(st.fixed_dictionaries({"queue_id": st.sampled_from([0, 0, 1]),
+                                                "queue_offset": st.integers(0, 40),
+                                                "compress": st.booleans()}), min_size=1, max_size=20),
+       body_size=st.integers(0, 300), seed=st.integers(0, 255))
+def test_bodies_of_one_size_are_the_per_record_decoders_bodies(records, body_size, seed) -> None:
+    """One producer's bodies are all the same size: records back to back at a constant stride (the
+    strided copy), or with rows of another queue between them (the fixed-width gather)."""
+    for i, r in enumerate(records):
+        r["body"] = bytes((seed + i + k) % 256 for k in range(body_size))
+    body = _body(records)
+    want = expected_rows(body, "T", 0, 0, 2**62, columns=["body", "queueOffset"])
+    assert decoded_rows(decode(body, columns=["body", "queueOffset"])) == want
