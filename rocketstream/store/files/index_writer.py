@@ -34,6 +34,7 @@ file newer than indexMsgTimestamp; files that pass are kept (never destroy what 
 
 from __future__ import annotations
 
+import functools
 import logging
 import mmap
 import os
@@ -87,28 +88,38 @@ def key_hashes(keys: Sequence[str]) -> Int64Array:
     if not n:
         return np.zeros(0, dtype=np.int64)
     text = "".join(keys)
+    # lengths as a list first: max/min of a batch's few keys cost less as builtins than as numpy reductions
     if text.isascii():
         units: np.ndarray = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-        lens = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+        len_list = list(map(len, keys))
     else:
         encoded = [k.encode("utf-16-be", "surrogatepass") for k in keys]
         units = np.frombuffer(b"".join(encoded), dtype=">u2")
-        lens = np.fromiter(map(len, encoded), dtype=np.int64, count=n) // 2
-    width = int(lens.max())
+        len_list = [len(e) // 2 for e in encoded]
+    width = max(len_list)
     if width == 0:
         return np.zeros(n, dtype=np.int64)
-    if int(lens.min()) == width:
+    if min(len_list) == width:
         matrix = units.astype(np.uint32).reshape(n, width)
     else:
+        lens = np.array(len_list, dtype=np.int64)
         matrix = np.zeros((n, width), dtype=np.uint32)
         ends = np.cumsum(lens)
         pad = np.repeat(width - lens, lens)
         col = np.arange(len(units), dtype=np.int64) - np.repeat(ends - lens, lens) + pad
         matrix[np.repeat(np.arange(n), lens), col] = units
-    powers = np.array([pow(31, width - 1 - j, 2**32) for j in range(width)], dtype=np.uint32)
-    h: Int64Array = np.abs(matrix.dot(powers).view(np.int32).astype(np.int64))
+    h: Int64Array = np.abs(matrix.dot(_powers_of_31(width)).view(np.int32).astype(np.int64))
     h[h > _INT_MAX] = 0
     return h
+
+
+@functools.lru_cache(maxsize=256)
+def _powers_of_31(width: int) -> np.ndarray:
+    """31**(width-1) .. 31**0 mod 2**32 (String.hashCode's weights of a key of ``width`` code units), kept per
+    width: a batch's keys mostly share one or two widths, and the powers cost more than the hashing."""
+    powers = np.array([pow(31, width - 1 - j, 2**32) for j in range(width)], dtype=np.uint32)
+    powers.flags.writeable = False
+    return powers
 
 
 def record_keys(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:
@@ -176,6 +187,12 @@ class IndexFileWriter:
                 self.mm = mmap.mmap(fd, size)
             finally:
                 os.close(fd)
+        # the slot table and the entries as arrays over the mapping, made once (put_many's per-put views of
+        # a 420 MB mapping cost more than its few keys); close() drops them before it unmaps
+        self._table: np.ndarray | None = np.frombuffer(self.mm, dtype=">i4", count=geometry.max_hash_slot_num,
+                                                       offset=INDEX_HEADER_SIZE)
+        self._entries: np.ndarray | None = np.frombuffer(self.mm, dtype=ENTRY_DTYPE, count=geometry.max_index_num,
+                                                         offset=geometry.entry_base)
         h = IndexHeader.unpack(self.mm)   # a new file is zeros: indexCount 0 is read as 1 (IndexHeader.load)
         self.begin_timestamp, self.end_timestamp = h.begin_timestamp, h.end_timestamp
         self.begin_phy, self.end_phy = h.begin_phy_offset, h.end_phy_offset
@@ -244,7 +261,8 @@ class IndexFileWriter:
         numbers = np.arange(count, count + k, dtype=np.int64)
         geometry = self.geometry
         slots = hashes % geometry.max_hash_slot_num
-        table = np.frombuffer(self.mm, dtype=">i4", count=geometry.max_hash_slot_num, offset=INDEX_HEADER_SIZE)
+        table = self._table
+        assert table is not None, "put on a closed index file"
         current = table[slots].astype(np.int64)
         valid = (current > 0) & (current <= numbers)   # putKey: a slot value > indexCount is no chain
         ts0 = int(timestamps[0])
@@ -279,8 +297,8 @@ class IndexFileWriter:
     def _finish_many(self, count: int, k: int, hashes: Int64Array, phys: Int64Array, timestamps: Int64Array,
                      diffs: Int64Array | int, prev: Int64Array, new_slots: int, table: np.ndarray) -> int:
         """put_many's entries and header, once the slots are updated."""
-        entries = np.frombuffer(self.mm, dtype=ENTRY_DTYPE, count=k,
-                                offset=self.geometry.entry_base + count * INDEX_SIZE)
+        assert self._entries is not None, "put on a closed index file"
+        entries = self._entries[count:count + k]
         entries["key_hash"] = hashes
         entries["phy_offset"] = phys
         entries["time_diff"] = diffs
@@ -343,6 +361,7 @@ class IndexFileWriter:
         self.mm.flush()
 
     def close(self) -> None:
+        self._table = self._entries = None   # no array may view the mapping when it is unmapped
         if not self.mm.closed:
             self.mm.close()
 
