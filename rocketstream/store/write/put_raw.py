@@ -38,7 +38,7 @@ from rocketstream.store.write.put_columns import _head_dtype, _int16_at
 Int64Array: TypeAlias = npt.NDArray[np.int64]
 
 _PAIR = re.compile(rb"([^\x01\x02]+)\x01([^\x01\x02]+)\x02")
-_SKELETON = re.compile(rb"\x01[^\x02]*\x02")    # a pair's value and separators -> \x01: the names remain
+_NOT_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))   # bytes.translate's delete set
 _BATCH_HEAD = codec.record._BATCH_HEAD      # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODY length
 _ENTRY_MIN = _BATCH_HEAD.size + 2
 _UNIQ = codec.PROPERTY_UNIQ_KEY.encode()
@@ -211,27 +211,27 @@ def _uniform(props: list[bytes], extra: list[tuple[bytes, bytes]]) -> _Parsed | 
     code path). Checked on the joined strings with a few C-level calls; None when it does not hold (the
     caller then looks at each string) or a string is not in re-encoded form."""
     n = len(props)
-    first = props[0]
-    k = first.count(2)
+    k = props[0].count(2)
+    # k pairs in every string (each non-empty one ends with \x02: build_raw_batch appended it where missing)
+    if not k or [p.count(2) for p in props] != [k] * n:
+        return None
     blob = b"".join(props)
-    if not k or not first.endswith(b"\x02") or blob.count(2) != k * n or blob.count(1) != k * n:
+    # name \x01 value \x02, k * n times: the separators alternate, and no name or value is empty
+    if blob.translate(None, _NOT_SEPARATORS) != b"\x01\x02" * (k * n):
         return None
-    pairs = _PAIR.findall(blob)
-    if len(pairs) != k * n:
+    parts = blob.replace(b"\x01", b"\x02").split(b"\x02")   # name, value, ..., name, value, b""
+    if parts.count(b"") != 1:
         return None
-    names = [name for name, _ in pairs[:k]]
-    # the same names in every string: the skeleton of names is the first string's, n times
-    if _SKELETON.sub(b"\x01", blob) != (b"\x01".join(names) + b"\x01") * n:
-        return None
-    if len(set(names)) != k or _DELAY in names:
+    names = parts[0:2 * k:2]
+    # the same names in every string: the first string's, n times
+    if parts[0::2] != names * n + [b""] or len(set(names)) != k or _DELAY in names:
         return None
     if not blob.isascii():
         try:
             blob.decode("utf-8")
         except UnicodeDecodeError:
             return None
-    # a string ends where its k-th pair ends: every string ends with \x02 (the counts and skeleton say so)
-    values = [value for _, value in pairs]
+    values = parts[1::2]
     missing = []
     for name, value in extra:
         if name in names:
