@@ -251,8 +251,9 @@ class IndexFileWriter:
         self._write_header(phy if first else None, store_timestamp if first else None)
         return True
 
-    def put_many(self, hashes: Int64Array, phys: Int64Array, timestamps: Int64Array) -> int:
-        """putKey for each key in order, vectorized; returns how many fitted (the rest need a new file)."""
+    def put_many(self, hashes: Int64Array, phys: Int64Array, timestamps: Int64Array, *, one_time: bool = False) -> int:
+        """putKey for each key in order, vectorized; returns how many fitted (the rest need a new file).
+        ``one_time``: the caller knows every timestamp is the same (one put's store time)."""
         count = self.index_count
         k = min(len(hashes), self.geometry.max_index_num - count)
         if k <= 0:
@@ -267,7 +268,7 @@ class IndexFileWriter:
         valid = (current > 0) & (current <= numbers)   # putKey: a slot value > indexCount is no chain
         ts0 = int(timestamps[0])
         if count > 1 and ts0 == int(timestamps[-1]) and len(set(slots.tolist())) == k \
-                and (k < 3 or not np.any(timestamps != ts0)):
+                and (one_time or k < 3 or not np.any(timestamps != ts0)):
             # the common put (one store time, a file that has its beginTimestamp, no two keys on one slot):
             # one time difference, and each key's previous entry is its slot's current one
             begin = self.begin_timestamp
@@ -560,14 +561,16 @@ class IndexWriter:
                 if not f.put_one(h, int(off), ts):
                     self._file().put_one(h, int(off), ts)
             return
+        one_time = isinstance(timestamps, int)
         self.put_hashed(key_hashes(keys), np.asarray(offsets, dtype=np.int64),
-                        np.full(n, timestamps, dtype=np.int64) if isinstance(timestamps, int)
-                        else np.asarray(timestamps, dtype=np.int64))
+                        np.full(n, timestamps, dtype=np.int64) if one_time else np.asarray(timestamps, dtype=np.int64),
+                        one_time=one_time)
 
-    def put_hashed(self, hashes: Int64Array, offsets: Int64Array, timestamps: Int64Array) -> None:
+    def put_hashed(self, hashes: Int64Array, offsets: Int64Array, timestamps: Int64Array, *,
+                   one_time: bool = False) -> None:
         done = 0
         while done < len(hashes):
-            done += self._file().put_many(hashes[done:], offsets[done:], timestamps[done:])
+            done += self._file().put_many(hashes[done:], offsets[done:], timestamps[done:], one_time=one_time)
 
     def put_records(self, topic: str, uniq_keys: Sequence[str | None], keys: Sequence[str | None] | None,
                     offsets: Sequence[int], store_timestamp: int) -> None:
