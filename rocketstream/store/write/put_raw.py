@@ -68,9 +68,10 @@ class RawBatch:
         self._props = props
         self._extras = extras
         self.sizes = sizes
-        self.total = int(sizes.sum())
-        self.starts = np.zeros(self.count, dtype=np.int64)
-        np.cumsum(sizes[:-1], out=self.starts[1:])
+        # array methods and ufuncs, not numpy's module-level wrappers: a batch is a few dozen records
+        ends = sizes.cumsum()
+        self.total = int(ends[-1])
+        self.starts = ends - sizes
         self._uniq = uniq
         self._keys = keys
         self._tags_codes = tags_codes
@@ -149,7 +150,7 @@ def build_raw_batch(topic: str, queue_id: int, raw: bytes, *, batch_properties: 
     body_lens = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
     props_lens = np.fromiter(map(len, props), dtype=np.int64, count=n) \
         + np.fromiter(map(len, extra_of), dtype=np.int64, count=n)
-    if int(props_lens.max()) > codec.MAX_PROPERTIES_LENGTH:
+    if int(np.maximum.reduce(props_lens)) > codec.MAX_PROPERTIES_LENGTH:
         return None
     sizes = body_lens + props_lens + (fixed.size + len(topic_part) + 2)
     rows = np.empty((n, fixed.size), dtype=np.uint8)
