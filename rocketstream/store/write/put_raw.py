@@ -176,31 +176,32 @@ def build_raw_batch(topic: str, queue_id: int, raw: bytes, *, batch_properties: 
 
 def _split(raw: bytes, max_message_size: int) -> tuple[list[memoryview], list[bytes], list[int]] | None:
     """(bodies, properties strings, flags) of the batch body's entries; None for anything that does not
-    decode cleanly (``codec.decode_batch_body`` words it)."""
+    decode cleanly (``codec.decode_batch_body`` words it). One pass: each entry's slices are taken where
+    it is checked."""
     n_bytes = len(raw)
     unpack = _BATCH_HEAD.unpack_from
-    starts: list[int] = []
-    ends: list[int] = []
+    head = _BATCH_HEAD.size
+    mv = memoryview(raw)
+    bodies: list[memoryview] = []
+    props: list[bytes] = []
     flags: list[int] = []
-    pos = 0
+    pos = longest = 0
     while pos < n_bytes:
         if n_bytes - pos < _ENTRY_MIN:
             return None
         total, _, _, flag, body_len = unpack(raw, pos)
-        p = pos + _BATCH_HEAD.size + body_len
+        p = pos + head + body_len
         if total < _ENTRY_MIN or total > n_bytes - pos or body_len < 0 or body_len + _ENTRY_MIN > total \
                 or raw[p] & 0x80 or _ENTRY_MIN + body_len + ((raw[p] << 8) | raw[p + 1]) != total:
             return None
-        starts.append(pos + _BATCH_HEAD.size)
-        ends.append(p)
+        if body_len > longest:
+            longest = body_len
+        bodies.append(mv[pos + head:p])
+        props.append(raw[p + 2:pos + total])
         flags.append(flag)
         pos += total
-    if max(map(int.__sub__, ends, starts)) > max_message_size:
+    if longest > max_message_size:
         return None
-    mv = memoryview(raw)
-    bodies = list(map(mv.__getitem__, map(slice, starts, ends)))
-    props_ends = starts[1:] + [n_bytes + _BATCH_HEAD.size]
-    props = list(map(raw.__getitem__, map(slice, [e + 2 for e in ends], [s - _BATCH_HEAD.size for s in props_ends])))
     return bodies, props, flags
 
 
