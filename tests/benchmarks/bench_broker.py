@@ -4,7 +4,7 @@ this machine, with the same settings, then a table of ratios.
 
     python tests/benchmarks/bench_broker.py [--send 50000] [--batch 200000] [--latency 2000]
                                             [--threads 8] [--size 1024] [--full] [--only java|ours]
-                                            [--json FILE] [--dir DIR] [--keep]
+                                            [--json FILE] [--dir DIR] [--keep] [--py-spy DIR]
 
 For each broker, on a fresh store (1 GiB commit-log files, ASYNC_FLUSH, default delay levels):
   1. send     ``--send`` sync sends of ``--size`` bytes from ``--threads`` threads sharing one producer
@@ -22,7 +22,8 @@ so > 1 is better for throughput and worse for latency.
 Goals (issue 11): send and consume ≥ 0.5× the Java broker's; p50 latency ≤ 5 ms.
 
 The two brokers never run at the same time. Each server's CPU time (user+sys) over the whole run is
-reported, since the load generator and the broker share this machine's cores.
+reported, since the load generator and the broker share this machine's cores, and per message of each
+phase for the servers and for the load generator (its process's rusage).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -169,6 +171,35 @@ def loadgen(classes: Path, home: Path, *args: str, timeout: float) -> dict:
     return out
 
 
+def start_py_spy(running: Running, out_dir: Path | None, phase: str) -> subprocess.Popen | None:
+    """``--py-spy DIR``: sample our broker (not the Java one) over one phase into DIR/ours-PHASE.txt, py-spy's
+    raw (collapsed stacks) format; None when not asked or not ours."""
+    if out_dir is None or running.name != "ours":
+        return None
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        raise BenchError("--py-spy: no py-spy next to this Python or on PATH (pip install py-spy)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([spy, "record", "--pid", str(running.procs[0].pid), "--format", "raw", "--rate", "250",
+                             "--nonblocking", "--output", str(out_dir / f"ours-{phase}.txt")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def stop_py_spy(spy: subprocess.Popen | None) -> None:
+    """Stop sampling (SIGINT: py-spy writes its file) and wait for the file."""
+    if spy is None:
+        return
+    spy.send_signal(signal.SIGINT)
+    try:
+        _, err = spy.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        spy.wait()
+        raise BenchError("py-spy did not stop within 60 s of SIGINT") from None
+    if spy.returncode not in (0, -signal.SIGINT):
+        print(f"  WARNING: py-spy exited with {spy.returncode}: {err.strip()[-500:]}", file=sys.stderr)
+
+
 def run_side(name: str, classes: Path, home: Path, args: argparse.Namespace) -> dict:
     side_home = home / name
     side_home.mkdir()
@@ -179,19 +210,33 @@ def run_side(name: str, classes: Path, home: Path, args: argparse.Namespace) -> 
     res: dict = {}
     try:
         common = ["--threads", str(args.threads), "--size", str(args.size)]
-        print(f"[{name}] send {args.send} ...", file=sys.stderr)
-        res["send"] = loadgen(classes, side_home, "send", ns, TOPIC, "--count", str(args.send), *common,
-                              timeout=args.timeout)
-        print(f"[{name}] batch {args.batch} ...", file=sys.stderr)
-        res["batch"] = loadgen(classes, side_home, "batch", ns, TOPIC, "--count", str(args.batch), "--batch", "32",
-                               *common, timeout=args.timeout)
+
+        def phase(key: str, *argv: str, timeout: float) -> None:
+            """One LoadGen run; also the servers' CPU time over it (per message when it reports a count)."""
+            print(f"[{name}] {key} {argv[argv.index('--count') + 1]} ...", file=sys.stderr)
+            spy = start_py_spy(running, args.py_spy, key)
+            before = sum(cpu_seconds(p.pid) for p in running.procs)
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            try:
+                res[key] = out = loadgen(classes, side_home, key, ns, *argv, timeout=timeout)
+            finally:
+                used = sum(cpu_seconds(p.pid) for p in running.procs) - before
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                stop_py_spy(spy)
+            client = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+            out["server_cpu_s"], out["client_cpu_s"] = round(used, 2), round(client, 2)
+            msgs = (out.get("msgs") or 0) + (out.get("warmup_msgs") or 0)
+            if msgs:
+                out["server_cpu_us_per_msg"] = round(1e6 * used / msgs, 1)
+                out["client_cpu_us_per_msg"] = round(1e6 * client / msgs, 1)
+
+        phase("send", TOPIC, "--count", str(args.send), *common, timeout=args.timeout)
+        phase("batch", TOPIC, "--count", str(args.batch), "--batch", "32", *common, timeout=args.timeout)
         total = sum(res[k]["msgs"] + res[k]["warmup_msgs"] for k in ("send", "batch"))
-        print(f"[{name}] consume {total} ...", file=sys.stderr)
-        res["consume"] = loadgen(classes, side_home, "consume", ns, TOPIC, GROUP, "--count", str(total),
-                                 "--timeout-s", str(int(args.timeout)), timeout=args.timeout + 60)
-        print(f"[{name}] latency {args.latency} ...", file=sys.stderr)
-        res["latency"] = loadgen(classes, side_home, "latency", ns, TOPIC + "Latency", GROUP + "Latency",
-                                 "--count", str(args.latency), "--size", str(args.size), timeout=args.timeout)
+        phase("consume", TOPIC, GROUP, "--count", str(total), "--timeout-s", str(int(args.timeout)),
+              timeout=args.timeout + 60)
+        phase("latency", TOPIC + "Latency", GROUP + "Latency", "--count", str(args.latency), "--size", str(args.size),
+              timeout=args.timeout)
         res["server_cpu_s"] = round(sum(cpu_seconds(p.pid) for p in running.procs) - cpu0, 1)
         res["server_rss_mib"] = round(sum(rss_mib(p.pid) for p in running.procs), 0)
     finally:
@@ -207,6 +252,11 @@ ROWS = [
     ("latency p99 ms", "latency", "p99_ms", False),
     ("send rt p50 µs", "send", "rt_us_p50", False),
     ("send rt p99 µs", "send", "rt_us_p99", False),
+    ("server CPU µs/msg send", "send", "server_cpu_us_per_msg", False),
+    ("server CPU µs/msg batch", "batch", "server_cpu_us_per_msg", False),
+    ("server CPU µs/msg consume", "consume", "server_cpu_us_per_msg", False),
+    ("LoadGen CPU µs/msg send", "send", "client_cpu_us_per_msg", False),
+    ("LoadGen CPU µs/msg batch", "batch", "client_cpu_us_per_msg", False),
 ]
 
 
@@ -253,6 +303,8 @@ def main() -> int:
     ap.add_argument("--only", choices=("java", "ours"), help="run one side only")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per load-generator run")
     ap.add_argument("--json", type=Path, help="also write the raw results here")
+    ap.add_argument("--py-spy", type=Path, metavar="DIR", help="sample our broker with py-spy over each phase into "
+                    "DIR/ours-<phase>.txt (collapsed stacks; needs py-spy and ptrace rights)")
     ap.add_argument("--dir", type=Path, help="parent of the temporary directory (stores are ~1-2 GiB with --full)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (stores, logs)")
     args = ap.parse_args()

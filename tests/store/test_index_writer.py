@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from rocketstream import codec
 from rocketstream.store import Message, MessageStore, StoreConfig
+from rocketstream.store.files import index_writer
 from rocketstream.store.files.checkpoint import StoreCheckpoint
 from rocketstream.store.files.index_file import IndexGeometry, IndexService, build_key, index_key_hash
 from rocketstream.store.files.index_writer import (
@@ -56,12 +57,16 @@ def _headers(root: Path) -> list[tuple[int, ...]]:
 @settings(max_examples=200, deadline=None)
 def test_vectorized_key_hash_equals_java_string_hash(keys):
     assert key_hashes(keys).tolist() == [index_key_hash(k) for k in keys]
+    # the scalar path a put of a few keys takes (put_one)
+    assert [index_writer._scalar_hash(k) for k in keys] == [index_key_hash(k) for k in keys]
 
 
 def test_key_hash_of_the_spec_vector_and_integer_min_value():
     assert key_hashes(["TopicTest#KEY1"]).tolist() == [1656969516]
     # "polygenelubricants".hashCode() == Integer.MIN_VALUE: abs() stays negative, putKey uses 0
     assert key_hashes(["polygenelubricants", "x"]).tolist() == [0, index_key_hash("x")]
+    assert [index_writer._scalar_hash(k) for k in ("TopicTest#KEY1", "polygenelubricants", "x")] == \
+        [1656969516, 0, index_key_hash("x")]
 
 
 def test_file_name_is_local_time_to_the_millisecond():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -119,13 +119,13 @@ def test_raw_batch_stores_what_the_general_path_stores(now_fixed, batch):
 
 
 def _compare(raw_store: MessageStore, general_store: MessageStore, body: bytes, batch_props: dict[str, str],
-             sys_flag: int, host: HostAddress) -> None:
+             sys_flag: int, host: HostAddress, note: Callable[[str], None] = event) -> None:
     kw = dict(sys_flag=sys_flag, born_timestamp=NOW - 5, born_host=host, reconsume_times=0)
     fast = raw_store.put_raw_batch("TopicRaw", 1, body, batch_properties=batch_props, **kw)
     if fast is None:   # the general path decides (and may refuse, or fail on a bad DELAY as 4.9.8 does)
-        event("declined")
+        note("declined")
         return
-    event("taken whole")
+    note("taken whole")
     msgs = batch_messages("TopicRaw", body, batch_props, **kw)
     assert not isinstance(msgs, str), msgs
     general = general_store.put_messages(msgs, 1)
@@ -190,3 +190,15 @@ def _java_batches(raw_store: MessageStore, general_store: MessageStore) -> None:
         end = fast.physical_offset + fast.wrote_bytes
         assert _cl_bytes(raw_store, fast.physical_offset, end) == _cl_bytes(general_store, general.physical_offset,
                                                                            end)
+
+
+def test_strings_of_other_pair_counts_are_not_read_as_one_uniform_batch(now_fixed):
+    """Three strings holding 1, 0 and 2 pairs of one name hold 3 pairs between them, each "the same names":
+    read as a uniform batch the last message kept both pairs, where the general path keeps the last value
+    of the name (a dict) - the raw path must decline it or store the same bytes."""
+    entries = [(0, b"b0", b"a\x01x\x02"), (0, b"b1", b""), (0, b"b2", b"a\x01y\x02a\x01z\x02")]
+    body = b"".join(codec.record._BATCH_HEAD.pack(20 + len(b) + 2 + len(p), 0, 0, f, len(b)) + b
+                    + len(p).to_bytes(2, "big") + p for f, b, p in entries)
+    with two_stores() as (raw_store, general_store):
+        _compare(raw_store, general_store, body, {"WAIT": "true", "CLUSTER": "c"}, 0, HostAddress("10.1.2.3", 4),
+                 note=lambda _: None)

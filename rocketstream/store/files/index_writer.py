@@ -34,8 +34,10 @@ file newer than indexMsgTimestamp; files that pass are kept (never destroy what 
 
 from __future__ import annotations
 
+import functools
 import logging
 import mmap
+import operator
 import os
 import struct
 import time
@@ -87,28 +89,38 @@ def key_hashes(keys: Sequence[str]) -> Int64Array:
     if not n:
         return np.zeros(0, dtype=np.int64)
     text = "".join(keys)
+    # lengths as a list first: max/min of a batch's few keys cost less as builtins than as numpy reductions
     if text.isascii():
         units: np.ndarray = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-        lens = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+        len_list = list(map(len, keys))
     else:
         encoded = [k.encode("utf-16-be", "surrogatepass") for k in keys]
         units = np.frombuffer(b"".join(encoded), dtype=">u2")
-        lens = np.fromiter(map(len, encoded), dtype=np.int64, count=n) // 2
-    width = int(lens.max())
+        len_list = [len(e) // 2 for e in encoded]
+    width = max(len_list)
     if width == 0:
         return np.zeros(n, dtype=np.int64)
-    if int(lens.min()) == width:
+    if min(len_list) == width:
         matrix = units.astype(np.uint32).reshape(n, width)
     else:
+        lens = np.array(len_list, dtype=np.int64)
         matrix = np.zeros((n, width), dtype=np.uint32)
         ends = np.cumsum(lens)
         pad = np.repeat(width - lens, lens)
         col = np.arange(len(units), dtype=np.int64) - np.repeat(ends - lens, lens) + pad
         matrix[np.repeat(np.arange(n), lens), col] = units
-    powers = np.array([pow(31, width - 1 - j, 2**32) for j in range(width)], dtype=np.uint32)
-    h: Int64Array = np.abs(matrix.dot(powers).view(np.int32).astype(np.int64))
+    h: Int64Array = np.abs(matrix.dot(_powers_of_31(width)).view(np.int32).astype(np.int64))
     h[h > _INT_MAX] = 0
     return h
+
+
+@functools.lru_cache(maxsize=256)
+def _powers_of_31(width: int) -> np.ndarray:
+    """31**(width-1) .. 31**0 mod 2**32 (String.hashCode's weights of a key of ``width`` code units), kept per
+    width: a batch's keys mostly share one or two widths, and the powers cost more than the hashing."""
+    powers = np.array([pow(31, width - 1 - j, 2**32) for j in range(width)], dtype=np.uint32)
+    powers.flags.writeable = False
+    return powers
 
 
 def record_keys(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:
@@ -176,6 +188,12 @@ class IndexFileWriter:
                 self.mm = mmap.mmap(fd, size)
             finally:
                 os.close(fd)
+        # the slot table and the entries as arrays over the mapping, made once (put_many's per-put views of
+        # a 420 MB mapping cost more than its few keys); close() drops them before it unmaps
+        self._table: np.ndarray | None = np.frombuffer(self.mm, dtype=">i4", count=geometry.max_hash_slot_num,
+                                                       offset=INDEX_HEADER_SIZE)
+        self._entries: np.ndarray | None = np.frombuffer(self.mm, dtype=ENTRY_DTYPE, count=geometry.max_index_num,
+                                                         offset=geometry.entry_base)
         h = IndexHeader.unpack(self.mm)   # a new file is zeros: indexCount 0 is read as 1 (IndexHeader.load)
         self.begin_timestamp, self.end_timestamp = h.begin_timestamp, h.end_timestamp
         self.begin_phy, self.end_phy = h.begin_phy_offset, h.end_phy_offset
@@ -234,8 +252,9 @@ class IndexFileWriter:
         self._write_header(phy if first else None, store_timestamp if first else None)
         return True
 
-    def put_many(self, hashes: Int64Array, phys: Int64Array, timestamps: Int64Array) -> int:
-        """putKey for each key in order, vectorized; returns how many fitted (the rest need a new file)."""
+    def put_many(self, hashes: Int64Array, phys: Int64Array, timestamps: Int64Array, *, one_time: bool = False) -> int:
+        """putKey for each key in order, vectorized; returns how many fitted (the rest need a new file).
+        ``one_time``: the caller knows every timestamp is the same (one put's store time)."""
         count = self.index_count
         k = min(len(hashes), self.geometry.max_index_num - count)
         if k <= 0:
@@ -244,12 +263,13 @@ class IndexFileWriter:
         numbers = np.arange(count, count + k, dtype=np.int64)
         geometry = self.geometry
         slots = hashes % geometry.max_hash_slot_num
-        table = np.frombuffer(self.mm, dtype=">i4", count=geometry.max_hash_slot_num, offset=INDEX_HEADER_SIZE)
+        table = self._table
+        assert table is not None, "put on a closed index file"
         current = table[slots].astype(np.int64)
         valid = (current > 0) & (current <= numbers)   # putKey: a slot value > indexCount is no chain
         ts0 = int(timestamps[0])
         if count > 1 and ts0 == int(timestamps[-1]) and len(set(slots.tolist())) == k \
-                and (k < 3 or not np.any(timestamps != ts0)):
+                and (one_time or k < 3 or not np.any(timestamps != ts0)):
             # the common put (one store time, a file that has its beginTimestamp, no two keys on one slot):
             # one time difference, and each key's previous entry is its slot's current one
             begin = self.begin_timestamp
@@ -279,8 +299,8 @@ class IndexFileWriter:
     def _finish_many(self, count: int, k: int, hashes: Int64Array, phys: Int64Array, timestamps: Int64Array,
                      diffs: Int64Array | int, prev: Int64Array, new_slots: int, table: np.ndarray) -> int:
         """put_many's entries and header, once the slots are updated."""
-        entries = np.frombuffer(self.mm, dtype=ENTRY_DTYPE, count=k,
-                                offset=self.geometry.entry_base + count * INDEX_SIZE)
+        assert self._entries is not None, "put on a closed index file"
+        entries = self._entries[count:count + k]
         entries["key_hash"] = hashes
         entries["phy_offset"] = phys
         entries["time_diff"] = diffs
@@ -343,6 +363,7 @@ class IndexFileWriter:
         self.mm.flush()
 
     def close(self) -> None:
+        self._table = self._entries = None   # no array may view the mapping when it is unmapped
         if not self.mm.closed:
             self.mm.close()
 
@@ -541,14 +562,16 @@ class IndexWriter:
                 if not f.put_one(h, int(off), ts):
                     self._file().put_one(h, int(off), ts)
             return
+        one_time = isinstance(timestamps, int)
         self.put_hashed(key_hashes(keys), np.asarray(offsets, dtype=np.int64),
-                        np.full(n, timestamps, dtype=np.int64) if isinstance(timestamps, int)
-                        else np.asarray(timestamps, dtype=np.int64))
+                        np.full(n, timestamps, dtype=np.int64) if one_time else np.asarray(timestamps, dtype=np.int64),
+                        one_time=one_time)
 
-    def put_hashed(self, hashes: Int64Array, offsets: Int64Array, timestamps: Int64Array) -> None:
+    def put_hashed(self, hashes: Int64Array, offsets: Int64Array, timestamps: Int64Array, *,
+                   one_time: bool = False) -> None:
         done = 0
         while done < len(hashes):
-            done += self._file().put_many(hashes[done:], offsets[done:], timestamps[done:])
+            done += self._file().put_many(hashes[done:], offsets[done:], timestamps[done:], one_time=one_time)
 
     def put_records(self, topic: str, uniq_keys: Sequence[str | None], keys: Sequence[str | None] | None,
                     offsets: Sequence[int], store_timestamp: int) -> None:
@@ -622,8 +645,21 @@ def _count_at(entries: np.ndarray, offset: int) -> int:
 
 
 def _scalar_hash(key: str) -> int:
-    h = abs(codec.java_hash(key))
+    """indexKeyHashMethod of one key. An ASCII key's String.hashCode is a dot product with the weights
+    ``_powers_of_31`` caches, summed in C by ``map`` (no loop per character); and index keys, nearly all
+    unique, stay out of ``java_hash``'s cache, which would only churn with them."""
+    if key.isascii():
+        units = key.encode("ascii")
+        h = sum(map(operator.mul, units, _weights_of_31(len(units)))) & 0xFFFFFFFF
+        h = abs(h - 0x1_0000_0000 if h & 0x80000000 else h)
+    else:
+        h = abs(codec.java_hash(key))
     return 0 if h > _INT_MAX else h
+
+
+@functools.lru_cache(maxsize=256)
+def _weights_of_31(width: int) -> tuple[int, ...]:
+    return tuple(_powers_of_31(width).tolist())
 
 
 def _open_older(path: Path, configured: tuple[int | None, int | None]) -> IndexFileWriter | None:

@@ -38,7 +38,7 @@ from rocketstream.store.write.put_columns import _head_dtype, _int16_at
 Int64Array: TypeAlias = npt.NDArray[np.int64]
 
 _PAIR = re.compile(rb"([^\x01\x02]+)\x01([^\x01\x02]+)\x02")
-_SKELETON = re.compile(rb"\x01[^\x02]*\x02")    # a pair's value and separators -> \x01: the names remain
+_NOT_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))   # bytes.translate's delete set
 _BATCH_HEAD = codec.record._BATCH_HEAD      # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODY length
 _ENTRY_MIN = _BATCH_HEAD.size + 2
 _UNIQ = codec.PROPERTY_UNIQ_KEY.encode()
@@ -68,9 +68,10 @@ class RawBatch:
         self._props = props
         self._extras = extras
         self.sizes = sizes
-        self.total = int(sizes.sum())
-        self.starts = np.zeros(self.count, dtype=np.int64)
-        np.cumsum(sizes[:-1], out=self.starts[1:])
+        # array methods and ufuncs, not numpy's module-level wrappers: a batch is a few dozen records
+        ends = sizes.cumsum()
+        self.total = int(ends[-1])
+        self.starts = ends - sizes
         self._uniq = uniq
         self._keys = keys
         self._tags_codes = tags_codes
@@ -149,7 +150,7 @@ def build_raw_batch(topic: str, queue_id: int, raw: bytes, *, batch_properties: 
     body_lens = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
     props_lens = np.fromiter(map(len, props), dtype=np.int64, count=n) \
         + np.fromiter(map(len, extra_of), dtype=np.int64, count=n)
-    if int(props_lens.max()) > codec.MAX_PROPERTIES_LENGTH:
+    if int(np.maximum.reduce(props_lens)) > codec.MAX_PROPERTIES_LENGTH:
         return None
     sizes = body_lens + props_lens + (fixed.size + len(topic_part) + 2)
     rows = np.empty((n, fixed.size), dtype=np.uint8)
@@ -175,31 +176,32 @@ def build_raw_batch(topic: str, queue_id: int, raw: bytes, *, batch_properties: 
 
 def _split(raw: bytes, max_message_size: int) -> tuple[list[memoryview], list[bytes], list[int]] | None:
     """(bodies, properties strings, flags) of the batch body's entries; None for anything that does not
-    decode cleanly (``codec.decode_batch_body`` words it)."""
+    decode cleanly (``codec.decode_batch_body`` words it). One pass: each entry's slices are taken where
+    it is checked."""
     n_bytes = len(raw)
     unpack = _BATCH_HEAD.unpack_from
-    starts: list[int] = []
-    ends: list[int] = []
+    head = _BATCH_HEAD.size
+    mv = memoryview(raw)
+    bodies: list[memoryview] = []
+    props: list[bytes] = []
     flags: list[int] = []
-    pos = 0
+    pos = longest = 0
     while pos < n_bytes:
         if n_bytes - pos < _ENTRY_MIN:
             return None
         total, _, _, flag, body_len = unpack(raw, pos)
-        p = pos + _BATCH_HEAD.size + body_len
+        p = pos + head + body_len
         if total < _ENTRY_MIN or total > n_bytes - pos or body_len < 0 or body_len + _ENTRY_MIN > total \
                 or raw[p] & 0x80 or _ENTRY_MIN + body_len + ((raw[p] << 8) | raw[p + 1]) != total:
             return None
-        starts.append(pos + _BATCH_HEAD.size)
-        ends.append(p)
+        if body_len > longest:
+            longest = body_len
+        bodies.append(mv[pos + head:p])
+        props.append(raw[p + 2:pos + total])
         flags.append(flag)
         pos += total
-    if max(map(int.__sub__, ends, starts)) > max_message_size:
+    if longest > max_message_size:
         return None
-    mv = memoryview(raw)
-    bodies = list(map(mv.__getitem__, map(slice, starts, ends)))
-    props_ends = starts[1:] + [n_bytes + _BATCH_HEAD.size]
-    props = list(map(raw.__getitem__, map(slice, [e + 2 for e in ends], [s - _BATCH_HEAD.size for s in props_ends])))
     return bodies, props, flags
 
 
@@ -211,27 +213,27 @@ def _uniform(props: list[bytes], extra: list[tuple[bytes, bytes]]) -> _Parsed | 
     code path). Checked on the joined strings with a few C-level calls; None when it does not hold (the
     caller then looks at each string) or a string is not in re-encoded form."""
     n = len(props)
-    first = props[0]
-    k = first.count(2)
+    k = props[0].count(2)
+    # k pairs in every string (each non-empty one ends with \x02: build_raw_batch appended it where missing)
+    if not k or [p.count(2) for p in props] != [k] * n:
+        return None
     blob = b"".join(props)
-    if not k or not first.endswith(b"\x02") or blob.count(2) != k * n or blob.count(1) != k * n:
+    # name \x01 value \x02, k * n times: the separators alternate, and no name or value is empty
+    if blob.translate(None, _NOT_SEPARATORS) != b"\x01\x02" * (k * n):
         return None
-    pairs = _PAIR.findall(blob)
-    if len(pairs) != k * n:
+    parts = blob.replace(b"\x01", b"\x02").split(b"\x02")   # name, value, ..., name, value, b""
+    if parts.count(b"") != 1:
         return None
-    names = [name for name, _ in pairs[:k]]
-    # the same names in every string: the skeleton of names is the first string's, n times
-    if _SKELETON.sub(b"\x01", blob) != (b"\x01".join(names) + b"\x01") * n:
-        return None
-    if len(set(names)) != k or _DELAY in names:
+    names = parts[0:2 * k:2]
+    # the same names in every string: the first string's, n times
+    if parts[0::2] != names * n + [b""] or len(set(names)) != k or _DELAY in names:
         return None
     if not blob.isascii():
         try:
             blob.decode("utf-8")
         except UnicodeDecodeError:
             return None
-    # a string ends where its k-th pair ends: every string ends with \x02 (the counts and skeleton say so)
-    values = [value for _, value in pairs]
+    values = parts[1::2]
     missing = []
     for name, value in extra:
         if name in names:
