@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rocketstream.client.common import PullResult, PullStatus
-from rocketstream.errors import DataLossError
+from rocketstream.errors import DataLossError, RemotingTimeoutError
 from rocketstream.spark.network import puller as nv
 
 _REC = struct.Struct(">q")
@@ -139,3 +139,52 @@ def test_timestamp_search_reads_the_store_time_after_an_ipv6_born_host():
         # the found message is stored at 1,000: at or after 1,000 it is the answer, after 1,001 the next one
         assert view.search_offset("T", 0, 1_000) == 7, host
         assert view.search_offset("T", 0, 1_001) == 8, host
+
+
+class TilesBroker(FakeBroker):
+    """A FakeBroker with MQClientAPI's ``pull_tiles``: the tiles of a round in one call; the first ``fail``
+    tiles asked of it are answered as unanswered (RemotingTimeoutError), as a lost answer would be."""
+
+    def __init__(self, n: int, *, fail: int = 0, **kw) -> None:
+        super().__init__(n, **kw)
+        self.fail = fail
+        self.rounds: list[int] = []
+
+    async def pull_tiles(self, addr, *, group, topic, queue_id, tiles, sys_flag, subscription, timeout,
+                         body_buffer=False):
+        self.rounds.append(len(tiles))
+        out: list = []
+        for o, n in tiles:
+            if self.fail:
+                self.fail -= 1
+                out.append(RemotingTimeoutError("no answer", addr=addr, code=11, timeout_s=timeout))
+            else:
+                out.append(await self.pull(addr, group=group, topic=topic, queue_id=queue_id, offset=o, max_nums=n,
+                                           sys_flag=sys_flag, subscription=subscription, timeout=timeout,
+                                           body_buffer=body_buffer))
+        return out
+
+
+def _read_retrying(broker: FakeBroker, start: int, end: int, retries: int) -> list[int]:
+    target = nv.PullTarget(broker, "127.0.0.1:1", "b", "g", retries=retries)
+    puller = nv._RangePuller(target, "T", 0, start, end, None, True)
+
+    async def drain() -> list[bytes]:
+        got: list[bytes] = []
+        while not puller.done:
+            got += await puller.next_chunk()
+        return got
+
+    data = b"".join(asyncio.run(drain()))
+    return [_REC.unpack_from(data, pos)[0] for pos in range(0, len(data), 16)]
+
+
+def test_tiles_go_in_one_call_and_unanswered_ones_are_sent_again():
+    broker = TilesBroker(3000, cap=32)
+    assert _read_retrying(broker, 0, 3000, 0) == list(range(3000))
+    assert max(broker.rounds) > 1 and len(broker.calls) == -(-(3000 - 32) // 32) + 1
+    broker = TilesBroker(3000, cap=32, fail=3)   # three tiles of the first round unanswered, each sent again
+    assert _read_retrying(broker, 0, 3000, 1) == list(range(3000))
+    assert len(broker.calls) == -(-(3000 - 32) // 32) + 1
+    with pytest.raises(RemotingTimeoutError):     # no pullRetries: the task fails (Spark retries it)
+        _read_retrying(TilesBroker(3000, cap=32, fail=1), 0, 3000, 0)

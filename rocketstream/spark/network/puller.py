@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Collection, Iterator, Sequence
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 import pyarrow as pa
 
@@ -119,10 +119,15 @@ class _RangePuller:
         self.batch: int | None = None   # messages per pull the broker gave (learned, no tag filter only)
         self.record_bytes = 0            # average stored bytes per message seen (for the tile count)
 
-    async def _pull(self, offset: int, max_nums: int) -> PullResult:
+    async def _pull(self, offset: int, max_nums: int, failed: BaseException | None = None) -> PullResult:
+        """One pull, sent again after a timeout or a lost connection up to pullRetries times (``failed``: the
+        first attempt's error, when that attempt was a tile of :meth:`_pull_tiles`)."""
         target = self.target
         for attempt in range(target.retries + 1):
             try:
+                if failed is not None:
+                    exc, failed = failed, None
+                    raise exc
                 return await target.api.pull(
                     target.addr, group=target.group, topic=self.topic, queue_id=self.queue_id, offset=offset,
                     max_nums=max_nums, sys_flag=PULL_FLAGS, subscription=self.subscription,
@@ -134,6 +139,29 @@ class _RangePuller:
                             self._where(), offset, exc, attempt + 1, target.retries)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    async def _pull_tiles(self, tiles: list[tuple[int, int]]) -> list[PullResult]:
+        """Pulls of every ``(offset, maxMsgNums)`` at once: by the API's ``pull_tiles`` where it has one
+        (MQClientAPI: one timer and one future for all), else one :meth:`_pull` each; a tile that timed out or
+        lost its connection is sent again on its own (pullRetries)."""
+        target = self.target
+        pull_tiles = getattr(target.api, "pull_tiles", None)
+        if pull_tiles is None:
+            return list(await asyncio.gather(*(self._pull(o, n) for o, n in tiles)))
+        answers = await pull_tiles(target.addr, group=target.group, topic=self.topic, queue_id=self.queue_id,
+                                   tiles=tiles, sys_flag=PULL_FLAGS, subscription=self.subscription,
+                                   timeout=target.timeout_s, body_buffer=True)
+        again = [i for i, a in enumerate(answers) if isinstance(a, (RemotingTimeoutError, RemotingConnectError))]
+        if again:   # sent again concurrently, as the tiles of the gather above would be
+            retried = await asyncio.gather(*(self._pull(*tiles[i], cast(BaseException, answers[i])) for i in again))
+            for i, result in zip(again, retried, strict=True):
+                answers[i] = result
+        results: list[PullResult] = []
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+            results.append(answer)
+        return results
+
     async def next_chunk(self) -> list[Body]:
         bodies: list[Body] = []
         size = 0
@@ -142,7 +170,7 @@ class _RangePuller:
             if k is not None and self.end - self.offset > k:
                 tiles = max(1, min(TILES_IN_FLIGHT, -(-(BATCH_BYTES - size) // max(k * self.record_bytes, 1))))
                 starts = range(self.offset, min(self.end, self.offset + tiles * k), k)
-                results = await asyncio.gather(*(self._pull(o, min(k, self.end - o)) for o in starts))
+                results = await self._pull_tiles([(o, min(k, self.end - o)) for o in starts])
                 for o, result in zip(starts, results, strict=True):
                     if o != self.offset:
                         break   # the previous tile ended short: the next round starts at its nextBeginOffset
