@@ -35,6 +35,7 @@ ONEWAY_FLAG = 1 << 1     # RemotingCommand.RPC_ONEWAY
 
 _PREFIX = struct.Struct(">iI")
 _INT32 = 2**31
+_TYPE_AND_LENGTH = struct.Struct(">I")
 _BIN_FIXED = struct.Struct(">hBhii")   # code, language, version, opaque, flag (rocketMQProtocolEncode)
 
 
@@ -339,7 +340,7 @@ def decode_frame(data: bytes | bytearray | memoryview, *, addr: str | None = Non
         return cmd
     if len(data) < 4:
         raise FrameError(f"frame of {len(data)} bytes has no header length field", addr=addr)
-    (type_and_len,) = struct.unpack_from(">I", data, 0)
+    (type_and_len,) = _TYPE_AND_LENGTH.unpack_from(data, 0)
     stype, hlen = type_and_len >> 24, type_and_len & 0xFFFFFF
     if hlen > len(data) - 4:
         raise FrameError(f"header length {hlen} exceeds the frame's {len(data) - 4} bytes", addr=addr)
@@ -387,11 +388,23 @@ def _scalar_text(v: object) -> str | None:
     return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 
 
+# json.loads' scanner, called without json.loads' calls around it (JSONDecoder.decode's whitespace matches):
+# a header fastjson wrote has no whitespace around its object; anything else goes through json.loads
+_SCAN_JSON: Callable[[str, int], tuple[object, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+_is_str = str.__instancecheck__   # JSON values are exact types: isinstance(v, str) is type(v) is str
+
+
 def _decode_json_header(header: bytes, addr: str | None) -> RemotingCommand:
     try:
-        doc = json.loads(header.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise FrameError(f"JSON header does not parse: {exc}", addr=addr) from exc
+        text = header.decode("utf-8")
+        doc, end = _SCAN_JSON(text, 0)
+        if end != len(text):
+            raise ValueError("not the whole header")
+    except (UnicodeDecodeError, ValueError, RecursionError, StopIteration):
+        try:   # json.loads says what is wrong (or takes the whitespace around the object)
+            doc = json.loads(header.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise FrameError(f"JSON header does not parse: {exc}", addr=addr) from exc
     if not isinstance(doc, dict):
         raise FrameError(f"JSON header is a {type(doc).__name__}, not an object", addr=addr)
     if "code" not in doc:
@@ -401,7 +414,7 @@ def _decode_json_header(header: bytes, addr: str | None) -> RemotingCommand:
     language, remark = doc.get("language"), doc.get("remark")
     if (type(code) is int and type(version) is int and type(opaque) is int and type(flag) is int
             and type(language) is str and (remark is None or type(remark) is str)
-            and (ext is None or (type(ext) is dict and all(type(v) is str for v in ext.values())))
+            and (ext is None or (type(ext) is dict and all(map(_is_str, ext.values()))))
             and -_INT32 <= code < _INT32 and -_INT32 <= version < _INT32 and -_INT32 <= opaque < _INT32
             and -_INT32 <= flag < _INT32):
         # what fastjson writes (RemotingCommand.encode): the checks below would change nothing
