@@ -10,6 +10,7 @@ import asyncio
 import struct
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from rocketstream.client.common import PullResult, PullStatus
@@ -188,3 +189,67 @@ def test_tiles_go_in_one_call_and_unanswered_ones_are_sent_again():
     assert len(broker.calls) == -(-(3000 - 32) // 32) + 1
     with pytest.raises(RemotingTimeoutError):     # no pullRetries: the task fails (Spark retries it)
         _read_retrying(TilesBroker(3000, cap=32, fail=1), 0, 3000, 0)
+
+
+def test_a_chunk_is_one_decode_unit():
+    """A chunk ends before a pull that would take it past BATCH_BYTES: pack_pull_bodies makes it one unit,
+    not a full one and one of a single pull (whose decode costs ~14 us a message at 32 messages)."""
+    from rocketstream.codec.arrow_records import BATCH_BYTES, pack_pull_bodies
+
+    broker = FakeBroker(20000, cap=32, sizes=[1100] * 20000)
+    puller = nv._RangePuller(nv.PullTarget(broker, "127.0.0.1:1", "b", "g"), "T", 0, 0, 20000, None, True)
+
+    async def drain() -> list[list[bytes]]:
+        chunks = []
+        while not puller.done:
+            chunks.append(await puller.next_chunk())
+        return chunks
+
+    chunks = asyncio.run(drain())
+    assert len(chunks) > 3
+    for chunk in chunks:
+        assert len(list(pack_pull_bodies(chunk))) == 1
+    assert all(sum(map(len, c)) > BATCH_BYTES - 2 * 32 * 1100 for c in chunks[:-1])
+
+
+def test_small_last_units_go_with_the_next_chunk(monkeypatch):
+    """Pull sizes that vary (a chunk's estimate falls short): the small last unit of a chunk is decoded with
+    the next chunk's bodies, so every unit but a range's last is over half of BATCH_BYTES; rows in order."""
+    import concurrent.futures
+
+    from rocketstream.codec.arrow_records import ALONE_BYTES
+
+    rng = np.random.default_rng(7)
+    sizes = [int(s) for s in rng.integers(200, 2400, 40000)]
+    sizes[:32] = [200] * 32   # the first pull (the estimate of a pull's bytes) is small
+    broker = FakeBroker(40000, cap=32, sizes=sizes)
+    units: list[tuple[int, int]] = []
+    seen: list[int] = []
+
+    class Decoder:
+        def __init__(self, *args) -> None:
+            pass
+
+        def decode(self, body, topic, queue_id, start, end):
+            data, pos = bytes(body), 0
+            while pos < len(data):
+                seen.append(_REC.unpack_from(data, pos)[0])
+                pos += sizes[seen[-1]]
+            units.append((queue_id, len(data)))
+            return pa.record_batch([pa.array([0])], names=["x"])
+
+    class Client:
+        def submit(self, coro):
+            fut: concurrent.futures.Future = concurrent.futures.Future()
+            fut.set_result(asyncio.run(coro))
+            return fut
+
+    monkeypatch.setattr(nv, "PullBodyDecoder", Decoder)
+    monkeypatch.setattr(nv, "project_schema", lambda columns: None)
+    target = nv.PullTarget(broker, "127.0.0.1:1", "b", "g")
+    list(nv.pull_ranges(Client(), target, [("T", 0, 0, 20000), ("T", 1, 20000, 40000)], columns=["x"], tags=None,
+                        check_crc=False, fail_on_data_loss=True))
+    assert seen == list(range(40000))
+    for q in (0, 1):
+        mine = [n for queue_id, n in units if queue_id == q]
+        assert len(mine) > 3 and all(n >= ALONE_BYTES for n in mine[:-1]), mine
