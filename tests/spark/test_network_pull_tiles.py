@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from rocketstream.client.common import PullResult, PullStatus
-from rocketstream.errors import DataLossError, RemotingTimeoutError
+from rocketstream.errors import DataLossError, RemotingConnectError, RemotingTimeoutError
 from rocketstream.spark.network import puller as nv
 
 _REC = struct.Struct(">q")
@@ -146,13 +146,17 @@ class TilesBroker(FakeBroker):
     """A FakeBroker with MQClientAPI's ``pull_tiles``: the tiles of a round in one call; the first ``fail``
     tiles asked of it are answered as unanswered (RemotingTimeoutError), as a lost answer would be."""
 
-    def __init__(self, n: int, *, fail: int = 0, **kw) -> None:
+    def __init__(self, n: int, *, fail: int = 0, no_connection: int = 0, **kw) -> None:
         super().__init__(n, **kw)
         self.fail = fail
+        self.no_connection = no_connection   # calls that cannot connect (MQClientAPI.channel raises)
         self.rounds: list[int] = []
 
     async def pull_tiles(self, addr, *, group, topic, queue_id, tiles, sys_flag, subscription, timeout,
                          body_buffer=False):
+        if self.no_connection:
+            self.no_connection -= 1
+            raise RemotingConnectError("cannot connect", addr=addr)
         self.rounds.append(len(tiles))
         out: list = []
         for o, n in tiles:
@@ -189,6 +193,11 @@ def test_tiles_go_in_one_call_and_unanswered_ones_are_sent_again():
     assert len(broker.calls) == -(-(3000 - 32) // 32) + 1
     with pytest.raises(RemotingTimeoutError):     # no pullRetries: the task fails (Spark retries it)
         _read_retrying(TilesBroker(3000, cap=32, fail=1), 0, 3000, 0)
+    broker = TilesBroker(3000, cap=32, no_connection=1)   # a round that could not connect: each tile again
+    assert _read_retrying(broker, 0, 3000, 1) == list(range(3000))
+    assert len(broker.calls) == -(-(3000 - 32) // 32) + 1
+    with pytest.raises(RemotingConnectError):
+        _read_retrying(TilesBroker(3000, cap=32, no_connection=1), 0, 3000, 0)
 
 
 def test_a_chunk_is_one_decode_unit():

@@ -160,9 +160,12 @@ class _RangePuller:
         pull_tiles = getattr(target.api, "pull_tiles", None)
         if pull_tiles is None:
             return list(await asyncio.gather(*(self._pull(o, n) for o, n in tiles)))
-        answers = await pull_tiles(target.addr, group=target.group, topic=self.topic, queue_id=self.queue_id,
-                                   tiles=tiles, sys_flag=PULL_FLAGS, subscription=self.subscription,
-                                   timeout=target.timeout_s, body_buffer=True)
+        try:
+            answers = await pull_tiles(target.addr, group=target.group, topic=self.topic, queue_id=self.queue_id,
+                                       tiles=tiles, sys_flag=PULL_FLAGS, subscription=self.subscription,
+                                       timeout=target.timeout_s, body_buffer=True)
+        except (RemotingTimeoutError, RemotingConnectError) as exc:   # no connection: no tile was sent
+            answers = [exc] * len(tiles)
         again = [i for i, a in enumerate(answers) if isinstance(a, (RemotingTimeoutError, RemotingConnectError))]
         if again:   # sent again concurrently, as the tiles of the gather above would be
             retried = await asyncio.gather(*(self._pull(*tiles[i], cast(BaseException, answers[i])) for i in again))
