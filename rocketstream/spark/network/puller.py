@@ -5,7 +5,8 @@ decoding of its pull bodies into Arrow batches.
   at once, each one chunk of about :data:`BATCH_BYTES` ahead of the decoder, with the broker-side tag filter
   (subscription flag, no suspend: a bounded range never long-polls).
 * :class:`_RangePuller` is one queue range: once the broker's batch is known, several pulls of it are in
-  flight at once (tiles).
+  flight at once (tiles), sent by one ``MQClientAPI.pull_tiles`` call per round. A chunk ends before a pull
+  that would take it past :data:`BATCH_BYTES`, so it is one decode unit (``pack_pull_bodies``).
 * Pull bodies become RecordBatches of the requested columns through
   :class:`rocketstream.codec.arrow_records.PullBodyDecoder` (the one records -> Arrow module, shared with the
   local read); rows past the range end (the broker's tag scan may run ahead) are dropped, and a tag filter is
