@@ -106,6 +106,9 @@ def test_a_tag_filter_pulls_sequentially():
     assert _read(broker, 0, 1000, tags=["a"]) == list(range(1000))
     assert broker.max_in_flight == 1
     assert [o for o, _ in broker.calls] == list(range(0, 1000, 32))
+    tiles = TilesBroker(1000, cap=32)   # through pull_tiles, one pull per call
+    assert _read(tiles, 0, 1000, tags=["a"]) == list(range(1000))
+    assert tiles.rounds == [1] * 32 and [o for o, _ in tiles.calls] == list(range(0, 1000, 32))
 
 
 def test_timestamp_search_reads_the_store_time_after_an_ipv6_born_host():

@@ -206,7 +206,8 @@ class _RangePuller:
                 continue
             before = self.offset
             want = min(self.end - self.offset, self.target.batch_size)
-            body = self._advance(await self._pull(self.offset, want))
+            (result,) = await self._pull_tiles([(self.offset, want)])   # one tile: pull_tiles' cheaper send
+            body = self._advance(result)
             if body:
                 bodies.append(body)
                 size += len(body)
