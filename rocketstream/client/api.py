@@ -487,11 +487,11 @@ class MQClientAPI:
         if status is None:
             raise BrokerResponseError(resp.code, resp.remark, addr=addr, request_code=RequestCode.PULL_MESSAGE,
                                       what=what)
-        ext = resp.ext_fields
+        ext = resp.ext_fields or {}
         try:   # what int_field does, without its checks' calls; a field missing or not a number: _long says so
-            nbo, low, high, broker_id = (int(ext["nextBeginOffset"]), int(ext["minOffset"]),  # type: ignore[index]
-                                         int(ext["maxOffset"]), int(ext["suggestWhichBrokerId"]))  # type: ignore[index]
-        except (TypeError, KeyError, ValueError):
+            nbo, low, high, broker_id = (int(ext["nextBeginOffset"]), int(ext["minOffset"]), int(ext["maxOffset"]),
+                                         int(ext["suggestWhichBrokerId"]))
+        except (KeyError, ValueError):
             nbo, low, high, broker_id = (self._long(resp, "nextBeginOffset", addr), self._long(resp, "minOffset", addr),
                                          self._long(resp, "maxOffset", addr),
                                          self._long(resp, "suggestWhichBrokerId", addr))

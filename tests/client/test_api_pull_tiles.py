@@ -12,7 +12,7 @@ import pytest
 
 from rocketstream.client.api import MQClientAPI, build_pull_sys_flag
 from rocketstream.client.common import PullStatus
-from rocketstream.errors import BrokerResponseError, RemotingConnectError, RemotingTimeoutError
+from rocketstream.errors import BrokerResponseError, HeaderFieldError, RemotingConnectError, RemotingTimeoutError
 from rocketstream.remoting import RemotingCommand, ResponseCode, decode_frame, encode_frame
 from tests.client.test_api import _send, run, uniq
 
@@ -115,3 +115,42 @@ def test_an_error_code_raises_naming_the_pull():
             server.close()
 
     assert run(go()).code == ResponseCode.SUBSCRIPTION_NOT_EXIST
+
+
+@pytest.mark.parametrize("fields,problem", [
+    ({"minOffset": "0", "maxOffset": "5", "suggestWhichBrokerId": "0"}, "nextBeginOffset.*is null"),
+    ({"nextBeginOffset": "5x", "minOffset": "0", "maxOffset": "5", "suggestWhichBrokerId": "0"},
+     "nextBeginOffset.*not a number"),
+    (None, "nextBeginOffset.*is null"),
+])
+def test_a_bad_answer_header_names_the_field_and_address(fields, problem):
+    async def handle(reader, writer):
+        for _ in range(2):
+            length = int.from_bytes(await reader.readexactly(4), "big")
+            request = decode_frame(await reader.readexactly(length))
+            writer.write(encode_frame(RemotingCommand(code=ResponseCode.PULL_NOT_FOUND, opaque=request.opaque, flag=1,
+                                                      ext_fields=fields)))
+            await writer.drain()
+        await asyncio.sleep(2)
+        writer.close()
+
+    async def go():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        addr = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        api = MQClientAPI(addr)
+        try:
+            errors = []
+            for call in (api.pull_tiles(addr, group="g", topic="T", queue_id=2, tiles=[(7, 1)], sys_flag=FLAGS,
+                                        subscription="*", timeout=3),
+                         api.pull(addr, group="g", topic="T", queue_id=2, offset=7, max_nums=1, sys_flag=FLAGS,
+                                  subscription="*", timeout=3)):
+                with pytest.raises(HeaderFieldError, match=problem) as ei:
+                    await call
+                errors.append(ei.value)
+            return errors, addr
+        finally:
+            await api.close()
+            server.close()
+
+    errors, addr = run(go())
+    assert all(addr in str(e) for e in errors)
