@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import ssl
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rocketstream.client.common import (
@@ -58,7 +58,7 @@ from rocketstream.remoting import Channel, RemotingCommand, RequestCode, Respons
 from rocketstream.remoting.acl_signing import sign_fields
 from rocketstream.remoting.channel import RequestHandler, ResponseWaiter, next_opaque
 from rocketstream.remoting.codes import code_name
-from rocketstream.remoting.command import ONEWAY_FLAG, encode_frame
+from rocketstream.remoting.command import ONEWAY_FLAG, RequestTemplate, encode_frame
 
 if TYPE_CHECKING:
     from rocketstream.client.topic_stats import TopicStats
@@ -133,6 +133,55 @@ def _mq_from_json(doc: object, addr: str) -> MessageQueue:
         raise BodyError(f"MessageQueue queueId is not a number: {doc!r:.100}", addr=addr) from None
 
 
+# pull_tiles' request templates kept per client (queues x groups x filters of the queries running)
+_PULL_TEMPLATES = 4096
+
+
+class _TileRound:
+    """The answers to one :meth:`MQClientAPI.pull_tiles`: ``future`` is done once every request is answered
+    or failed (``Channel.close`` fails each pending one), or at the timeout (:meth:`expire`)."""
+
+    __slots__ = ("future", "responses", "errors", "left")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, n: int) -> None:
+        self.future: asyncio.Future[None] = loop.create_future()
+        self.responses: list[RemotingCommand | None] = [None] * n
+        self.errors: list[BaseException | None] = [None] * n
+        self.left = n
+
+    def answered(self) -> None:
+        self.left -= 1
+        if not self.left and not self.future.done():
+            self.future.set_result(None)
+
+    def expire(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
+
+
+class _TileWaiter(ResponseWaiter):
+    """One request of a :class:`_TileRound`, as ``Channel.start_request`` completes it (on the loop: no locks)."""
+
+    __slots__ = ("round", "index")
+
+    def __init__(self, wait: _TileRound, index: int) -> None:   # not ResponseWaiter's: no locks
+        self.round, self.index = wait, index
+
+    def done(self) -> bool:
+        r = self.round
+        return r.responses[self.index] is not None or r.errors[self.index] is not None
+
+    def set_result(self, response: RemotingCommand) -> None:
+        if not self.done():
+            self.round.responses[self.index] = response
+            self.round.answered()
+
+    def set_exception(self, error: BaseException) -> None:
+        if not self.done():
+            self.round.errors[self.index] = error
+            self.round.answered()
+
+
 class MQClientAPI:
     """Request wrappers plus the connection table (``NettyRemotingClient.channelTables``): one
     :class:`Channel` per address, created on first use; a closed one is replaced on the next request.
@@ -169,6 +218,7 @@ class MQClientAPI:
         self._channels: dict[str, Channel] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
         self.broker_versions: dict[str, int] = {}   # MQClientInstance.brokerVersionTable (per address)
+        self._pull_templates: dict[tuple[str, str, int, int, str], RequestTemplate | None] = {}
 
     # ------------------------------------------------------------------------- connections
     async def channel(self, addr: str, timeout: float | None = None) -> Channel:
@@ -414,15 +464,12 @@ class MQClientAPI:
         return req, ",".join(p.get(PROPERTY_UNIQ_KEY, "") for p in props_list)
 
     # ------------------------------------------------------------------------- pull
-    async def pull(self, addr: str, *, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
-                   sys_flag: int, commit_offset: int = 0, suspend_ms: int = 0, subscription: str | None = None,
-                   sub_version: int = 0, expression_type: str = "TAG",
-                   timeout: float = 30.0, body_buffer: bool = False) -> PullResult:
-        """PULL_MESSAGE (11). Codes 0/19/20/21 become a PullResult; any other raises BrokerResponseError.
-        ``body_buffer``: a large body may come as ``PullResult.body_buffer`` (the bytearray it was received
-        into) instead of a ``bytes`` copy in ``body``."""
-        # PullMessageRequestHeader as makeCustomHeaderToNet writes it (RemotingCommand.request's stringify,
-        # written out: one pull per 32 messages is hot); a null subscription is left out
+    @staticmethod
+    def _pull_fields(group: str, topic: str, queue_id: int, offset: int, max_nums: int, sys_flag: int,
+                     commit_offset: int, suspend_ms: int, subscription: str | None, sub_version: int,
+                     expression_type: str) -> dict[str, str]:
+        """PullMessageRequestHeader as makeCustomHeaderToNet writes it (RemotingCommand.request's stringify,
+        written out: one pull per 32 messages is hot); a null subscription is left out."""
         fields = {
             "consumerGroup": group, "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
             "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag), "commitOffset": str(commit_offset),
@@ -431,16 +478,106 @@ class MQClientAPI:
             fields["subscription"] = subscription
         fields["subVersion"] = str(sub_version)
         fields["expressionType"] = expression_type
-        req = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=fields)
-        resp = await self.invoke(addr, req, timeout, body_buffer=body_buffer)
+        return fields
+
+    def _pull_result(self, resp: RemotingCommand, addr: str, what: str) -> PullResult:
+        """PullResult of a PULL_MESSAGE answer (``MQClientAPIImpl.processPullResponse``): codes 0/19/20/21,
+        anything else a BrokerResponseError; the four PullMessageResponseHeader longs."""
         status = _PULL_STATUS.get(resp.code)
         if status is None:
-            raise BrokerResponseError(resp.code, resp.remark, addr=addr, request_code=req.code,
-                                      what=f"pull {topic}:{queue_id}@{offset} for {group}")
-        found = status is PullStatus.FOUND
-        return PullResult(status, self._long(resp, "nextBeginOffset", addr), self._long(resp, "minOffset", addr),
-                          self._long(resp, "maxOffset", addr), self._long(resp, "suggestWhichBrokerId", addr),
-                          resp.body if found else None, body_buffer=resp.body_buffer if found else None)
+            raise BrokerResponseError(resp.code, resp.remark, addr=addr, request_code=RequestCode.PULL_MESSAGE,
+                                      what=what)
+        ext = resp.ext_fields or {}
+        try:   # what int_field does, without its checks' calls; a field missing or not a number: _long says so
+            nbo, low, high, broker_id = (int(ext["nextBeginOffset"]), int(ext["minOffset"]), int(ext["maxOffset"]),
+                                         int(ext["suggestWhichBrokerId"]))
+        except (KeyError, ValueError):
+            nbo, low, high, broker_id = (self._long(resp, "nextBeginOffset", addr), self._long(resp, "minOffset", addr),
+                                         self._long(resp, "maxOffset", addr),
+                                         self._long(resp, "suggestWhichBrokerId", addr))
+        if status is PullStatus.FOUND:
+            return PullResult(status, nbo, low, high, broker_id, resp.body, body_buffer=resp.body_buffer)
+        return PullResult(status, nbo, low, high, broker_id)
+
+    async def pull(self, addr: str, *, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
+                   sys_flag: int, commit_offset: int = 0, suspend_ms: int = 0, subscription: str | None = None,
+                   sub_version: int = 0, expression_type: str = "TAG",
+                   timeout: float = 30.0, body_buffer: bool = False) -> PullResult:
+        """PULL_MESSAGE (11). Codes 0/19/20/21 become a PullResult; any other raises BrokerResponseError.
+        ``body_buffer``: a large body may come as ``PullResult.body_buffer`` (the bytearray it was received
+        into) instead of a ``bytes`` copy in ``body``."""
+        fields = self._pull_fields(group, topic, queue_id, offset, max_nums, sys_flag, commit_offset, suspend_ms,
+                                   subscription, sub_version, expression_type)
+        req = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=fields)
+        resp = await self.invoke(addr, req, timeout, body_buffer=body_buffer)
+        return self._pull_result(resp, addr, f"pull {topic}:{queue_id}@{offset} for {group}")
+
+    def _pull_template(self, group: str, topic: str, queue_id: int, sys_flag: int,
+                       subscription: str) -> RequestTemplate | None:
+        """The PULL_MESSAGE frame of one queue for any offset, count and opaque (None when signed: the
+        signature covers every field)."""
+        if self.credentials is not None:
+            return None
+        key = (group, topic, queue_id, sys_flag, subscription)
+        templates = self._pull_templates
+        if key not in templates:
+            if len(templates) >= _PULL_TEMPLATES:
+                templates.clear()
+            req = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=self._pull_fields(
+                group, topic, queue_id, 0, 0, sys_flag, 0, 0, subscription, 0, "TAG"))
+            templates[key] = RequestTemplate.make(req, ("queueOffset", "maxMsgNums"))
+        return templates[key]
+
+    async def pull_tiles(self, addr: str, *, group: str, topic: str, queue_id: int, tiles: Sequence[tuple[int, int]],
+                         sys_flag: int, subscription: str, timeout: float = 30.0,
+                         body_buffer: bool = False) -> list[PullResult | BaseException]:
+        """PULL_MESSAGE of every ``(offset, maxMsgNums)`` of one queue, sent at once (no commit offset, no
+        suspend): the answers in ``tiles`` order, each a PullResult (as :meth:`pull` makes it) or, for a pull
+        left unanswered within ``timeout`` or by a lost connection, the error :meth:`pull` would raise
+        (RemotingTimeoutError / RemotingConnectError naming the address). An error code raises
+        BrokerResponseError.
+
+        One request frame per pull from a template (:class:`RequestTemplate`; each encoded in full when the
+        requests are signed), one timer and one future for all instead of one each (``Channel.start_request``).
+        ``body_buffer``: as in :meth:`pull`."""
+        if not tiles:
+            return []
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        ch = await self.channel(addr, timeout)
+        left = max(timeout - (loop.time() - t0), 0.001)
+        template = self._pull_template(group, topic, queue_id, sys_flag, subscription)
+        wait = _TileRound(loop, len(tiles))
+        opaques: list[int] = []
+        try:
+            for i, (offset, max_nums) in enumerate(tiles):
+                if template is not None:
+                    opaque = next_opaque()
+                    frame = template.frame(opaque, offset, max_nums)
+                else:
+                    req = self.signed(RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=self._pull_fields(
+                        group, topic, queue_id, offset, max_nums, sys_flag, 0, 0, subscription, 0, "TAG")))
+                    opaque = req.opaque = next_opaque()
+                    frame = encode_frame(req)
+                opaques.append(opaque)
+                ch.start_request(opaque, frame, _TileWaiter(wait, i), body_buffer=body_buffer)
+            timer = loop.call_later(left, wait.expire)
+            try:
+                await wait.future
+            finally:
+                timer.cancel()
+        finally:
+            for opaque in opaques:
+                ch.forget(opaque)
+        out: list[PullResult | BaseException] = []
+        for (offset, _), opaque, resp, error in zip(tiles, opaques, wait.responses, wait.errors, strict=True):
+            if resp is not None:
+                out.append(self._pull_result(resp, addr, f"pull {topic}:{queue_id}@{offset} for {group}"))
+            else:
+                out.append(error or RemotingTimeoutError(
+                    f"no response to PULL_MESSAGE (opaque {opaque}) within {left:g} s", addr=ch.addr,
+                    code=RequestCode.PULL_MESSAGE, timeout_s=left))
+        return out
 
     # ------------------------------------------------------------------------- offsets
     async def query_offset(self, addr: str, group: str, topic: str, queue_id: int,

@@ -275,7 +275,7 @@ class Channel:
             self._pending.pop(request.opaque, None)
             self._keep_buffer.discard(request.opaque)
 
-    def start_request(self, opaque: int, frame: bytes, future: ResponseWaiter) -> None:
+    def start_request(self, opaque: int, frame: bytes, future: ResponseWaiter, *, body_buffer: bool = False) -> None:
         """On the loop: write an encoded request (opaque already in it) whose response completes ``future``,
         which another thread waits on (``invokeSync`` without a task, a timer or an asyncio future on the
         loop; see :meth:`invoke` for the same on the loop). A closed connection fails ``future`` with
@@ -286,6 +286,8 @@ class Channel:
                                                           addr=self.addr))
             return
         self._pending[opaque] = future
+        if body_buffer:   # as invoke(..., body_buffer=True); forget() ends it
+            self._keep_buffer.add(opaque)
         if not self._out:
             asyncio.get_running_loop().call_soon(self._write_out)
         self._out.append(frame)
@@ -294,6 +296,7 @@ class Channel:
     def forget(self, opaque: int) -> None:
         """On the loop: a response to ``opaque`` is no longer awaited (dropped when it comes)."""
         self._pending.pop(opaque, None)
+        self._keep_buffer.discard(opaque)
 
     async def invoke_oneway(self, request: RemotingCommand) -> None:
         """Send a request that gets no response (``invokeOneway``: flag bit RPC_ONEWAY)."""

@@ -10,10 +10,11 @@ import asyncio
 import struct
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from rocketstream.client.common import PullResult, PullStatus
-from rocketstream.errors import DataLossError
+from rocketstream.errors import DataLossError, RemotingConnectError, RemotingTimeoutError
 from rocketstream.spark.network import puller as nv
 
 _REC = struct.Struct(">q")
@@ -105,6 +106,9 @@ def test_a_tag_filter_pulls_sequentially():
     assert _read(broker, 0, 1000, tags=["a"]) == list(range(1000))
     assert broker.max_in_flight == 1
     assert [o for o, _ in broker.calls] == list(range(0, 1000, 32))
+    tiles = TilesBroker(1000, cap=32)   # through pull_tiles, one pull per call
+    assert _read(tiles, 0, 1000, tags=["a"]) == list(range(1000))
+    assert tiles.rounds == [1] * 32 and [o for o, _ in tiles.calls] == list(range(0, 1000, 32))
 
 
 def test_timestamp_search_reads_the_store_time_after_an_ipv6_born_host():
@@ -139,3 +143,125 @@ def test_timestamp_search_reads_the_store_time_after_an_ipv6_born_host():
         # the found message is stored at 1,000: at or after 1,000 it is the answer, after 1,001 the next one
         assert view.search_offset("T", 0, 1_000) == 7, host
         assert view.search_offset("T", 0, 1_001) == 8, host
+
+
+class TilesBroker(FakeBroker):
+    """A FakeBroker with MQClientAPI's ``pull_tiles``: the tiles of a round in one call; the first ``fail``
+    tiles asked of it are answered as unanswered (RemotingTimeoutError), as a lost answer would be."""
+
+    def __init__(self, n: int, *, fail: int = 0, no_connection: int = 0, **kw) -> None:
+        super().__init__(n, **kw)
+        self.fail = fail
+        self.no_connection = no_connection   # calls that cannot connect (MQClientAPI.channel raises)
+        self.rounds: list[int] = []
+
+    async def pull_tiles(self, addr, *, group, topic, queue_id, tiles, sys_flag, subscription, timeout,
+                         body_buffer=False):
+        if self.no_connection:
+            self.no_connection -= 1
+            raise RemotingConnectError("cannot connect", addr=addr)
+        self.rounds.append(len(tiles))
+        out: list = []
+        for o, n in tiles:
+            if self.fail:
+                self.fail -= 1
+                out.append(RemotingTimeoutError("no answer", addr=addr, code=11, timeout_s=timeout))
+            else:
+                out.append(await self.pull(addr, group=group, topic=topic, queue_id=queue_id, offset=o, max_nums=n,
+                                           sys_flag=sys_flag, subscription=subscription, timeout=timeout,
+                                           body_buffer=body_buffer))
+        return out
+
+
+def _read_retrying(broker: FakeBroker, start: int, end: int, retries: int) -> list[int]:
+    target = nv.PullTarget(broker, "127.0.0.1:1", "b", "g", retries=retries)
+    puller = nv._RangePuller(target, "T", 0, start, end, None, True)
+
+    async def drain() -> list[bytes]:
+        got: list[bytes] = []
+        while not puller.done:
+            got += await puller.next_chunk()
+        return got
+
+    data = b"".join(asyncio.run(drain()))
+    return [_REC.unpack_from(data, pos)[0] for pos in range(0, len(data), 16)]
+
+
+def test_tiles_go_in_one_call_and_unanswered_ones_are_sent_again():
+    broker = TilesBroker(3000, cap=32)
+    assert _read_retrying(broker, 0, 3000, 0) == list(range(3000))
+    assert max(broker.rounds) > 1 and len(broker.calls) == -(-(3000 - 32) // 32) + 1
+    broker = TilesBroker(3000, cap=32, fail=3)   # three tiles of the first round unanswered, each sent again
+    assert _read_retrying(broker, 0, 3000, 1) == list(range(3000))
+    assert len(broker.calls) == -(-(3000 - 32) // 32) + 1
+    with pytest.raises(RemotingTimeoutError):     # no pullRetries: the task fails (Spark retries it)
+        _read_retrying(TilesBroker(3000, cap=32, fail=1), 0, 3000, 0)
+    broker = TilesBroker(3000, cap=32, no_connection=1)   # a round that could not connect: each tile again
+    assert _read_retrying(broker, 0, 3000, 1) == list(range(3000))
+    assert len(broker.calls) == -(-(3000 - 32) // 32) + 1
+    with pytest.raises(RemotingConnectError):
+        _read_retrying(TilesBroker(3000, cap=32, no_connection=1), 0, 3000, 0)
+
+
+def test_a_chunk_is_one_decode_unit():
+    """A chunk ends before a pull that would take it past BATCH_BYTES: pack_pull_bodies makes it one unit,
+    not a full one and one of a single pull (whose decode costs ~14 us a message at 32 messages)."""
+    from rocketstream.codec.arrow_records import BATCH_BYTES, pack_pull_bodies
+
+    broker = FakeBroker(20000, cap=32, sizes=[1100] * 20000)
+    puller = nv._RangePuller(nv.PullTarget(broker, "127.0.0.1:1", "b", "g"), "T", 0, 0, 20000, None, True)
+
+    async def drain() -> list[list[bytes]]:
+        chunks = []
+        while not puller.done:
+            chunks.append(await puller.next_chunk())
+        return chunks
+
+    chunks = asyncio.run(drain())
+    assert len(chunks) > 3
+    for chunk in chunks:
+        assert len(list(pack_pull_bodies(chunk))) == 1
+    assert all(sum(map(len, c)) > BATCH_BYTES - 2 * 32 * 1100 for c in chunks[:-1])
+
+
+def test_small_last_units_go_with_the_next_chunk(monkeypatch):
+    """Pull sizes that vary (a chunk's estimate falls short): the small last unit of a chunk is decoded with
+    the next chunk's bodies, so every unit but a range's last is over half of BATCH_BYTES; rows in order."""
+    import concurrent.futures
+
+    from rocketstream.codec.arrow_records import ALONE_BYTES
+
+    rng = np.random.default_rng(7)
+    sizes = [int(s) for s in rng.integers(200, 2400, 40000)]
+    sizes[:32] = [200] * 32   # the first pull (the estimate of a pull's bytes) is small
+    broker = FakeBroker(40000, cap=32, sizes=sizes)
+    units: list[tuple[int, int]] = []
+    seen: list[int] = []
+
+    class Decoder:
+        def __init__(self, *args) -> None:
+            pass
+
+        def decode(self, body, topic, queue_id, start, end):
+            data, pos = bytes(body), 0
+            while pos < len(data):
+                seen.append(_REC.unpack_from(data, pos)[0])
+                pos += sizes[seen[-1]]
+            units.append((queue_id, len(data)))
+            return pa.record_batch([pa.array([0])], names=["x"])
+
+    class Client:
+        def submit(self, coro):
+            fut: concurrent.futures.Future = concurrent.futures.Future()
+            fut.set_result(asyncio.run(coro))
+            return fut
+
+    monkeypatch.setattr(nv, "PullBodyDecoder", Decoder)
+    monkeypatch.setattr(nv, "project_schema", lambda columns: None)
+    target = nv.PullTarget(broker, "127.0.0.1:1", "b", "g")
+    list(nv.pull_ranges(Client(), target, [("T", 0, 0, 20000), ("T", 1, 20000, 40000)], columns=["x"], tags=None,
+                        check_crc=False, fail_on_data_loss=True))
+    assert seen == list(range(40000))
+    for q in (0, 1):
+        mine = [n for queue_id, n in units if queue_id == q]
+        assert len(mine) > 3 and all(n >= ALONE_BYTES for n in mine[:-1]), mine

@@ -5,7 +5,8 @@ decoding of its pull bodies into Arrow batches.
   at once, each one chunk of about :data:`BATCH_BYTES` ahead of the decoder, with the broker-side tag filter
   (subscription flag, no suspend: a bounded range never long-polls).
 * :class:`_RangePuller` is one queue range: once the broker's batch is known, several pulls of it are in
-  flight at once (tiles).
+  flight at once (tiles), sent by one ``MQClientAPI.pull_tiles`` call per round. A chunk ends before a pull
+  that would take it past :data:`BATCH_BYTES`, so it is one decode unit (``pack_pull_bodies``).
 * Pull bodies become RecordBatches of the requested columns through
   :class:`rocketstream.codec.arrow_records.PullBodyDecoder` (the one records -> Arrow module, shared with the
   local read); rows past the range end (the broker's tag scan may run ahead) are dropped, and a tag filter is
@@ -17,13 +18,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Collection, Iterator, Sequence
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 import pyarrow as pa
 
 from rocketstream.client.api import PULL_SYS_FLAG_LITE_PULL, PULL_SYS_FLAG_SUBSCRIPTION
 from rocketstream.client.common import PullResult, PullStatus
-from rocketstream.codec.arrow_records import BATCH_BYTES, PullBody, PullBodyDecoder, pack_pull_bodies, project_schema
+from rocketstream.codec.arrow_records import (
+    ALONE_BYTES,
+    BATCH_BYTES,
+    PullBody,
+    PullBodyDecoder,
+    pack_pull_bodies,
+    project_schema,
+)
 from rocketstream.errors import BodyError, DataLossError, RemotingConnectError, RemotingTimeoutError
 
 if TYPE_CHECKING:
@@ -79,11 +87,17 @@ def pull_ranges(client: NetworkClient, target: PullTarget, ranges: Sequence[tupl
             for j in range(i, min(i + RANGES_IN_FLIGHT, len(pullers))):
                 if j not in pending and not pullers[j].done:
                     pending[j] = client.submit(pullers[j].next_chunk())
+            carry: list[Body] = []
             while i in pending:
                 bodies = pending.pop(i).result()
                 if not puller.done:
                     pending[i] = client.submit(puller.next_chunk())
-                for group in pack_pull_bodies(bodies):
+                groups = list(pack_pull_bodies(carry + bodies))
+                # a small last unit of a chunk (its pulls' sizes varied) goes with the next chunk's: a decode
+                # costs about a millisecond besides its rows (32 messages alone: ~14 us each). The last chunk
+                # (done: no next one was sent) keeps nothing back.
+                carry = [groups.pop()] if groups and not puller.done and len(groups[-1]) < ALONE_BYTES else []
+                for group in groups:
                     batch = decoder.decode(group, puller.topic, puller.queue_id, puller.start, puller.end)
                     if batch.num_rows:
                         yield batch
@@ -119,10 +133,15 @@ class _RangePuller:
         self.batch: int | None = None   # messages per pull the broker gave (learned, no tag filter only)
         self.record_bytes = 0            # average stored bytes per message seen (for the tile count)
 
-    async def _pull(self, offset: int, max_nums: int) -> PullResult:
+    async def _pull(self, offset: int, max_nums: int, failed: BaseException | None = None) -> PullResult:
+        """One pull, sent again after a timeout or a lost connection up to pullRetries times (``failed``: the
+        first attempt's error, when that attempt was a tile of :meth:`_pull_tiles`)."""
         target = self.target
         for attempt in range(target.retries + 1):
             try:
+                if failed is not None:
+                    exc, failed = failed, None
+                    raise exc
                 return await target.api.pull(
                     target.addr, group=target.group, topic=self.topic, queue_id=self.queue_id, offset=offset,
                     max_nums=max_nums, sys_flag=PULL_FLAGS, subscription=self.subscription,
@@ -134,15 +153,44 @@ class _RangePuller:
                             self._where(), offset, exc, attempt + 1, target.retries)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    async def _pull_tiles(self, tiles: list[tuple[int, int]]) -> list[PullResult]:
+        """Pulls of every ``(offset, maxMsgNums)`` at once: by the API's ``pull_tiles`` where it has one
+        (MQClientAPI: one timer and one future for all), else one :meth:`_pull` each; a tile that timed out or
+        lost its connection is sent again on its own (pullRetries)."""
+        target = self.target
+        pull_tiles = getattr(target.api, "pull_tiles", None)
+        if pull_tiles is None:
+            return list(await asyncio.gather(*(self._pull(o, n) for o, n in tiles)))
+        try:
+            answers = await pull_tiles(target.addr, group=target.group, topic=self.topic, queue_id=self.queue_id,
+                                       tiles=tiles, sys_flag=PULL_FLAGS, subscription=self.subscription,
+                                       timeout=target.timeout_s, body_buffer=True)
+        except (RemotingTimeoutError, RemotingConnectError) as exc:   # no connection: no tile was sent
+            answers = [exc] * len(tiles)
+        again = [i for i, a in enumerate(answers) if isinstance(a, (RemotingTimeoutError, RemotingConnectError))]
+        if again:   # sent again concurrently, as the tiles of the gather above would be
+            retried = await asyncio.gather(*(self._pull(*tiles[i], cast(BaseException, answers[i])) for i in again))
+            for i, result in zip(again, retried, strict=True):
+                answers[i] = result
+        results: list[PullResult] = []
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+            results.append(answer)
+        return results
+
     async def next_chunk(self) -> list[Body]:
         bodies: list[Body] = []
         size = 0
         while self.offset < self.end and size < BATCH_BYTES:
             k = self.batch
+            pull_bytes = k * self.record_bytes if k is not None else 0
+            if size and size + pull_bytes > BATCH_BYTES:
+                break   # a chunk is one decode unit of pack_pull_bodies: a pull past it would start a small one
             if k is not None and self.end - self.offset > k:
-                tiles = max(1, min(TILES_IN_FLIGHT, -(-(BATCH_BYTES - size) // max(k * self.record_bytes, 1))))
+                tiles = max(1, min(TILES_IN_FLIGHT, (BATCH_BYTES - size) // max(pull_bytes, 1)))
                 starts = range(self.offset, min(self.end, self.offset + tiles * k), k)
-                results = await asyncio.gather(*(self._pull(o, min(k, self.end - o)) for o in starts))
+                results = await self._pull_tiles([(o, min(k, self.end - o)) for o in starts])
                 for o, result in zip(starts, results, strict=True):
                     if o != self.offset:
                         break   # the previous tile ended short: the next round starts at its nextBeginOffset
@@ -158,13 +206,14 @@ class _RangePuller:
                 continue
             before = self.offset
             want = min(self.end - self.offset, self.target.batch_size)
-            body = self._advance(await self._pull(self.offset, want))
+            (result,) = await self._pull_tiles([(self.offset, want)])   # one tile: pull_tiles' cheaper send
+            body = self._advance(result)
             if body:
                 bodies.append(body)
                 size += len(body)
                 if self.subscription == "*" and self.batch is None and self.offset > before:
                     self.batch = self.offset - before
-                    self.record_bytes = max(len(body) // self.batch, 1)
+                    self.record_bytes = max(-(-len(body) // self.batch), 1)
         if self.offset >= self.end:
             self.done = True
         return bodies
