@@ -158,10 +158,11 @@ def test_plan_tasks_with_views_packs_by_bytes_and_keeps_allocation_strategies(tm
     assert sorted(r for t in cut for r in t) == [(i, 0, 200) for i in range(8)]
 
 
-def test_a_task_of_many_small_ranges_is_read_in_one_batch_refreshing_each_queue_once(tmp_path, monkeypatch):
+def test_a_task_of_many_small_ranges_is_read_in_one_batch_opening_no_queue(tmp_path, monkeypatch):
     """Issue 21: the local read's work is per task, not per range — one batch for 20 one-message ranges (rows
-    in range order, each with its queue), and each queue refreshed once (it was twice, plus a min-offset read;
-    then once by ``load`` and once more by ``queues_for_read``)."""
+    in range order, each with its queue), and no queue loaded, listed or refreshed: each range's units are read
+    where they are (it was a load and a refresh of every queue, then a load of every queue). A range whose
+    units are not all there (past the queue's end here) opens that queue alone, whose max then clamps it."""
     from rocketstream.store import MessageStore
     from rocketstream.store.files.consume_queue import ConsumeQueue
 
@@ -170,17 +171,21 @@ def test_a_task_of_many_small_ranges_is_read_in_one_batch_refreshing_each_queue_
         store.create_topic("T", 20)
         for qid in range(20):
             store.put_batch("T", qid, [b"m%d" % qid] * 2, tags="A")
-    refreshed: list[int] = []   # every scan for a queue's end: load's and refresh's
-    real = ConsumeQueue._refresh_reader
-    monkeypatch.setattr(ConsumeQueue, "_refresh_reader",
-                        lambda self, **kw: refreshed.append(self.queue_id) or real(self, **kw))
+    loaded: list[int] = []   # every queue load (listing, mapping, end scan)
+    real = ConsumeQueue.load
+    monkeypatch.setattr(ConsumeQueue, "load", lambda self, *a: loaded.append(self.queue_id) or real(self, *a))
     view = LocalBroker("broker-a", str(root)).open()
     try:
         order = [7, 3, 19, 0] + [q for q in range(20) if q not in (7, 3, 19, 0)]
         batches = list(view.read_ranges([("T", q, 1, 2) for q in order], columns=["queueId", "queueOffset", "body"],
                                         tags=None, check_crc=False))
+        assert len(batches) == 1
+        assert batches[0].to_pylist() == [{"queueId": q, "queueOffset": 1, "body": b"m%d" % q} for q in order]
+        assert loaded == []
+        past_end = list(view.read_ranges([("T", 4, 0, 2), ("T", 5, 1, 9)], columns=["queueId", "queueOffset"],
+                                         tags=None, check_crc=False))
     finally:
         view.close()
-    assert len(batches) == 1
-    assert batches[0].to_pylist() == [{"queueId": q, "queueOffset": 1, "body": b"m%d" % q} for q in order]
-    assert sorted(refreshed) == list(range(20))
+    assert [row for b in past_end for row in b.to_pylist()] == [
+        {"queueId": 4, "queueOffset": 0}, {"queueId": 4, "queueOffset": 1}, {"queueId": 5, "queueOffset": 1}]
+    assert loaded == [5]
