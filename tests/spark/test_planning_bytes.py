@@ -11,6 +11,7 @@ from rocketstream.errors import OptionError
 from rocketstream.spark.broker_view import open_views
 from rocketstream.spark.local_view import LocalBroker
 from rocketstream.spark.offset_ranges import (
+    DEFAULT_LOCAL_OPEN_COST_BYTES,
     DEFAULT_MAX_PARTITION_BYTES,
     DEFAULT_OPEN_COST_BYTES,
     OffsetRange,
@@ -71,6 +72,21 @@ def test_min_partitions_is_a_floor_and_the_message_limit_a_ceiling():
         [(1, 0, 10)], [(2, 0, 10)]]
     assert plan_by_bytes([], []) == []
     assert DEFAULT_MAX_PARTITION_BYTES == 128 * MIB and DEFAULT_OPEN_COST_BYTES == 256 << 10
+    assert DEFAULT_LOCAL_OPEN_COST_BYTES == 64 << 10
+
+
+def test_a_thousand_one_message_queues_are_one_local_task_and_two_network_ones(tmp_path):
+    """Issue 21: a local task opens no queue for a range (about 25 µs of CPU each), so the local read's open cost
+    is 64 KiB and 1,024 one-message ranges are one task; a network range costs pulls (256 KiB: two tasks)."""
+    from rocketstream.spark.tasks import _open_cost
+
+    local = parse_options({"path": str(tmp_path), "topic": "T"}, streaming=False)
+    network = parse_options({"nameServer": "127.0.0.1:9876", "topic": "T"}, streaming=False)
+    given = parse_options({"path": str(tmp_path), "topic": "T", "openCostInBytes": "1000"}, streaming=False)
+    assert (_open_cost(local), _open_cost(network), _open_cost(given)) == (64 << 10, 256 << 10, 1000)
+    ranges = [OffsetRange(q(i), 0, 1) for i in range(1024)]
+    assert len(plan_by_bytes(ranges, [250] * 1024, open_cost=_open_cost(local))) == 1
+    assert len(plan_by_bytes(ranges, [250] * 1024, open_cost=_open_cost(network))) == 2
 
 
 def test_bad_planning_values_are_option_errors():
