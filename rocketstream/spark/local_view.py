@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import numpy as np
 
-from rocketstream.errors import OptionError
+from rocketstream.errors import CorruptStoreError, OptionError
 from rocketstream.spark.broker_view import QueueBounds
 from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.spark.positions import check_starts
@@ -24,11 +24,15 @@ if TYPE_CHECKING:
     from rocketstream.spark.offset_store import OffsetStore
     from rocketstream.store import MessageStore
     from rocketstream.store.files.consume_queue import ConsumeQueue
+    from rocketstream.store.read.bulk_read import RangeUnits
 
 T = TypeVar("T")
 
 # Units a task reads at once (``read_ranges``): 20 MiB of consume-queue units in memory, whatever the task's size
 UNITS_PER_READ = 1 << 20
+# A planner sums the sizes of a range of at most this many units of a queue it has not loaded from a positional
+# read of them (``range_bytes``); a longer one loads the queue (its sum samples units beyond EXACT_UNITS)
+PREAD_PLAN_UNITS = 1 << 16
 
 
 class LocalBroker(NamedTuple):
@@ -52,6 +56,7 @@ class LocalBrokerView:
         self.root = root
         self.broker_addr = broker_addr
         self._store: MessageStore | None = None
+        self._bounds_asked: set[str] = set()   # topics bounds_array answered once (a stream asks again)
 
     @property
     def broker_name(self) -> str:
@@ -76,12 +81,16 @@ class LocalBrokerView:
 
     def bounds_array(self, topic: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Queue ids of ``topic`` (ascending) and their min and max offsets, as int64 arrays: the store's
-        topic config reread and every queue refreshed once (no listing of the other topics' queues)."""
+        topic config reread and every queue refreshed once (no listing of the other topics' queues). The
+        first time a view is asked about a topic (a batch query's planner asks once) its queues are peeked
+        at, not loaded (``MessageStore.queue_bounds(load=False)``); from the second time (a stream's next
+        trigger) they are loaded and then only refreshed."""
         store = self.store
         if store.read_only:
             store.topic_config.load()
         ids = store.queue_ids(topic)
-        pairs = store.queue_bounds(topic, ids)
+        pairs = store.queue_bounds(topic, ids, load=topic in self._bounds_asked)
+        self._bounds_asked.add(topic)
         both = np.array(pairs, dtype=np.int64).reshape(len(ids), 2)
         return np.array(ids, dtype=np.int64), both[:, 0], both[:, 1]
 
@@ -102,12 +111,25 @@ class LocalBrokerView:
         """Stored bytes of each ``(queueId, start, end)`` (of the messages whose tagsCode may match
         ``tags_codes``), summed from the consume queue's unit sizes (``store.read.range_bytes``); queues the
         planner just refreshed are not refreshed again."""
-        from rocketstream.store.read.range_bytes import queue_range_bytes
+        from rocketstream.store.read.range_bytes import queue_range_bytes, units_bytes
 
-        ids = list(dict.fromkeys(q for q, _, _ in ranges))
-        queues = dict(zip(ids, self.store.queues_for_read(topic, ids, refresh=False), strict=True))
-        return [0 if queues[q] is None else queue_range_bytes(queues[q], start, end, tags_codes)  # type: ignore[arg-type]
-                for q, start, end in ranges]
+        store = self.store
+        out: list[int | None] = [None] * len(ranges)
+        if store.read_only:   # short ranges of queues not loaded (peeked at by bounds_array): their units read
+            cl_min = store.commit_log.min_offset()
+            for i, (q, start, end) in enumerate(ranges):
+                if end <= start:
+                    out[i] = 0
+                elif not store.queue_loaded(topic, q):
+                    units = store.peeked_units(topic, q, start, end)
+                    if units is None and end - start <= PREAD_PLAN_UNITS:
+                        units = store.units_at(topic, q, start, end, cl_min)
+                    out[i] = None if units is None else units_bytes(units, tags_codes)
+        ids = list(dict.fromkeys(q for (q, _, _), b in zip(ranges, out, strict=True) if b is None))
+        queues = dict(zip(ids, store.queues_for_read(topic, ids, refresh=False), strict=True))
+        return [b if b is not None else 0 if queues[q] is None else
+                queue_range_bytes(queues[q], start, end, tags_codes)  # type: ignore[arg-type]
+                for (q, start, end), b in zip(ranges, out, strict=True)]
 
     def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         return int(self.store.search_offset(topic, queue_id, timestamp_ms, "lower"))
@@ -116,39 +138,77 @@ class LocalBrokerView:
                     tags: Collection[str] | None, check_crc: bool,
                     fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
         """The ranges' rows, in their order, read together (``bulk_read.read_ranges_batches``: batches cross
-        range boundaries) in runs of about :data:`UNITS_PER_READ` units; each queue is refreshed once."""
+        range boundaries) in runs of about :data:`UNITS_PER_READ` units. A range's units are read where they
+        are (``MessageStore.units_at``: a positional read, the queue neither listed nor mapped) when every one
+        is a message to return; otherwise (retention passed the range's start, a file is missing or damaged)
+        the queue is opened (``queues_for_read``, each queue once) and its min, max and data-loss rule decide,
+        as they do at planning."""
         from rocketstream.store.read.bulk_read import RangeUnits, read_ranges_batches
 
         store = self.store
         queues: dict[tuple[str, int], ConsumeQueue | None] = {}
-        wanted: dict[str, dict[int, None]] = {}
-        for topic, queue_id, _, _ in ranges:
-            wanted.setdefault(topic, {})[queue_id] = None
-        for topic, ids in wanted.items():
-            queues.update(zip(((topic, q) for q in ids), store.queues_for_read(topic, ids), strict=True))
+        cl_min = store.commit_log.min_offset()
         run: list[RangeUnits] = []
         units_in_run = 0
         for topic, queue_id, start, end in ranges:
-            cq = queues[(topic, queue_id)]
-            if cq is None:
-                continue   # no directory: a queue with nothing (its bounds are 0, 0)
-            start = self._surviving_start(topic, queue_id, start, end, fail_on_data_loss, cq)
-            if start >= end:
-                continue
-            # bulk_read checks every unit it reads against the header it decodes (a batch that disagrees
-            # is read again from the queue before that is an error)
-            first, units = cq.clamped_units(start, end)
-            if not len(units):
-                continue
-            run.append(RangeUnits(topic, queue_id, first, units, cq.raw_units))
-            units_in_run += len(units)
-            if units_in_run >= UNITS_PER_READ:
-                yield from read_ranges_batches(store.commit_log, run, broker_name=self._name, columns=columns,
-                                               tags=tags, check_crc=check_crc)
-                run, units_in_run = [], 0
+            at = start
+            while at < end:
+                stop = min(end, at + UNITS_PER_READ)
+                units = store.units_at(topic, queue_id, at, stop, cl_min)
+                if units is not None:
+                    run.append(RangeUnits(topic, queue_id, at, units, self._rereader(topic, queue_id, queues)))
+                else:
+                    piece = self._opened_units(topic, queue_id, at, end, fail_on_data_loss, queues)
+                    stop = end
+                    if piece is None:
+                        break
+                    run.append(piece)
+                units_in_run += len(run[-1].units)
+                at = stop
+                if units_in_run >= UNITS_PER_READ:
+                    yield from read_ranges_batches(store.commit_log, run, broker_name=self._name, columns=columns,
+                                                   tags=tags, check_crc=check_crc)
+                    run, units_in_run = [], 0
         if run:
             yield from read_ranges_batches(store.commit_log, run, broker_name=self._name, columns=columns,
                                            tags=tags, check_crc=check_crc)
+
+    def _opened(self, topic: str, queue_id: int,
+                queues: dict[tuple[str, int], ConsumeQueue | None]) -> ConsumeQueue | None:
+        key = (topic, queue_id)
+        if key not in queues:
+            queues[key] = self.store.queues_for_read(topic, [queue_id])[0]
+        return queues[key]
+
+    def _rereader(self, topic: str, queue_id: int,
+                  queues: dict[tuple[str, int], ConsumeQueue | None]) -> Callable[[int, int], np.ndarray]:
+        """``RangeUnits.reread`` for units read positionally: read them again from the opened queue."""
+        def reread(start: int, end: int) -> np.ndarray:
+            cq = self._opened(topic, queue_id, queues)
+            if cq is None:
+                raise CorruptStoreError(f"consume queue {topic}/{queue_id} is gone while its units were read",
+                                        path=self.store.root / "consumequeue" / topic / str(queue_id))
+            return cq.raw_units(start, end)
+
+        return reread
+
+    def _opened_units(self, topic: str, queue_id: int, start: int, end: int, fail_on_data_loss: bool,
+                      queues: dict[tuple[str, int], ConsumeQueue | None]) -> RangeUnits | None:
+        """Units [start, end) from the opened queue, after the data-loss rule (None: nothing to read)."""
+        from rocketstream.store.read.bulk_read import RangeUnits
+
+        cq = self._opened(topic, queue_id, queues)
+        if cq is None:
+            return None   # no directory: a queue with nothing (its bounds are 0, 0)
+        start = self._surviving_start(topic, queue_id, start, end, fail_on_data_loss, cq)
+        if start >= end:
+            return None
+        # bulk_read checks every unit it reads against the header it decodes (a batch that disagrees
+        # is read again from the queue before that is an error)
+        first, units = cq.clamped_units(start, end)
+        if not len(units):
+            return None
+        return RangeUnits(topic, queue_id, first, units, cq.raw_units)
 
     def _surviving_start(self, topic: str, queue_id: int, start: int, end: int, fail_on_data_loss: bool,
                          cq: ConsumeQueue) -> int:

@@ -175,11 +175,14 @@ def plan_default(
 
 # The default plan by bytes (plan_by_bytes), Spark's file-source planning (FilePartition.maxSplitBytes and
 # getFilePartitions) over queue ranges: spark.sql.files.maxPartitionBytes' default target, and an open cost per
-# range measured for the local read (a range's queue refresh, unit gather and header decode cost about as much
-# as reading 256 KiB; Spark's openCostInBytes default, 4 MiB, models a file open and would give a 1,024-queue
-# read of one message each 32 tasks, ~0.1 s of Python worker each on local[2]).
+# range (Spark's openCostInBytes default, 4 MiB, models a file open and would give a 1,024-queue read of one
+# message each 32 tasks, ~0.1 s of Python worker each on local[2]). Network mode: 256 KiB, a range's pulls.
+# Local mode: 64 KiB — a task reads a range's units where they are (no queue opened), about 25 µs of CPU a
+# range, as much as reading 16–40 KiB of stored messages (650 MB/s at 256-byte bodies, 1.6 GB/s at 4 KiB;
+# bench_planning.py --query), so a thousand one-message queues are one task, not two (issue 21).
 DEFAULT_MAX_PARTITION_BYTES = 128 << 20
 DEFAULT_OPEN_COST_BYTES = 256 << 10
+DEFAULT_LOCAL_OPEN_COST_BYTES = 64 << 10
 
 
 def plan_by_bytes(

@@ -21,6 +21,7 @@ from rocketstream.codec import java_hash
 from rocketstream.errors import OptionError
 from rocketstream.spark.broker_view import BrokerLocation, BrokerView, open_views, view_of
 from rocketstream.spark.offset_ranges import (
+    DEFAULT_LOCAL_OPEN_COST_BYTES,
     DEFAULT_MAX_PARTITION_BYTES,
     DEFAULT_OPEN_COST_BYTES,
     OffsetRange,
@@ -146,7 +147,9 @@ def _max_partition_bytes(options: RocketMQOptions) -> int:
 
 
 def _open_cost(options: RocketMQOptions) -> int:
-    return DEFAULT_OPEN_COST_BYTES if options.open_cost_in_bytes is None else options.open_cost_in_bytes
+    if options.open_cost_in_bytes is not None:
+        return options.open_cost_in_bytes
+    return DEFAULT_OPEN_COST_BYTES if options.network else DEFAULT_LOCAL_OPEN_COST_BYTES
 
 
 def _default_plan(options: RocketMQOptions, starts: Mapping[QueueKey, int], ends: Mapping[QueueKey, int],

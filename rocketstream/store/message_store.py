@@ -66,7 +66,7 @@ from rocketstream.errors import (
 from rocketstream.store.files import index_file
 from rocketstream.store.files.checkpoint import StoreCheckpoint
 from rocketstream.store.files.commit_log import CommitLog, EncodedBatch
-from rocketstream.store.files.consume_queue import ConsumeQueue
+from rocketstream.store.files.consume_queue import ConsumeQueue, peek_bounds, read_units_at
 from rocketstream.store.files.index_writer import IndexWriter
 from rocketstream.store.files.lock import StoreLock, warn_if_locked
 from rocketstream.store.files.mapped_file import MappedFile
@@ -153,6 +153,8 @@ class MessageStore:
                                     store_host=config.store_host)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._topic_dirs: dict[str, Path] = {}   # consumequeue/<topic> (a path join less per queue loaded)
+        # reader: (min, units to the end) of queues queue_bounds(load=False) peeked at (peeked_units)
+        self._peeked: dict[tuple[str, int], tuple[int, np.ndarray]] = {}
         self._lock = self.commit_log.lock
         self._store_lock: StoreLock | None = None
         self.checkpoint: StoreCheckpoint | None = None
@@ -285,11 +287,9 @@ class MessageStore:
 
     def _load_queue(self, topic: str, queue_id: int, commit_log_min: int = 0) -> ConsumeQueue:
         """Load a queue; a reader's is then as fresh as ``refresh(commit_log_min)`` makes it."""
-        topic_dir = self._topic_dirs.get(topic)
-        if topic_dir is None:
-            topic_dir = self._topic_dirs[topic] = self.root / "consumequeue" / topic
         cq = ConsumeQueue(self.root, topic, queue_id, self.config.mapped_file_size_consume_queue,
-                          read_only=self.read_only, check_units=self.commit_log.check_units, topic_dir=topic_dir)
+                          read_only=self.read_only, check_units=self.commit_log.check_units,
+                          topic_dir=self._topic_dir(topic))
         cq.load(commit_log_min)
         self._queues[(topic, queue_id)] = cq
         return cq
@@ -636,13 +636,70 @@ class MessageStore:
         ids |= set(range(self.topic_config.queue_nums(topic) or 0))
         return sorted(ids)
 
-    def queue_bounds(self, topic: str, queue_ids: Iterable[int]) -> list[tuple[int, int]]:
+    def queue_bounds(self, topic: str, queue_ids: Iterable[int], *, load: bool = True) -> list[tuple[int, int]]:
         """``(min, max)`` offsets of each queue, as ``min_offset`` / ``max_offset`` give them, with the
-        commit log and every queue refreshed once (a reader's planner asks for a thousand queues at a time)."""
+        commit log and every queue refreshed once (a reader's planner asks for a thousand queues at a time).
+        ``load=False`` (a reader asking once, like a batch query's planner): a queue not loaded yet is first
+        peeked at (``consume_queue.peek_bounds``: one listing, one read of its file's head, nothing mapped or
+        kept) and loaded only when the peek cannot tell."""
         if not self.read_only:
             return [(self.min_offset(topic, q), self.max_offset(topic, q)) for q in queue_ids]
-        return [(0, 0) if cq is None else (cq.min_offset(), cq.max_offset())
-                for cq in self.queues_for_read(topic, queue_ids)]
+        ids = list(queue_ids)
+        if load:
+            return [(0, 0) if cq is None else (cq.min_offset(), cq.max_offset())
+                    for cq in self.queues_for_read(topic, ids)]
+        cl_min = self.commit_log.min_offset()
+        size = self.config.mapped_file_size_consume_queue
+        topic_dir = str(self._topic_dir(topic))
+        bounds: list[tuple[int, int] | None] = []
+        for q in ids:
+            peeked = None if (topic, q) in self._queues else peek_bounds(f"{topic_dir}/{q}", size, cl_min)
+            if peeked is None:
+                self._peeked.pop((topic, q), None)
+                bounds.append(None)
+            else:
+                self._peeked[(topic, q)] = peeked
+                bounds.append((peeked[0], peeked[0] + len(peeked[1])))
+        rest = [q for q, b in zip(ids, bounds, strict=True) if b is None]
+        if rest:
+            loaded = iter(self.queue_bounds(topic, rest))
+            bounds = [next(loaded) if b is None else b for b in bounds]
+        return cast("list[tuple[int, int]]", bounds)
+
+    def peeked_units(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray | None:
+        """Units [start, end) of a queue as the last ``queue_bounds(load=False)`` peeked at them (units a writer
+        published never change), when they lie within what it saw; None otherwise."""
+        peeked = self._peeked.get((topic, queue_id))
+        if peeked is None:
+            return None
+        low, units = peeked
+        if not low <= start <= end <= low + len(units):
+            return None
+        return units[start - low:end - low]
+
+    def units_at(self, topic: str, queue_id: int, start: int, end: int,
+                 commit_log_min: int | None = None) -> np.ndarray | None:
+        """Reader: units [start, end) of a queue read positionally (``consume_queue.read_units_at``: no listing,
+        no mapping, nothing kept), when every one of them is a message a reader may return; None otherwise
+        (part of the range under the queue's min or past its end, a file missing or damaged; a writer, whose
+        loaded queues are the truth), and the caller goes through ``queues_for_read``, whose min, max and
+        errors decide. ``commit_log_min``: the commit log's min when the caller has just read it."""
+        if not self.read_only:
+            return None
+        if commit_log_min is None:
+            commit_log_min = self.commit_log.min_offset()
+        return read_units_at(f"{self._topic_dir(topic)}/{queue_id}", self.config.mapped_file_size_consume_queue,
+                             start, end, commit_log_min)
+
+    def queue_loaded(self, topic: str, queue_id: int) -> bool:
+        """Whether the queue is loaded (kept mapped and refreshed by ``queues_for_read``)."""
+        return (topic, queue_id) in self._queues
+
+    def _topic_dir(self, topic: str) -> Path:
+        topic_dir = self._topic_dirs.get(topic)
+        if topic_dir is None:
+            topic_dir = self._topic_dirs[topic] = self.root / "consumequeue" / topic
+        return topic_dir
 
     def queues_for_read(self, topic: str, queue_ids: Iterable[int], *,
                         refresh: bool = True) -> list[ConsumeQueue | None]:

@@ -3,6 +3,15 @@
     python tests/benchmarks/bench_planning.py [--queues 8,128,1024] [--triggers 30] [--messages 64] [--dir DIR]
                                               [--modes local,network] [--broker ours|java]
     python tests/benchmarks/bench_planning.py --tasks [--dir DIR]
+    python tests/benchmarks/bench_planning.py --query [--queue-counts 8,1024] [--repeat 5] [--profile N] [--dir DIR]
+
+``--query`` (issue 21, the 1,024-queue row): a whole batch query's CPU outside Spark, as PySpark runs it — the
+reader pickled (cloudpickle) before ``partitions()``, which runs in the planner; each task's partition pickled,
+then, per task, the reader and partition unpickled and ``read()`` drained — over one topic of each
+``--queue-counts`` queues holding one 100-byte message each. Prints this process's CPU ms for the plan, for the
+tasks (all of them), their sum (best of ``--repeat``, fresh reader each time), the pickled size of a partition,
+and the sum's difference from the first queue count's. ``--profile N``: cProfile of the query at N queues
+(top 40 by cumulative time, after a warm-up query).
 
 ``--tasks`` (issue 21): the tasks a batch query gets, and the driver's planning time, for the issue's reads —
 1 M x 256 B and 100 k x 4 KiB over 8 queues (stores written for the run, 1 % of the messages tagged
@@ -255,6 +264,56 @@ def task_counts(base: Path) -> None:
         print(f"{name:<34} {len(old):>12} {len(new):>9} {ms(c1 - c0):>18} {ms(c2 - c1):>15}", flush=True)
 
 
+def query_cpu(root: Path, repeat: int) -> tuple[float, float, int, int]:
+    """(plan CPU s, tasks CPU s, tasks, largest pickled partition bytes): best of ``repeat`` fresh queries."""
+    import pickle
+
+    from pyspark import cloudpickle
+
+    options = {"path": str(root), "topic": TOPIC}
+    best_plan = best_read = float("inf")
+    n_tasks = biggest = 0
+    for _ in range(repeat):
+        reader = batch_reader(parse_options(options, streaming=False), projection_for(None))
+        shipped = cloudpickle.dumps(reader)   # PySpark pickles the read function (and reader) before planning
+        c0 = time.process_time()
+        parts = [pickle.dumps(p) for p in reader.partitions()]
+        c1 = time.process_time()
+        rows = 0
+        for blob in parts:
+            task_reader, partition = pickle.loads(shipped), pickle.loads(blob)
+            rows += sum(batch.num_rows for batch in task_reader.read(partition))
+        c2 = time.process_time()
+        best_plan, best_read = min(best_plan, c1 - c0), min(best_read, c2 - c1)
+        n_tasks, biggest = len(parts), max(len(b) for b in parts)
+        assert rows, "every query reads its messages"
+    return best_plan, best_read, n_tasks, biggest
+
+
+def query_costs(base: Path, queue_counts: list[int], repeat: int, profile: int | None,
+                sort: str = "cumulative") -> None:
+    print(f"{'queues':>7} {'tasks':>6} {'partition B':>12} {'plan ms':>8} {'tasks ms':>9} {'query ms':>9} "
+          f"{'vs first':>9}")
+    first = None
+    for n in queue_counts:
+        root = base / f"query-q{n}"
+        build(root, n, 1)
+        if profile == n:
+            import cProfile
+            import pstats
+
+            query_cpu(root, 1)   # warm: imports and first calls are not the query's
+            prof = cProfile.Profile()
+            prof.runcall(query_cpu, root, 1)
+            pstats.Stats(prof).sort_stats(sort).print_stats(40)
+        plan, read, n_tasks, size = query_cpu(root, repeat)
+        total = plan + read
+        first = total if first is None else first
+        print(f"{n:>7} {n_tasks:>6} {size:>12} {ms(plan)} {ms(read):>9} {ms(total):>9} {ms(total - first):>9}",
+              flush=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--queues", default="8,128,1024")
@@ -264,11 +323,18 @@ def main() -> None:
     ap.add_argument("--modes", default="local,network", help="local and/or network")
     ap.add_argument("--broker", default="ours", choices=("ours", "java"), help="the broker of network mode")
     ap.add_argument("--tasks", action="store_true", help="task counts by messages vs by bytes (issue 21)")
+    ap.add_argument("--query", action="store_true", help="a batch query's CPU outside Spark (issue 21)")
+    ap.add_argument("--queue-counts", default="8,1024", help="--query: queues of the topics, one message each")
+    ap.add_argument("--repeat", type=int, default=5, help="--query: best of this many queries")
+    ap.add_argument("--profile", type=int, default=None, help="--query: cProfile the query at this many queues")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-planning-", dir=args.dir))
     try:
         if args.tasks:
             task_counts(base)
+            return
+        if args.query:
+            query_costs(base, [int(q) for q in args.queue_counts.split(",")], args.repeat, args.profile)
             return
         print(f"{'mode':<8} {'queues':>7} {'what':<20} {'median ms':>9} {'p90 ms':>8}")
         for mode in args.modes.split(","):

@@ -11,6 +11,7 @@ from rocketstream.errors import OptionError
 from rocketstream.spark.broker_view import open_views
 from rocketstream.spark.local_view import LocalBroker
 from rocketstream.spark.offset_ranges import (
+    DEFAULT_LOCAL_OPEN_COST_BYTES,
     DEFAULT_MAX_PARTITION_BYTES,
     DEFAULT_OPEN_COST_BYTES,
     OffsetRange,
@@ -71,6 +72,21 @@ def test_min_partitions_is_a_floor_and_the_message_limit_a_ceiling():
         [(1, 0, 10)], [(2, 0, 10)]]
     assert plan_by_bytes([], []) == []
     assert DEFAULT_MAX_PARTITION_BYTES == 128 * MIB and DEFAULT_OPEN_COST_BYTES == 256 << 10
+    assert DEFAULT_LOCAL_OPEN_COST_BYTES == 64 << 10
+
+
+def test_a_thousand_one_message_queues_are_one_local_task_and_two_network_ones(tmp_path):
+    """Issue 21: a local task opens no queue for a range (about 25 µs of CPU each), so the local read's open cost
+    is 64 KiB and 1,024 one-message ranges are one task; a network range costs pulls (256 KiB: two tasks)."""
+    from rocketstream.spark.tasks import _open_cost
+
+    local = parse_options({"path": str(tmp_path), "topic": "T"}, streaming=False)
+    network = parse_options({"nameServer": "127.0.0.1:9876", "topic": "T"}, streaming=False)
+    given = parse_options({"path": str(tmp_path), "topic": "T", "openCostInBytes": "1000"}, streaming=False)
+    assert (_open_cost(local), _open_cost(network), _open_cost(given)) == (64 << 10, 256 << 10, 1000)
+    ranges = [OffsetRange(q(i), 0, 1) for i in range(1024)]
+    assert len(plan_by_bytes(ranges, [250] * 1024, open_cost=_open_cost(local))) == 1
+    assert len(plan_by_bytes(ranges, [250] * 1024, open_cost=_open_cost(network))) == 2
 
 
 def test_bad_planning_values_are_option_errors():
@@ -158,10 +174,11 @@ def test_plan_tasks_with_views_packs_by_bytes_and_keeps_allocation_strategies(tm
     assert sorted(r for t in cut for r in t) == [(i, 0, 200) for i in range(8)]
 
 
-def test_a_task_of_many_small_ranges_is_read_in_one_batch_refreshing_each_queue_once(tmp_path, monkeypatch):
+def test_a_task_of_many_small_ranges_is_read_in_one_batch_opening_no_queue(tmp_path, monkeypatch):
     """Issue 21: the local read's work is per task, not per range — one batch for 20 one-message ranges (rows
-    in range order, each with its queue), and each queue refreshed once (it was twice, plus a min-offset read;
-    then once by ``load`` and once more by ``queues_for_read``)."""
+    in range order, each with its queue), and no queue loaded, listed or refreshed: each range's units are read
+    where they are (it was a load and a refresh of every queue, then a load of every queue). A range whose
+    units are not all there (past the queue's end here) opens that queue alone, whose max then clamps it."""
     from rocketstream.store import MessageStore
     from rocketstream.store.files.consume_queue import ConsumeQueue
 
@@ -170,17 +187,21 @@ def test_a_task_of_many_small_ranges_is_read_in_one_batch_refreshing_each_queue_
         store.create_topic("T", 20)
         for qid in range(20):
             store.put_batch("T", qid, [b"m%d" % qid] * 2, tags="A")
-    refreshed: list[int] = []   # every scan for a queue's end: load's and refresh's
-    real = ConsumeQueue._refresh_reader
-    monkeypatch.setattr(ConsumeQueue, "_refresh_reader",
-                        lambda self, **kw: refreshed.append(self.queue_id) or real(self, **kw))
+    loaded: list[int] = []   # every queue load (listing, mapping, end scan)
+    real = ConsumeQueue.load
+    monkeypatch.setattr(ConsumeQueue, "load", lambda self, *a: loaded.append(self.queue_id) or real(self, *a))
     view = LocalBroker("broker-a", str(root)).open()
     try:
         order = [7, 3, 19, 0] + [q for q in range(20) if q not in (7, 3, 19, 0)]
         batches = list(view.read_ranges([("T", q, 1, 2) for q in order], columns=["queueId", "queueOffset", "body"],
                                         tags=None, check_crc=False))
+        assert len(batches) == 1
+        assert batches[0].to_pylist() == [{"queueId": q, "queueOffset": 1, "body": b"m%d" % q} for q in order]
+        assert loaded == []
+        past_end = list(view.read_ranges([("T", 4, 0, 2), ("T", 5, 1, 9)], columns=["queueId", "queueOffset"],
+                                         tags=None, check_crc=False))
     finally:
         view.close()
-    assert len(batches) == 1
-    assert batches[0].to_pylist() == [{"queueId": q, "queueOffset": 1, "body": b"m%d" % q} for q in order]
-    assert sorted(refreshed) == list(range(20))
+    assert [row for b in past_end for row in b.to_pylist()] == [
+        {"queueId": 4, "queueOffset": 0}, {"queueId": 4, "queueOffset": 1}, {"queueId": 5, "queueOffset": 1}]
+    assert loaded == [5]

@@ -96,3 +96,65 @@ def test_reader_refuses_an_empty_file_before_the_last(tmp_path):
             pytest.raises(CorruptStoreError, match=f"length 0, expected {CQ_SIZE}") as info:
         ro.queue_bounds("A", [0])
     assert info.value.path == str(middle)
+
+
+def test_peeked_bounds_and_positional_units_are_what_a_loaded_queue_gives(tmp_path, monkeypatch):
+    """Issue 21: a planner peeks at a queue it has not loaded (one listing, one read of its file's head) and a
+    task reads a range's units where they are; both answer exactly what the loaded queue answers, and fall back
+    to loading it for every queue the quick answer does not cover: several files, a full file, a first unit
+    under the commit log's min (retention), a damaged file."""
+    from rocketstream.store.files.consume_queue import ConsumeQueue
+
+    root = tmp_path / "s"
+    with open_small(root) as st:
+        st.create_topic("T", 8)
+        st.put_message(Message("T", b"expired"), 7)      # commit-log file 0, deleted below
+        while st.commit_log_max_offset() < 4096:
+            st.put_batch("T", 6, [b"f" * 40] * 4)       # fills file 0: queue 6 spans several consume-queue files
+        for q, n in ((0, 1), (1, 5), (2, UNITS_PER_FILE), (3, 2 * UNITS_PER_FILE + 8), (4, 6), (5, 3)):
+            for at in range(0, n, 8):
+                assert st.put_batch("T", q, [b"m%d" % q] * min(8, n - at)).ok
+    os.unlink(root / "commitlog" / file_name(0))   # retention's first step: the oldest commit-log file
+    unit = root / "consumequeue" / "T" / "4" / file_name(0)
+    with open(unit, "r+b") as f:   # queue 4: its unit 3 not published yet (size 0): the end is 3
+        f.seek(3 * 20 + 8)
+        f.write(bytes(4))
+    os.truncate(root / "consumequeue" / "T" / "5" / file_name(0), CQ_SIZE - 20)
+    ids = list(range(5)) + [6, 7]
+    full = MessageStore.open(root, read_only=True)   # the loaded queues: what to answer
+    expected = full.queue_bounds("T", ids)
+    loaded_queues = dict(zip(ids, full.queues_for_read("T", ids), strict=True))
+    with pytest.raises(CorruptStoreError, match="length"):
+        full.queue_bounds("T", [5])
+    assert expected[:2] == [(0, 1), (0, 5)] and expected[4] == (0, 3) and expected[6] == (1, 1)
+    # queue 6: 4.x's min looks at the first file only (ConsumeQueue.correctMinOffset), whose units all point
+    # into the deleted commit-log file: the min stays 0, and those units are no message to read
+    assert expected[5][0] == 0 < expected[5][1]
+    loads: list[int] = []
+    real = ConsumeQueue.load
+    monkeypatch.setattr(ConsumeQueue, "load", lambda self, *a: loads.append(self.queue_id) or real(self, *a))
+    with MessageStore.open(root, read_only=True) as ro:
+        assert ro.queue_bounds("T", ids, load=False) == expected
+        assert sorted(loads) == [2, 3, 6, 7]   # the one-file queues with their end in the head were peeked at
+        for q in (0, 1, 4):   # what the peek read is kept for the planner's sizes
+            low, high = expected[q]
+            peeked = ro.peeked_units("T", q, low, high)
+            assert peeked is not None and peeked.tolist() == loaded_queues[q].raw_units(low, high).tolist()
+            assert ro.peeked_units("T", q, low, high + 1) is None
+        with pytest.raises(CorruptStoreError, match=f"length {CQ_SIZE - 20}, expected {CQ_SIZE}"):
+            ro.queue_bounds("T", [5], load=False)
+        loads.clear()
+        cl_min = ro.commit_log_min_offset()
+        for q, (low, high) in zip(ids, expected, strict=True):
+            cq = loaded_queues[q]
+            assert cq is not None
+            for start in range(max(low - 2, 0), high + 1):   # a planned range starts at most at the max
+                for end in range(start + 1, high + 3):
+                    units = ro.units_at("T", q, start, end)
+                    if low <= start and end <= high and (cq.raw_units(start, end)["offset"] >= cl_min).all():
+                        assert units is not None and units.tolist() == cq.raw_units(start, end).tolist()
+                    else:
+                        assert units is None, (q, start, end)
+        assert ro.units_at("T", 5, 0, 1) is None   # a damaged file: the caller's load names it
+        assert loads == []
+    full.close()

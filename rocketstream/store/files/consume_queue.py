@@ -10,6 +10,7 @@ the commit-log bytes were copied before ``put`` was called.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ import numpy as np
 
 from rocketstream.codec import CQ_DTYPE, CQ_UNIT, CQ_UNIT_SIZE, INT32
 from rocketstream.errors import CorruptStoreError
-from rocketstream.store.files.mapped_file import FileWriter, MappedFile, MappedFileQueue
+from rocketstream.store.files.mapped_file import NAME_LENGTH, FileWriter, MappedFile, MappedFileQueue
 
 PREFILL_SIZE = 0x7FFFFFFF   # size of a pre-fill ("blank") unit (ConsumeQueue.fillPreBlank)
 # Batch units reach the file with pwrite: first-touch page faults through the mapping cost several
@@ -60,6 +61,109 @@ def _valid_prefix(mf: MappedFile, start: int) -> int:
         i += len(part)
         chunk = min(chunk * 2, _SCAN_MAX)
     return mf.file_size
+
+
+def _first_invalid(buf: bytes, count: int) -> int:
+    """Index of the first of ``count`` units in ``buf`` with commitLogOffset < 0 or size <= 0 (``_valid_prefix``'s
+    test); ``count`` when all are valid."""
+    for i in range(min(count, _SCAN_UNPACKED)):
+        offset, size = _OFFSET_SIZE.unpack_from(buf, i * UNIT)
+        if offset < 0 or size <= 0:
+            return i
+    if count <= _SCAN_UNPACKED:
+        return count
+    units = np.frombuffer(buf, dtype=CQ_DTYPE, count=count)
+    valid = (units["offset"] >= 0) & (units["size"] > 0)
+    return count if valid.all() else int(np.argmin(valid))
+
+
+def _all_readable(buf: bytes, count: int, commit_log_min: int) -> bool:
+    """Whether each of ``count`` units in ``buf`` points at a message a reader may return: size > 0 and not a
+    pre-fill unit, commitLogOffset at or above the commit log's min (``correct_min_offset``'s test)."""
+    if count <= _SCAN_UNPACKED:
+        for i in range(count):
+            offset, size = _OFFSET_SIZE.unpack_from(buf, i * UNIT)
+            if offset < commit_log_min or size <= 0 or size == PREFILL_SIZE:
+                return False
+        return True
+    units = np.frombuffer(buf, dtype=CQ_DTYPE, count=count)
+    sizes = units["size"]
+    return bool(((units["offset"] >= commit_log_min) & (sizes > 0) & (sizes != PREFILL_SIZE)).all())
+
+
+def _pread_file(path: str, file_size: int, position: int, length: int) -> bytes | None:
+    """``length`` bytes at ``position`` of the consume-queue file ``path``; None when it cannot be opened, is
+    not ``file_size`` long, or reads short (the caller then opens the queue as a whole, whose load names the
+    fault: ``MappedFile`` checks every file's length)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_size != file_size:
+            return None
+        data = os.pread(fd, length, position)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) == length else None
+
+
+def read_units_at(directory: str, file_size: int, start: int, end: int, commit_log_min: int) -> np.ndarray | None:
+    """Units [start, end) (logical offsets) of the queue in ``directory``, read positionally without listing the
+    directory or mapping a file: unit ``o`` is at byte ``o * 20 % file_size`` of the file named by
+    ``o * 20 - o * 20 % file_size`` (20 digits; ``ConsumeQueue.getIndexBuffer``'s geometry). Returned only when
+    every unit is one a reader may return (``_all_readable``): under the queue's min (retention deleted its file
+    or its commit-log record; a pre-fill unit) or past its end (size 0), or a missing or damaged file, gives
+    None, and the caller opens the queue (``ConsumeQueue.load``), whose min and max then decide as before."""
+    parts = []
+    at, stop = start * UNIT, end * UNIT
+    while at < stop:
+        file_from = at - at % file_size
+        n = min(stop, file_from + file_size) - at
+        data = _pread_file(f"{directory}/{file_from:020d}", file_size, at - file_from, n)
+        if data is None:
+            return None
+        parts.append(data)
+        at += n
+    buf = parts[0] if len(parts) == 1 else b"".join(parts)
+    if not _all_readable(buf, end - start, commit_log_min):
+        return None
+    return np.frombuffer(buf, dtype=CQ_DTYPE)
+
+
+_PEEK_BYTES = 4096   # the head of a one-file queue peek_bounds reads (204 units)
+
+
+def peek_bounds(directory: str, file_size: int, commit_log_min: int) -> tuple[int, np.ndarray] | None:
+    """``(min, units)``: the min offset of the queue in ``directory`` and its units from there to its end (the
+    max is ``min + len(units)``), from one listing and one read of the head of its file, for a queue of one
+    file whose first unit is readable and whose end is within the first :data:`_PEEK_BYTES` (the many small
+    queues a planner opens at once); the bounds ``ConsumeQueue.load`` (with ``refresh``'s min for
+    ``commit_log_min``) would give. None for every other queue — several files (the end scan of the last two),
+    no file, names ``_list_names`` would skip or refuse, a first unit under the min, a file of another length
+    — which the caller then loads."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return None
+    if len(names) != 1:
+        return None
+    name = names[0]
+    if len(name) != NAME_LENGTH or not name.isdigit() or int(name) % file_size:
+        return None
+    file_from = int(name)
+    head = _pread_file(f"{directory}/{name}", file_size, 0, min(_PEEK_BYTES, file_size))
+    if head is None:
+        return None
+    count = len(head) // UNIT
+    if not _all_readable(head, 1, commit_log_min):
+        return None
+    end = _first_invalid(head, count)
+    if end >= count:
+        return None   # the file goes on past the head: the full scan (_valid_prefix) finds the end
+    return file_from // UNIT, np.frombuffer(head, dtype=CQ_DTYPE, count=end)
 
 
 class ConsumeQueue:

@@ -106,7 +106,7 @@ def read_ranges_batches(
     if not ranges:
         return
     counts = np.fromiter((len(r.units) for r in ranges), dtype=np.int64, count=len(ranges))
-    all_units = np.concatenate([r.units for r in ranges]) if len(ranges) != 1 else ranges[0].units
+    all_units = _concat_units([r.units for r in ranges]) if len(ranges) != 1 else ranges[0].units
     offsets = all_units["offset"].astype(np.int64)
     sizes = all_units["size"].astype(np.int64)
     part = np.repeat(np.arange(len(ranges), dtype=np.int64), counts)
@@ -132,6 +132,16 @@ def read_ranges_batches(
             batch = reader.read(o, s, q, p)  # a second mismatch is corruption
         if batch.num_rows:
             yield batch
+
+
+def _concat_units(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """The units of ``parts`` in one array: their bytes joined when they share a dtype (``np.concatenate`` of
+    structured arrays promotes each part's fields, ~20 µs a part: 20 ms for a task of 1,024 one-message
+    ranges)."""
+    dtype = parts[0].dtype
+    if all(u.dtype == dtype and u.flags.c_contiguous for u in parts):
+        return np.frombuffer(b"".join(u.data for u in parts), dtype=dtype)
+    return np.concatenate(parts)
 
 
 def _fresh_units(ranges: Sequence[RangeUnits], offsets: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray,

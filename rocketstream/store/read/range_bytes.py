@@ -22,6 +22,16 @@ EXACT_UNITS = 1 << 20  # up to 20 MiB of units summed exactly per range; an even
 _UNPACKED = 8   # a piece of at most this many units is summed unit by unit, without numpy
 
 
+def units_bytes(units: np.ndarray, codes: np.ndarray | None = None) -> int:
+    """Stored bytes of the messages of ``units`` (CQ_DTYPE; of those whose tagsCode may be one of ``codes``)."""
+    if codes is None and len(units) <= _UNPACKED:
+        return sum(int(size) for size in units["size"].tolist())
+    sizes = units["size"]
+    if codes is not None:
+        sizes = sizes[tags_code_may_match(units["tags_code"], codes)]
+    return int(sizes.sum(dtype=np.int64))
+
+
 def queue_range_bytes(cq: ConsumeQueue, start: int, end: int, codes: np.ndarray | None = None,
                       exact_units: int = EXACT_UNITS) -> int:
     """Stored bytes of the messages at queue offsets [start, end) clamped to the queue's [min, max) (of those
@@ -55,4 +65,4 @@ def queue_range_bytes(cq: ConsumeQueue, start: int, end: int, codes: np.ndarray 
     return total * step
 
 
-__all__ = ["EXACT_UNITS", "queue_range_bytes"]
+__all__ = ["EXACT_UNITS", "queue_range_bytes", "units_bytes"]
