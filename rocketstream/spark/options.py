@@ -152,7 +152,7 @@ class RocketMQOptions:
     num_partitions: int | None = None
     max_messages_per_partition: int | None = None
     max_partition_bytes: int | None = None  # None: offset_ranges.DEFAULT_MAX_PARTITION_BYTES
-    open_cost_in_bytes: int | None = None  # None: offset_ranges.DEFAULT_OPEN_COST_BYTES
+    open_cost_in_bytes: int | None = None  # None: DEFAULT_LOCAL_OPEN_COST_BYTES (local), DEFAULT_OPEN_COST_BYTES
     max_messages_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     min_messages_per_trigger: int | None = None
