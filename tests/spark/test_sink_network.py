@@ -43,7 +43,13 @@ def java_read(classes: Path, namesrv: str, topic: str, count: int, home: Path) -
                           "-cp", f"{classes}:{peers.find_dist()}/lib/*", "ProducedReader", namesrv, topic,
                           str(count), "40"], capture_output=True, text=True, timeout=90)
     assert res.returncode == 0, f"{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
-    return [o for o in (json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")) if "msgId" in o]
+    # one row per stored message: the reader may print a queue's first messages twice (its seek races the
+    # pulls assign() started); a message stored twice has two queue offsets and stays two rows
+    out: dict[tuple[str, int, int], dict] = {}
+    for o in (json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")):
+        if "msgId" in o:
+            out.setdefault((o["brokerName"], o["queueId"], o["queueOffset"]), o)
+    return list(out.values())
 
 
 def rows(n: int) -> list[tuple]:

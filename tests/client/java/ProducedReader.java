@@ -13,7 +13,7 @@ import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
  * Reads back what tests/client/test_producer.py sent with our Producer, with the real 4.9.8 client:
- * a DefaultLitePullConsumer in assign mode over every queue of TOPIC from offset 0, until COUNT messages
+ * a DefaultLitePullConsumer in assign mode over every queue of TOPIC from offset 0, until COUNT distinct messages
  * arrived or TIMEOUT_S passed. One JSON line per message (MessageExt fields, SHA-256 of the body as the
  * client hands it over, i.e. decompressed), then {"done": n}.
  *
@@ -35,6 +35,10 @@ public final class ProducedReader {
             c.seek(mq, 0);
         }
         int n = 0;
+        // distinct messages (UNIQ_KEY): assign() starts pulling before seek() moves the queues back to 0, so the
+        // first messages of a queue may come twice, and a send retried after a timeout may be stored twice; each
+        // copy is printed, only distinct ones are counted
+        java.util.Set<String> distinct = new java.util.HashSet<>();
         MessageDigest sha = MessageDigest.getInstance("SHA-256");
         while (n < count && System.currentTimeMillis() < deadline) {
             List<MessageExt> got = c.poll(1000);
@@ -60,7 +64,9 @@ public final class ProducedReader {
                 o.put("bornTimestamp", m.getBornTimestamp());
                 o.put("brokerName", m.getBrokerName());
                 System.out.println(JSON.toJSONString(o));
-                n++;
+                if (distinct.add(m.getMsgId())) {
+                    n++;
+                }
             }
         }
         System.out.println("{\"done\":" + n + "}");
