@@ -69,6 +69,16 @@ async def _send(api: MQClientAPI, topic: str, bodies: list[bytes], *, tags: str 
     return bd, out
 
 
+async def _await_dispatched(api: MQClientAPI, addr: str, topic: str, queue_id: int, count: int) -> None:
+    """Wait (30 s deadline) until the broker's consume queue holds ``count`` units: 4.9.8 answers a send once the
+    commit log has the record and writes the consume-queue unit afterwards (DefaultMessageStore's
+    ReputMessageService), so a pull right after the send may find fewer messages than were sent."""
+    deadline = time.monotonic() + 30
+    while (have := await api.max_offset(addr, topic, queue_id)) < count:
+        assert time.monotonic() < deadline, f"{topic}/{queue_id}: {have} of {count} units dispatched after 30 s"
+        await asyncio.sleep(0.02)
+
+
 # --------------------------------------------------------------------------------- name server
 def test_route_of_default_topic_and_unknown_topic(mq_broker):
     async def go():
@@ -200,6 +210,7 @@ def test_send_pull_view_and_queue_offsets(mq_broker):
             bd, results = await _send(api, topic, bodies, tags="TagA")
             _, (big_res,) = await _send(api, topic, [big], tags="TagB", compress=True)
             addr = bd.master_addr()
+            await _await_dispatched(api, addr, topic, 0, 6)
             t_before = int(time.time() * 1000) - 60_000
             pull = await api.pull(addr, group="capi_cg", topic=topic, queue_id=0, offset=0, max_nums=32,
                                   sys_flag=build_pull_sys_flag(False, False, True), subscription="*",
@@ -262,6 +273,7 @@ def test_send_batch(mq_broker):
                 props.append(p)
             res = await api.send_batch(bd.master_addr(), bd.broker_name, msgs, 1, producer_group="capi_pg",
                                        properties=props)
+            await _await_dispatched(api, bd.master_addr(), topic, 1, 4)
             pull = await api.pull(bd.master_addr(), group="capi_cg", topic=topic, queue_id=1, offset=0, max_nums=32,
                                   sys_flag=build_pull_sys_flag(False, False, True), subscription="*", timeout=5)
             return res, props, process_pull_result(pull, bd.broker_name)
@@ -341,6 +353,7 @@ def test_heartbeat_consumer_ids_locks_send_back_unregister(mq_broker):
         try:
             bd, _ = await _send(api, topic, [b"x"])
             addr = bd.master_addr()
+            await _await_dispatched(api, addr, topic, 0, 1)
             version = await api.heartbeat(addr, hb(cid))
             await api2.heartbeat(addr, hb(other))
             ids = await api.consumer_ids(addr, group)
@@ -511,9 +524,7 @@ def test_topic_stats_answers_every_queue_at_once(mq_broker):
                 route = await api.get_route(topic)
             assert route is not None, f"no route for {topic} within 60 s"
             n = route.queue_datas[0].write_queue_nums
-            deadline = time.monotonic() + 30   # the consume queue is written after the send is answered
-            while await api.max_offset(addr, topic, 1) < 3 and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            await _await_dispatched(api, addr, topic, 1, 3)
             stats = await api.topic_stats(addr, topic)
             per_queue = [(await api.min_offset(addr, topic, q), await api.max_offset(addr, topic, q))
                          for q in range(n)]

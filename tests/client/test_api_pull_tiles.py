@@ -14,7 +14,7 @@ from rocketstream.client.api import MQClientAPI, build_pull_sys_flag
 from rocketstream.client.common import PullStatus
 from rocketstream.errors import BrokerResponseError, HeaderFieldError, RemotingConnectError, RemotingTimeoutError
 from rocketstream.remoting import RemotingCommand, ResponseCode, decode_frame, encode_frame
-from tests.client.test_api import _send, run, uniq
+from tests.client.test_api import _await_dispatched, _send, run, uniq
 
 FLAGS = build_pull_sys_flag(False, False, True)
 
@@ -30,6 +30,7 @@ def test_tiles_answer_as_single_pulls(mq_broker):
         try:
             bd, _ = await _send(api, topic, [b"m-%d" % i for i in range(40)])
             addr = bd.master_addr()
+            await _await_dispatched(api, addr, topic, 0, 40)
             tiles = [(0, 10), (10, 10), (20, 7), (35, 32), (40, 5), (1000, 3)]
             singles = [await api.pull(addr, group="capi_cg", topic=topic, queue_id=0, offset=o, max_nums=n,
                                       sys_flag=FLAGS, subscription="*", timeout=5) for o, n in tiles]
