@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -464,9 +464,9 @@ class ConsumeQueue:
         return out
 
     # --- reading ------------------------------------------------------------------------------
-    def raw_units(self, start: int, end: int) -> np.ndarray:
-        """Copy of units [start, end) (logical offsets), unvalidated; files must cover the range."""
-        parts = []
+    def spans(self, start: int, end: int) -> Iterator[tuple[MappedFile, int, int]]:
+        """(file, byte position in it, byte count) covering units [start, end) (logical offsets), one per
+        file in order; CorruptStoreError naming the offset where no file covers the range."""
         at, stop = start * UNIT, end * UNIT
         while at < stop:
             mf = self.queue.find(at)
@@ -475,8 +475,12 @@ class ConsumeQueue:
                                         path=self.directory, offset=at)
             p = at - mf.file_from_offset
             n = min(stop - at, mf.file_size - p)
-            parts.append(units_of(mf)[p // UNIT:(p + n) // UNIT])
+            yield mf, p, n
             at += n
+
+    def raw_units(self, start: int, end: int) -> np.ndarray:
+        """Copy of units [start, end) (logical offsets), unvalidated; files must cover the range."""
+        parts = [units_of(mf)[p // UNIT:(p + n) // UNIT] for mf, p, n in self.spans(start, end)]
         if not parts:
             return np.empty(0, dtype=CQ_DTYPE)
         return np.concatenate(parts)

@@ -662,22 +662,13 @@ def _unit_values(cq: ConsumeQueue, start: int, end: int) -> list[tuple[int, int,
     """(commitLogOffset, size, tagsCode) of the consume-queue units [start, end) (``ConsumeQueue.raw_units``
     as Python ints; files must cover the range): one ``struct.iter_unpack`` of a copy of each file's
     bytes, no view of the mapping kept."""
-    unit = codec.CQ_UNIT_SIZE
-    at, stop = start * unit, end * unit
     out: list[tuple[int, int, int]] = []
-    while at < stop:
-        mf = cq.queue.find(at)
-        if mf is None:
-            raise CorruptStoreError(f"no consume-queue file covers logical offset {at // unit}",
-                                    path=cq.directory, offset=at)
-        p = at - mf.file_from_offset
-        n = min(stop - at, mf.file_size - p)
-        units = codec.CQ_UNIT.iter_unpack(mf.mm[p:p + n - n % unit])
+    for mf, p, n in cq.spans(start, end):
+        units = codec.CQ_UNIT.iter_unpack(mf.mm[p:p + n - n % codec.CQ_UNIT_SIZE])
         if out:
             out.extend(units)
         else:
             out = list(units)
-        at += n
     return out
 
 
