@@ -36,7 +36,10 @@ def broker_locations(options: RocketMQOptions, topics: Sequence[str] | None = No
 def query_topics(options: RocketMQOptions, views: Mapping[str, BrokerView] | None = None) -> tuple[str, ...]:
     """The topics a query reads now: the ``topic`` option's, or those ``topicPattern`` matches among the name
     server's topics (network mode) or the stores' topics (local mode; ``views`` when the caller has them
-    open). A pattern that matches nothing is an OptionError listing the topics there are."""
+    open). With a ``namespace`` the pattern sees only that namespace's topics, by the user's names
+    (``ns%Orders`` is matched as ``Orders``; other namespaces' topics and topics outside any namespace are
+    not there), as a Java client in a namespace sees them (``NamespaceUtil.withoutNamespace``). A pattern
+    that matches nothing is an OptionError listing the topics there are."""
     pattern = options.topic_pattern
     if pattern is None:
         return options.topics
@@ -44,8 +47,13 @@ def query_topics(options: RocketMQOptions, views: Mapping[str, BrokerView] | Non
     if options.name_server is not None:
         from rocketstream.spark.network.routes import name_server_topics
 
-        names, excluded = name_server_topics(options.name_server, options.request_timeout_ms / 1000)
+        secured = options.secured
+        names, excluded = name_server_topics(options.name_server, options.request_timeout_ms / 1000, secured)
         where = f"name server {options.name_server}"
+        if secured.namespace is not None:
+            # ns%T only: a retry/DLQ topic (%RETRY%ns%g) is never matched by a pattern anyway
+            names = [secured.unwrap(n) for n in names if n.startswith(secured.namespace + "%")]
+            where += f", namespace {secured.namespace}"
     else:
         with ExitStack() as stack:
             if views is None:

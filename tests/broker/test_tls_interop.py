@@ -371,3 +371,26 @@ def test_cli_produce_and_consume_over_tls_to_ours_enforcing(certs, ours_enforcin
     assert cli.main(["produce", "--namesrv", namesrv, "--topic", topic, "--count", "1"]) == 2
     err = capsys.readouterr().err
     assert time.monotonic() - t0 < 30 and "TLS" in err, err[-1000:]
+
+
+def test_spark_reads_over_tls_by_pattern_in_a_namespace(spark, certs, java_tls_cluster):
+    """A Spark network read from the 4.9.8 TLS cluster (enforcing): the name server's topic list, the routes and
+    the pulls all over TLS, and ``topicPattern`` matched among the namespace's topics by their user's names."""
+    from rocketstream.spark.brokers import query_topics
+    from rocketstream.spark.options import parse_options
+
+    namesrv, _broker_addr = java_tls_cluster
+    topic = f"TlsPat{time.monotonic_ns() % 10**9}"
+    tls = _trusting(certs)
+    with Producer("tls_pat_pg", namesrv=namesrv, tls=tls, namespace="tlsns") as producer:
+        sent = sorted(producer.send(Message(topic, f"p-{i}".encode())).msg_id for i in range(4))
+    options = {"nameServer": namesrv, "topicPattern": "TlsPat.*", "namespace": "tlsns", "tls.enable": "true",
+               "tls.client.trustCertPath": str(certs.ca), "requestTimeoutMs": "15000"}
+    deadline = time.monotonic() + 60   # 4.9.8 registers an auto-created topic with the name server a moment later
+    while topic not in query_topics(parse_options(options, streaming=False)):
+        assert time.monotonic() < deadline, f"the name server never listed tlsns%{topic}"
+        time.sleep(0.5)
+    rows = spark.read.format("rocketmq").options(**options).load() \
+        .where(f"topic = '{topic}'").select("topic", "msgId", "body").collect()
+    assert sorted(r.msgId for r in rows) == sent
+    assert {r.topic for r in rows} == {topic} and sorted(bytes(r.body) for r in rows) == [b"p-%d" % i for i in range(4)]

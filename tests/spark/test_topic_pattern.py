@@ -128,3 +128,37 @@ def test_name_server_topic_lists_on_both_name_servers(mq_broker):
         assert name not in ("TBW102", "SCHEDULE_TOPIC_XXXX", mq_broker.cluster, mq_broker.broker_name), found
     literal = parse_options({"nameServer": ns, "topicPattern": mq_broker.broker_name}, streaming=False)
     assert query_topics(literal) == (mq_broker.broker_name,)
+
+
+def test_pattern_in_a_namespace_matches_its_topics_by_their_user_names(mq_broker):
+    """With ``namespace`` the pattern sees that namespace's topics only, unwrapped (``nsA%T`` is ``T``), as a Java
+    client in the namespace names them; before, it matched raw names, so ``.*`` read every namespace's topics."""
+    ns, addr, broker = mq_broker.namesrv_addr, mq_broker.broker_addr, mq_broker.broker_name
+    base = unique("PatNs")
+    mine, other, plain = f"nsA%{base}_1", f"nsB%{base}_2", f"{base}_3"
+    for t in (mine, other, plain):
+        create_topic(addr, t, 1)
+    for t in (mine, other, plain):
+        wait_route(ns, t, {broker: 6})
+    sent = ends_of(produce(ns, mine, [b"n%d" % i for i in range(3)]))
+
+    def topics(pattern: str, **extra: str) -> tuple[str, ...]:
+        return query_topics(parse_options({"nameServer": ns, "topicPattern": pattern, **extra}, streaming=False))
+
+    assert topics(rf"{base}_\d", namespace="nsA") == (f"{base}_1",)
+    assert topics(rf"{base}_\d") == (plain,)            # no namespace: raw names, full match
+    everything = topics(".*", namespace="nsA")
+    assert f"{base}_1" in everything and not {f"{base}_2", f"{base}_3", other, plain} & set(everything)
+    assert not any("%" in t for t in everything)
+    with pytest.raises(OptionError, match="namespace nsA") as err:
+        topics(rf"{base}_[23]", namespace="nsA")
+    assert err.value.option == "topicPattern"
+    # a stream over it reads the wrapped topic and keys its offsets by the user's name
+    r = RocketMQStreamReader(parse_options({"nameServer": ns, "topicPattern": rf"{base}_\d", "namespace": "nsA",
+                                            "consumerGroup": unique("PatNsG"), "startingOffsets": "earliest",
+                                            "routeRefreshIntervalMs": "1"},
+                                           streaming=True), projection_for(None))
+    start = spark_json(r.initialOffset())
+    assert list(start) == [f"{base}_1"]
+    _end, ranges = trigger(r, start)
+    assert ranges == expected(f"{base}_1", {}, sent)

@@ -75,12 +75,14 @@ class ReadableBroker(NamedTuple):
     queues: tuple[tuple[str, tuple[int, ...]], ...]  # (topic, readable queue ids), topics in name order
 
 
-def name_server_topics(namesrv: str, timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[list[str], list[str]]:
+def name_server_topics(namesrv: str, timeout_s: float = REQUEST_TIMEOUT_S,
+                       secured: SecuredOptions = NOT_SECURED) -> tuple[list[str], list[str]]:
     """Every topic the name server knows (GET_ALL_TOPIC_LIST_FROM_NAMESERVER, as ``mqadmin topicList`` asks)
     and the names it calls system topics (GET_SYSTEM_TOPIC_LIST_FROM_NS: the cluster and broker names, which
-    brokers register as topics)."""
+    brokers register as topics); raw names, namespaces included. ``secured``: the query's TLS and account
+    (a name server behind TLS refuses a plain connection)."""
     client = process_client()
-    api = client.api_for(namesrv)
+    api = client.api_for(namesrv, secured)
 
     async def ask() -> tuple[list[str], list[str]]:
         return await all_topics(api, timeout_s), await system_topics(api, timeout_s)
