@@ -54,40 +54,55 @@ class GroupPresence:
         self.group = secured.wrap(options.consumer_group)
         # ClientConfig.buildMQClientId: ip@instanceName; one instance name per query
         self.client_id = f"{local_ip()}@rocketstream-spark-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        sql = options.subscription.sql is not None
-        self._subscriptions = [Subscription(secured.wrap(t), options.subscription, "SQL92" if sql else "TAG")
-                               for t in options.topics]
+        self._lock = threading.Lock()
+        self._topics: tuple[str, ...] = ()
+        self._subscriptions: list[Subscription] = []
+        self._set_topics(options.topics)
         self._api = process_client().api_for(options.name_server, secured)
         self._timeout_s = options.request_timeout_ms / 1000   # option requestTimeoutMs
         self._addrs: tuple[str, ...] = ()
-        self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def _set_topics(self, topics: Sequence[str]) -> None:
+        sql = self.options.subscription.sql is not None
+        secured = self.options.secured
+        subscriptions = [Subscription(secured.wrap(t), self.options.subscription, "SQL92" if sql else "TAG")
+                         for t in topics]
+        with self._lock:
+            self._topics, self._subscriptions = tuple(topics), subscriptions
+
     def heartbeat_data(self) -> dict[str, Any]:
         """``HeartbeatData`` of this client: the inner producer group (as every Java client sends it) and the
-        query's ``ConsumerData``."""
+        query's ``ConsumerData``, subscribed to the topics it reads now."""
         o = self.options
+        with self._lock:
+            subscriptions = self._subscriptions
         return {"clientID": self.client_id,
                 "producerDataSet": [{"groupName": CLIENT_INNER_PRODUCER_GROUP}],
                 "consumerDataSet": [{"consumeFromWhere": o.consume_from_where, "consumeType": CONSUME_ACTIVELY,
                                      "groupName": self.group, "messageModel": o.message_model,
-                                     "subscriptionDataSet": [s.to_json() for s in self._subscriptions],
+                                     "subscriptionDataSet": [s.to_json() for s in subscriptions],
                                      "unitMode": False}]}
 
     @property
     def addrs(self) -> tuple[str, ...]:
         return self._addrs
 
-    def keep(self, brokers: Sequence[BrokerLocation]) -> None:
+    def keep(self, brokers: Sequence[BrokerLocation], topics: Sequence[str] | None = None) -> None:
         """Called by the planner before it commits: the first time, and whenever the brokers of the routes
         changed, every new broker gets a heartbeat now (a refusal raises the broker's answer,
         :class:`~rocketstream.errors.BrokerResponseError` naming its address); the background heartbeats
-        then go to these brokers."""
+        then go to these brokers. ``topics``: the topics the query reads now (a ``topicPattern``'s change
+        them); when they changed every broker gets a heartbeat with the new subscriptions now, as a Java
+        consumer's next heartbeat after ``subscribe`` carries them."""
         addrs = tuple(sorted({b.addr for b in brokers if isinstance(b, NetworkBroker)}))
-        if addrs == self._addrs and self._thread is not None:
+        resubscribed = topics is not None and tuple(topics) != self._topics
+        if resubscribed:
+            self._set_topics(topics or ())
+        if addrs == self._addrs and self._thread is not None and not resubscribed:
             return
-        new = [a for a in addrs if a not in self._addrs]
+        new = list(addrs) if resubscribed else [a for a in addrs if a not in self._addrs]
         if new:
             self._beat(new)
         with self._lock:

@@ -382,7 +382,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         if self._presence is None:
             self._presence = GroupPresence(self.options)
-        self._presence.keep(self.brokers)
+        self._presence.keep(self.brokers, self.topics)
 
     def _commit(self, offsets: QueueOffsets) -> None:
         self._keep_presence()

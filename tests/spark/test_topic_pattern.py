@@ -7,19 +7,21 @@ their earliest offset; rows carry their topic and the offsets key by it.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
 import pytest
 
 from rocketstream.errors import OptionError
+from rocketstream.remoting import RequestCode
 from rocketstream.spark.brokers import query_topics
 from rocketstream.spark.options import parse_options, topics_matching
 from rocketstream.spark.schema import projection_for
 from rocketstream.spark.stream import RocketMQStreamReader
 from spark_stores import fill
 from test_follow import ends_of, expected, spark_json, trigger
-from test_network_multi import create_topic, wait_route
+from test_network_multi import _call, create_topic, wait_route
 from tests.client.scenario_util import produce, unique
 
 
@@ -97,8 +99,9 @@ def test_network_stream_picks_up_a_new_matching_topic(mq_broker):
     create_topic(addr, f"{prefix}x", 1)   # not matched: the pattern wants "_" then digits
     wait_route(ns, first, {broker: 6})
     sent = ends_of(produce(ns, first, [b"a%d" % i for i in range(4)]))
+    group = unique("PatG")
     r = RocketMQStreamReader(parse_options({"nameServer": ns, "topicPattern": rf"{prefix}_\d+",
-                                            "consumerGroup": unique("PatG"), "startingOffsets": "earliest",
+                                            "consumerGroup": group, "startingOffsets": "earliest",
                                             "routeRefreshIntervalMs": "1"}, streaming=True), projection_for(None))
     start = spark_json(r.initialOffset())
     assert list(start) == [first]
@@ -110,6 +113,15 @@ def test_network_stream_picks_up_a_new_matching_topic(mq_broker):
     end2, ranges = trigger(r, end)
     assert list(end2) == [first, later]
     assert ranges == expected(later, {}, sent2)   # the new topic from earliest
+    # the group's heartbeat subscribes to the new topic too (mqadmin consumerConnection lists both); it was
+    # fixed to the topics of the query's start, none for a pattern
+    r.commit(end2)
+    try:
+        resp = _call(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+        assert resp.code == 0, (resp.code, resp.remark)
+        assert set(json.loads(resp.body)["subscriptionTable"]) == {first, later}
+    finally:
+        r.stop()
 
 
 def test_name_server_topic_lists_on_both_name_servers(mq_broker):
