@@ -57,8 +57,10 @@ class FakeBroker:
         return PullResult(PullStatus.FOUND, i, 0, self.n, 0, body)
 
 
-def _read(broker: FakeBroker, start: int, end: int, *, tags=None, fail_on_data_loss=True) -> list[int]:
-    target = nv.PullTarget(broker, "127.0.0.1:1", "b", "g")
+def _drain(broker, start: int, end: int, *, tags=None, fail_on_data_loss=True, retries: int | None = None) -> bytes:
+    """The bytes a ``_RangePuller`` of queue T/0 hands out for [start, end) from ``broker``, chunk by chunk."""
+    extra = {} if retries is None else {"retries": retries}
+    target = nv.PullTarget(broker, "127.0.0.1:1", "b", "g", **extra)
     puller = nv._RangePuller(target, "T", 0, start, end, tags, fail_on_data_loss)
 
     async def drain() -> list[bytes]:
@@ -67,7 +69,11 @@ def _read(broker: FakeBroker, start: int, end: int, *, tags=None, fail_on_data_l
             got += await puller.next_chunk()
         return got
 
-    data = b"".join(asyncio.run(drain()))
+    return b"".join(asyncio.run(drain()))
+
+
+def _read(broker: FakeBroker, start: int, end: int, *, tags=None, fail_on_data_loss=True) -> list[int]:
+    data = _drain(broker, start, end, tags=tags, fail_on_data_loss=fail_on_data_loss)
     offsets, pos = [], 0
     while pos < len(data):
         i = _REC.unpack_from(data, pos)[0]
@@ -174,16 +180,7 @@ class TilesBroker(FakeBroker):
 
 
 def _read_retrying(broker: FakeBroker, start: int, end: int, retries: int) -> list[int]:
-    target = nv.PullTarget(broker, "127.0.0.1:1", "b", "g", retries=retries)
-    puller = nv._RangePuller(target, "T", 0, start, end, None, True)
-
-    async def drain() -> list[bytes]:
-        got: list[bytes] = []
-        while not puller.done:
-            got += await puller.next_chunk()
-        return got
-
-    data = b"".join(asyncio.run(drain()))
+    data = _drain(broker, start, end, retries=retries)
     return [_REC.unpack_from(data, pos)[0] for pos in range(0, len(data), 16)]
 
 
