@@ -72,14 +72,10 @@ class Running:
 
 
 def compile_loadgen(outdir: Path) -> Path:
-    dist = peers.find_dist()
-    _, javac = peers.find_java()
-    outdir.mkdir(parents=True, exist_ok=True)
-    res = subprocess.run([str(javac), "-nowarn", "-encoding", "UTF-8", "-d", str(outdir), "-cp", f"{dist}/lib/*",
-                          str(REPO / "tests" / "java" / "LoadGen.java")], capture_output=True, text=True)
-    if res.returncode != 0:
-        raise BenchError(f"javac LoadGen.java failed:\n{res.stdout}\n{res.stderr}")
-    return outdir
+    try:
+        return peers.compile_java(outdir, REPO / "tests" / "java" / "LoadGen.java")
+    except peers.PeerError as exc:
+        raise BenchError(str(exc)) from exc
 
 
 def cpu_seconds(pid: int) -> float:

@@ -154,13 +154,7 @@ def broker_target(request):
 def scenario_classes(tmp_path_factory) -> Path:
     """tests/java/BrokerScenarios.java compiled against the distribution's client jars (once per session)."""
     _require_java()
-    out = tmp_path_factory.mktemp("scenario-classes")
-    _, javac = peers.find_java()
-    res = subprocess.run([str(javac), "-nowarn", "-encoding", "UTF-8", "-d", str(out), "-cp",
-                          f"{peers.find_dist()}/lib/*", str(SCENARIOS_SRC)], capture_output=True, text=True)
-    if res.returncode != 0:
-        raise peers.PeerError(f"javac BrokerScenarios.java failed:\n{res.stdout}\n{res.stderr}")
-    return out
+    return peers.compile_java(tmp_path_factory.mktemp("scenario-classes"), SCENARIOS_SRC)
 
 
 @dataclass

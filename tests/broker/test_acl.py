@@ -375,17 +375,12 @@ def test_random_requests_never_crash_the_hook(hook: acl.AclHook, code, fields, b
 @pytest.fixture(scope="module")
 def java_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
-        dist = peers.find_dist()
-        _, javac = peers.find_java()
+        peers.find_dist()
+        peers.find_java()
     except peers.JavaUnavailable as exc:
         pytest.skip(str(exc))
-    out = tmp_path_factory.mktemp("acl-java")
-    res = subprocess.run([str(javac), "-nowarn", "-encoding", "UTF-8", "-d", str(out), "-cp", f"{dist}/lib/*",
-                          str(JAVA_DIR / "AclProbe.java"), str(JAVA_DIR / "AclScenario.java")],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        raise peers.PeerError(f"javac failed:\n{res.stdout}\n{res.stderr}")
-    return out
+    return peers.compile_java(tmp_path_factory.mktemp("acl-java"), JAVA_DIR / "AclProbe.java",
+                              JAVA_DIR / "AclScenario.java")
 
 
 def _java(classes: Path, home: Path, main: str, *args: str, stdin: str = "", timeout: float = 120):

@@ -43,13 +43,7 @@ def require_java() -> None:
 
 def compile_java(outdir: Path, src: Path = INTEROP_SRC) -> Path:
     require_java()
-    _, javac = peers.find_java()
-    outdir.mkdir(parents=True, exist_ok=True)
-    res = subprocess.run([str(javac), "-nowarn", "-encoding", "UTF-8", "-d", str(outdir), "-cp",
-                          f"{peers.find_dist()}/lib/*", str(src)], capture_output=True, text=True)
-    if res.returncode != 0:
-        raise peers.PeerError(f"javac {src.name} failed:\n{res.stdout}\n{res.stderr}")
-    return outdir
+    return peers.compile_java(outdir, src)
 
 
 @pytest.fixture(scope="session")

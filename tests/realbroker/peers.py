@@ -121,16 +121,23 @@ def find_java() -> tuple[Path, Path]:
     return java, javac
 
 
-def compile_peer(outdir: Path) -> Path:
-    """Compile tests/java/RealStorePeer.java against the distribution's lib/ into ``outdir``."""
-    dist = find_dist()
+def compile_java(outdir: Path, *sources: Path, dist: Path | None = None) -> Path:
+    """Compile the Java ``sources`` (tests/java/...) against ``dist``'s lib/ (default: the 4.9.8 distribution)
+    into ``outdir``; PeerError with javac's output when it fails."""
+    dist = find_dist() if dist is None else dist
     _, javac = find_java()
     outdir.mkdir(parents=True, exist_ok=True)
-    res = subprocess.run([str(javac), "-nowarn", "-encoding", "UTF-8", "-d", str(outdir),
-                          "-cp", f"{dist}/lib/*", str(JAVA_SRC)], capture_output=True, text=True)
+    res = subprocess.run([str(javac), "-nowarn", "-encoding", "UTF-8", "-d", str(outdir), "-cp", f"{dist}/lib/*",
+                          *map(str, sources)], capture_output=True, text=True)
     if res.returncode != 0:
-        raise PeerError(f"javac failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+        names = " ".join(Path(s).name for s in sources)
+        raise PeerError(f"javac {names} against {dist} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
     return outdir
+
+
+def compile_peer(outdir: Path) -> Path:
+    """Compile tests/java/RealStorePeer.java against the distribution's lib/ into ``outdir``."""
+    return compile_java(outdir, JAVA_SRC)
 
 
 # --- processes ----------------------------------------------------------------------------------

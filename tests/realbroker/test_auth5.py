@@ -266,7 +266,6 @@ def test_refusals_are_typed_at_once_and_name_broker_request_and_remark(auth5: Si
 def acl_scenario(tmp_path_factory: pytest.TempPathFactory, auth5: SimpleNamespace) -> dict[str, tuple[Path, Path]]:
     """tests/java/AclScenario.java (a DefaultMQProducer with AclClientRPCHook) compiled against 5.3.3's client,
     and against 4.9.8's when that distribution is here: {"5": (classes, dist), "4": ...}."""
-    _, javac = peers.find_java()
     dists = {"5": auth5.dist}
     try:
         dists["4"] = peers.find_dist()
@@ -274,11 +273,8 @@ def acl_scenario(tmp_path_factory: pytest.TempPathFactory, auth5: SimpleNamespac
         pass
     out = {}
     for major, dist in dists.items():
-        classes = tmp_path_factory.mktemp(f"acl-scenario-{major}")
-        res = subprocess.run([str(javac), "-nowarn", "-encoding", "UTF-8", "-d", str(classes), "-cp", f"{dist}/lib/*",
-                              str(REPO / "tests" / "java" / "AclScenario.java")], capture_output=True, text=True)
-        if res.returncode != 0:
-            raise peers.PeerError(f"javac AclScenario against {dist} failed:\n{res.stdout}\n{res.stderr}")
+        classes = peers.compile_java(tmp_path_factory.mktemp(f"acl-scenario-{major}"),
+                                     REPO / "tests" / "java" / "AclScenario.java", dist=dist)
         out[major] = (classes, dist)
     return out
 

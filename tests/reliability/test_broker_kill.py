@@ -37,13 +37,7 @@ def _env() -> dict[str, str]:
 
 
 def _compile(outdir: Path) -> Path:
-    dist = peers.find_dist()
-    _, javac = peers.find_java()
-    outdir.mkdir(parents=True, exist_ok=True)
-    res = subprocess.run([str(javac), "-nowarn", "-encoding", "UTF-8", "-d", str(outdir), "-cp", f"{dist}/lib/*",
-                          str(REPO / "tests" / "java" / "KillPeer.java")], capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
-    return outdir
+    return peers.compile_java(outdir, REPO / "tests" / "java" / "KillPeer.java")
 
 
 def _java(classes: Path, log: Path, *args: str) -> subprocess.Popen:

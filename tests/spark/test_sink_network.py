@@ -27,13 +27,7 @@ def java_reader(tmp_path_factory) -> Path:
         peers.find_dist()
     except peers.JavaUnavailable as exc:
         pytest.skip(str(exc))
-    out = tmp_path_factory.mktemp("sink-reader")
-    _, javac = peers.find_java()
-    res = subprocess.run([str(javac), "-nowarn", "-encoding", "UTF-8", "-d", str(out), "-cp",
-                          f"{peers.find_dist()}/lib/*", str(READER_SRC)], capture_output=True, text=True)
-    if res.returncode != 0:
-        raise peers.PeerError(f"javac ProducedReader.java failed:\n{res.stdout}\n{res.stderr}")
-    return out
+    return peers.compile_java(tmp_path_factory.mktemp("sink-reader"), READER_SRC)
 
 
 def java_read(classes: Path, namesrv: str, topic: str, count: int, home: Path) -> list[dict]:
