@@ -10,6 +10,7 @@ same check first. Properties are never a check: neither validator looks at a tra
 
 from __future__ import annotations
 
+import os
 import struct
 
 import numpy as np
@@ -101,7 +102,9 @@ def assert_agree(buf: bytes, positions: list[int], *, base_offset: int, check_cr
                 lay.props_len, lay.physical_offset, lay.store_timestamp, lay.sys_flag)
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 150 examples in the default run; 500 with ROCKETSTREAM_FUZZ_FULL=1 (as tests/reliability/test_broker_fuzz.py)
+@settings(max_examples=500 if os.environ.get("ROCKETSTREAM_FUZZ_FULL") == "1" else 150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(records=st.lists(record_fields, min_size=1, max_size=5), prefix=st.integers(0, 9),
        base_offset=st.sampled_from([0, 1 << 30, 4096]), misplace=st.sets(st.integers(0, 4), max_size=1),
        flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), max_size=3),
