@@ -42,6 +42,23 @@ HEARTBEAT_INTERVAL_S = 30.0  # ClientConfig.heartbeatBrokerInterval
 CONSUME_ACTIVELY = "CONSUME_ACTIVELY"  # ConsumeType of pull consumers (DefaultLitePullConsumer)
 
 
+def pull_consumer_heartbeat(client_id: str, group: str, subscriptions: Sequence[Subscription], *,
+                            consume_from_where: str, message_model: str) -> dict[str, Any]:
+    """``HeartbeatData`` of a pull consumer (``CONSUME_ACTIVELY``, as ``DefaultLitePullConsumer``'s) of ``group``:
+    the inner producer group, as every Java client sends it, and one ``ConsumerData``."""
+    return {"clientID": client_id,
+            "producerDataSet": [{"groupName": CLIENT_INNER_PRODUCER_GROUP}],
+            "consumerDataSet": [{"consumeFromWhere": consume_from_where, "consumeType": CONSUME_ACTIVELY,
+                                 "groupName": group, "messageModel": message_model,
+                                 "subscriptionDataSet": [s.to_json() for s in subscriptions],
+                                 "unitMode": False}]}
+
+
+def spark_client_id() -> str:
+    """``ClientConfig.buildMQClientId`` (ip@instanceName), one instance name per call."""
+    return f"{local_ip()}@rocketstream-spark-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
 class GroupPresence:
     """The query's consumer-group membership on every broker of its routes (see the module doc)."""
 
@@ -53,7 +70,7 @@ class GroupPresence:
         secured = options.secured
         self.group = secured.wrap(options.consumer_group)
         # ClientConfig.buildMQClientId: ip@instanceName; one instance name per query
-        self.client_id = f"{local_ip()}@rocketstream-spark-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.client_id = spark_client_id()
         self._lock = threading.Lock()
         self._topics: tuple[str, ...] = ()
         self._subscriptions: list[Subscription] = []
@@ -75,15 +92,11 @@ class GroupPresence:
     def heartbeat_data(self) -> dict[str, Any]:
         """``HeartbeatData`` of this client: the inner producer group (as every Java client sends it) and the
         query's ``ConsumerData``, subscribed to the topics it reads now."""
-        o = self.options
         with self._lock:
             subscriptions = self._subscriptions
-        return {"clientID": self.client_id,
-                "producerDataSet": [{"groupName": CLIENT_INNER_PRODUCER_GROUP}],
-                "consumerDataSet": [{"consumeFromWhere": o.consume_from_where, "consumeType": CONSUME_ACTIVELY,
-                                     "groupName": self.group, "messageModel": o.message_model,
-                                     "subscriptionDataSet": [s.to_json() for s in subscriptions],
-                                     "unitMode": False}]}
+        return pull_consumer_heartbeat(self.client_id, self.group, subscriptions,
+                                       consume_from_where=self.options.consume_from_where,
+                                       message_model=self.options.message_model)
 
     @property
     def addrs(self) -> tuple[str, ...]:

@@ -250,7 +250,23 @@ class LocalBrokerView:
                     await asyncio.gather(*(api.update_offset(addr, group, topic, qid, o, oneway=False)
                                            for topic, queues in wave.items() for qid, o in queues.items()))
 
-            _with_broker(addr, update)
+            async def join_then_update(api: MQClientAPI) -> None:
+                await api.heartbeat(addr, _heartbeat_of(group, sorted({t for wave in waves for t in wave})))
+                await update(api)
+
+            from rocketstream.errors import BrokerResponseError
+            from rocketstream.remoting.codes import ResponseCode
+
+            try:
+                _with_broker(addr, update)
+            except BrokerResponseError as exc:
+                # a 5.x broker takes offsets only of a group it knows (ConsumerManageProcessor
+                # .updateConsumerOffset: SUBSCRIPTION_GROUP_NOT_EXIST); a consumer's HEART_BEAT makes it known
+                # (autoCreateSubscriptionGroup), as network mode's GroupPresence does. Commits are absolute:
+                # sending them all again is safe.
+                if exc.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+                    raise
+                _with_broker(addr, join_then_update)
             return
         # The broker's config/consumerOffset.json (ConsumerOffsetManager): one atomic rewrite for all topics and
         # waves (waves order a broker's concurrent handling of requests; a file is written by this process alone).
@@ -300,6 +316,17 @@ class LocalBrokerView:
 
     def __repr__(self) -> str:
         return f"LocalBrokerView({self._name!r}, {self.root!r})"
+
+
+def _heartbeat_of(group: str, topics: Sequence[str]) -> dict:
+    """A pull consumer's ``HeartbeatData`` of ``group`` subscribed to ``topics`` (all tags)."""
+    from rocketstream.client.rebalance import Subscription
+    from rocketstream.client.subscription import SubscriptionData
+    from rocketstream.spark.group_presence import pull_consumer_heartbeat, spark_client_id
+
+    everything = SubscriptionData.parse("*")
+    return pull_consumer_heartbeat(spark_client_id(), group, [Subscription(t, everything) for t in topics],
+                                   consume_from_where="CONSUME_FROM_LAST_OFFSET", message_model="CLUSTERING")
 
 
 def _with_broker(addr: str, work: Callable[[MQClientAPI], Awaitable[T]]) -> T:

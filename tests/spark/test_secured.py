@@ -476,3 +476,41 @@ def test_stream_group_on_rocketmq_533(spark, rmq533, tmp_path: Path) -> None:
         _wait(diff_zero, 180, "consumerProgress diff 0", every=2.0)
     finally:
         query.stop()
+
+
+@pytest.mark.slow
+def test_local_mode_commit_through_a_live_533_broker(rmq533) -> None:
+    """Local mode over the store a live 5.3.3 broker serves commits its group through ``brokerAddr``; 5.3.3 takes
+    UPDATE_CONSUMER_OFFSET only for a group it knows (code 26 before), so the first refused commit is followed by
+    one heartbeat that makes the group known, and the commit again."""
+    from rocketstream.spark import positions
+    from rocketstream.spark.brokers import broker_locations
+    from rocketstream.spark.commits import commit_offsets
+    from rocketstream.spark.offset_ranges import QueueKey
+    from rocketstream.spark.options import parse_options
+
+    topic, group = unique("L533T"), unique("L533G")
+    with Producer(unique("L533PG"), namesrv=rmq533.namesrv) as producer:
+        sent = [producer.send(topic, f"v5-{i}".encode()) for i in range(N)]
+    name = sent[0].queue.broker_name
+    (store,) = {p.parent.parent for p in rmq533.home.rglob("commitlog/*")}
+    ends: dict[int, int] = {}
+    for r in sent:
+        ends[r.queue.queue_id] = max(ends.get(r.queue.queue_id, 0), r.queue_offset + 1)
+    options = parse_options({"path": str(store), "brokerName": name, "topic": topic, "consumerGroup": group,
+                             "brokerAddr": rmq533.broker}, streaming=True)
+    with positions.open_views(broker_locations(options)) as views:
+        commit_offsets(options, views, {QueueKey(topic, name, q): o for q, o in ends.items()})
+    got = _ask_plain(rmq533.namesrv, lambda api: asyncio.gather(*(api.query_offset(rmq533.broker, group, topic, q, 10)
+                                                                  for q in sorted(ends))))
+    assert dict(zip(sorted(ends), got, strict=True)) == ends
+
+
+def _ask_plain(namesrv: str, call):
+    async def run():
+        api = MQClientAPI(namesrv)
+        try:
+            return await call(api)
+        finally:
+            await api.close()
+    return asyncio.run(run())
