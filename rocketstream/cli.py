@@ -56,10 +56,11 @@ REQUEST_TIMEOUT_S = 10.0   # a command's wait for one broker answer (heartbeat) 
 # Environment variables of a secured cluster's account, so that secrets stay out of shell history
 # (the --access-key / --secret-key / --security-token options win over them).
 ENV_ACCESS_KEY = "ROCKETMQ_ACCESS_KEY"
+ENV_TLS_KEY_PASSWORD = "ROCKETMQ_TLS_KEY_PASSWORD"   # the password of --tls-key (RocketMQ's tls.client.keyPassword)
 ENV_SECRET_KEY = "ROCKETMQ_SECRET_KEY"
 ENV_SECURITY_TOKEN = "ROCKETMQ_SECURITY_TOKEN"
 SECURED_FLAGS = ("--access-key", "--secret-key", "--security-token", "--tls", "--tls-trust-cert", "--tls-cert",
-                 "--tls-key", "--tls-test-mode", "--namespace")
+                 "--tls-key", "--tls-key-password", "--tls-test-mode", "--namespace")
 
 
 class Secured:
@@ -93,13 +94,16 @@ def _secured(args: argparse.Namespace, *, network: bool) -> Secured:
     """The account (options, else ROCKETMQ_ACCESS_KEY / ROCKETMQ_SECRET_KEY / ROCKETMQ_SECURITY_TOKEN), TLS
     and namespace of a command; an OptionError naming the option when one is wrong or used without a
     cluster. A secret's value is never part of an error."""
+    import ssl
+
     from rocketstream.client.credentials import Credentials
     from rocketstream.client.namespace import check_namespace
     from rocketstream.client.tls import TlsConfig
 
     flags = {"--access-key": args.access_key, "--secret-key": args.secret_key,
              "--security-token": args.security_token, "--tls-trust-cert": args.tls_trust_cert,
-             "--tls-cert": args.tls_cert, "--tls-key": args.tls_key, "--namespace": args.namespace,
+             "--tls-cert": args.tls_cert, "--tls-key": args.tls_key, "--tls-key-password": args.tls_key_password,
+             "--namespace": args.namespace,
              "--tls": args.tls or None, "--tls-test-mode": args.tls_test_mode or None}
     if not network:
         given = [f for f, v in flags.items() if v is not None]
@@ -117,16 +121,33 @@ def _secured(args: argparse.Namespace, *, network: bool) -> Secured:
             raise OptionError("--secret-key", f"is required with an access key (or set {ENV_SECRET_KEY})")
         credentials = Credentials(ak, sk, token or None)
     tls = None
+    key_password = args.tls_key_password if args.tls_key_password is not None else \
+        os.environ.get(ENV_TLS_KEY_PASSWORD)
     wants_tls = args.tls or args.tls_test_mode or any(
         v is not None for v in (args.tls_trust_cert, args.tls_cert, args.tls_key))
+    if key_password is not None and args.tls_key is None:
+        where = "the flag" if args.tls_key_password is not None else ENV_TLS_KEY_PASSWORD
+        raise OptionError("--tls-key-password", f"is the password of --tls-key, which is not given (from {where})")
     if wants_tls:
         try:
             tls = TlsConfig(trust_cert_path=args.tls_trust_cert, cert_path=args.tls_cert, key_path=args.tls_key,
-                            test_mode=bool(args.tls_test_mode))
+                            key_password=key_password, test_mode=bool(args.tls_test_mode))
         except OptionError as exc:   # name the command-line flag, not the keyword
             flag = {"trust_cert_path": "--tls-trust-cert", "cert_path": "--tls-cert",
-                    "key_path": "--tls-key"}.get(str(getattr(exc, "option", "")), "--tls")
+                    "key_path": "--tls-key", "key_password": "--tls-key-password"}.get(
+                str(getattr(exc, "option", "")), "--tls")
             raise OptionError(flag, str(exc).split(": ", 1)[-1]) from exc
+        if tls.cert_path is not None:   # the key is read now: a wrong or missing password fails before any request
+            try:
+                tls.ssl_context()
+            except ssl.SSLError as exc:
+                if key_password is not None:
+                    flag, why = "--tls-key-password", "with that password"
+                else:
+                    flag, why = "--tls-key", f"without a password (an encrypted key needs --tls-key-password or " \
+                                             f"{ENV_TLS_KEY_PASSWORD})"
+                raise OptionError(flag, f"the client key {args.tls_key} cannot be loaded {why}: "
+                                        f"{exc.reason or exc}") from exc
     namespace = check_namespace(args.namespace, "--namespace")
     return Secured(credentials, tls, namespace)
 
@@ -144,6 +165,9 @@ def _add_secured_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tls-trust-cert", default=None, help="PEM CA certificate(s) to trust (implies --tls)")
     g.add_argument("--tls-cert", default=None, help="PEM client certificate for mutual TLS (with --tls-key)")
     g.add_argument("--tls-key", default=None, help="PEM client key for mutual TLS (with --tls-cert)")
+    g.add_argument("--tls-key-password", default=None,
+                   help=f"password of an encrypted --tls-key (default ${ENV_TLS_KEY_PASSWORD}: prefer it, a flag stays "
+                        "in shell history)")
     g.add_argument("--tls-test-mode", action="store_true",
                    help="TLS without checking the server's certificate (RocketMQ's tls.test.mode.enable)")
     g.add_argument("--namespace", default=None,

@@ -119,3 +119,47 @@ def test_bad_secured_values_name_their_flag(capsys, monkeypatch) -> None:
                           (["--tls-trust-cert", "/nonexistent/ca.pem"], "--tls-trust-cert")):
         code, out, err, _ = _run(capsys, "consumer-progress", "--namesrv", "127.0.0.1:1", "--group", "g", *flags)
         assert code == 2 and f"option '{option}'" in err, (flags, err)
+
+
+@pytest.fixture(scope="module")
+def client_keys(tmp_path_factory):
+    """The test CA's client certificate with its key in clear and encrypted (PKCS#8, aes-256-cbc)."""
+    import subprocess
+
+    from tests.remoting.tls_certs import make_certs
+
+    certs = make_certs(tmp_path_factory.mktemp("cli-tls"))
+    encrypted = certs.dir / "client.enc.pk8"
+    subprocess.run(["openssl", "pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in", str(certs.client_key), "-out",
+                    str(encrypted), "-passout", f"pass:{KEY_PASSWORD}"], check=True, capture_output=True)
+    return certs, encrypted
+
+
+KEY_PASSWORD = "cli-key-password-5d1e"
+
+
+def test_tls_key_password_from_env_or_flag_and_never_shown(client_keys, capsys, monkeypatch) -> None:
+    certs, encrypted = client_keys
+    base = ["consumer-progress", "--namesrv", "127.0.0.1:1", "--group", "g", "--tls-trust-cert", str(certs.ca),
+            "--tls-cert", str(certs.client_cert), "--tls-key", str(encrypted)]
+    monkeypatch.delenv(cli.ENV_TLS_KEY_PASSWORD, raising=False)
+    parser = cli.build_parser()
+    # the key is loaded when the flags are read: with its password (the environment's, or the flag's)
+    monkeypatch.setenv(cli.ENV_TLS_KEY_PASSWORD, KEY_PASSWORD)
+    secured = cli._secured(parser.parse_args(base), network=True)
+    assert secured.tls.key_password == KEY_PASSWORD and KEY_PASSWORD not in repr(secured)
+    monkeypatch.delenv(cli.ENV_TLS_KEY_PASSWORD)
+    secured = cli._secured(parser.parse_args([*base, "--tls-key-password", KEY_PASSWORD]), network=True)
+    assert secured.tls.ssl_context() is not None
+    # a wrong password, none for an encrypted key (no terminal prompt), a password without a key: typed, at once
+    for flags, option in ((["--tls-key-password", "not-the-password"], "--tls-key-password"),
+                          ([], "--tls-key")):
+        code, _out, err, took = _run(capsys, *base, *flags)
+        assert code == 2 and f"option '{option}'" in err and str(encrypted) in err, (flags, err)
+        assert "not-the-password" not in err and took < 10
+    code, _out, err, _ = _run(capsys, "consumer-progress", "--namesrv", "127.0.0.1:1", "--group", "g", "--tls",
+                              "--tls-key-password", KEY_PASSWORD)
+    assert code == 2 and "option '--tls-key-password'" in err and KEY_PASSWORD not in err, err
+    # the key in clear needs none
+    plain = [*base[:-1], str(certs.client_key)]
+    assert cli._secured(parser.parse_args(plain), network=True).tls.key_password is None

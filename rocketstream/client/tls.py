@@ -107,8 +107,14 @@ class TlsConfig:
                 ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
             ctx.check_hostname = self.verify_hostname
         if self.cert_path is not None:
-            ctx.load_cert_chain(self.cert_path, self.key_path, password=self.key_password)
+            # without a password an encrypted key fails here: OpenSSL's default would ask on the terminal
+            ctx.load_cert_chain(self.cert_path, self.key_path,
+                                password=self.key_password if self.key_password is not None else _no_password)
         return ctx
+
+
+def _no_password() -> bytes:
+    return b""
 
 
 def tls_config(value: TlsConfig | bool | None, field: str = "tls") -> TlsConfig | None:
