@@ -84,6 +84,9 @@ HALVES_IN_FLIGHT = 64
 ENDS_IN_FLIGHT = 64
 END_CHUNK = 1024   # COMMITs confirmed and recorded (CommitRecord.add_ended) before the next ones are sent
 COMMITTING, ENDED, UNRESOLVED = "committing", "ended", "unresolved"
+# ended batch records kept behind the newest, as Spark keeps its own offset and commit logs
+# (spark.sql.streaming.minBatchesToRetain's default); older ones answer nothing the record's max does not
+RETAIN_BATCHES = 100
 
 
 def transaction_group(checkpoint: str) -> str:
@@ -158,6 +161,33 @@ class CommitRecord:
             return -1
         ids = [int(p.name) for p in self.batches.iterdir() if p.name.isdigit()]
         return max(ids, default=-1)
+
+    def prune(self, newest: int, retain: int = RETAIN_BATCHES) -> int:
+        """After batch ``newest`` ended: delete the ``.ended`` lists of ended batches before it (:func:`decide`
+        reads a list only while its batch is not ended) and the records of ended batches more than ``retain``
+        before it (a missing record at or below the newest is answered ROLLBACK, as an ended one is; Spark
+        re-runs only its newest batch). Unresolved and committing records stay. Returns the files deleted."""
+        if not self.batches.is_dir():
+            return 0
+        gone = 0
+        for batch_id in sorted(int(p.name) for p in self.batches.iterdir() if p.name.isdigit()):
+            if batch_id >= newest:
+                break
+            entry = self.load(batch_id)
+            if entry is None or entry["state"] != ENDED:
+                continue
+            doomed = [self.batches / f"{batch_id}.ended"]
+            if batch_id < newest - retain:
+                doomed.append(self.batches / str(batch_id))   # the record last: its list never outlives it
+            for path in doomed:
+                try:
+                    path.unlink()
+                    gone += 1
+                except FileNotFoundError:
+                    pass
+        if gone:
+            _fsync_dir(self.batches)
+        return gone
 
     def write(self, batch_id: int, attempts: Iterable[str], state: str, owner: str) -> None:
         self.ensure()
@@ -354,6 +384,7 @@ class Committer:
                                 "not apply")
         self.record.write(batch_id, attempts, ENDED, owner)
         kill_point("after_end", batch_id)
+        self.record.prune(batch_id)
         return sum(len(t.halves) for t in tasks)
 
     def abort(self, messages: Sequence[Any], batch_id: int) -> None:

@@ -99,6 +99,28 @@ def test_check_back_answers_follow_the_record(tmp_path):
     assert eos.decide(record, "5:d", "U1") is S.UNKNOW
 
 
+def test_old_ended_batches_are_pruned_and_answers_stay_the_same(tmp_path):
+    """Every ended batch left its record and its list of confirmed ends behind for good: now the lists go once a
+    later batch ended, the records once more than RETAIN_BATCHES are newer; unresolved and committing records
+    stay, and every check-back is answered as before the pruning."""
+    record = eos.CommitRecord(tmp_path)
+    me, dead = eos.driver_jvm(), "999999999:1"
+    newest = 2 * eos.RETAIN_BATCHES + 10
+    for b in range(newest + 1):
+        state = eos.UNRESOLVED if b == 5 else eos.COMMITTING if b == 6 else eos.ENDED
+        record.write(b, [f"a{b}"], state, dead if b == 6 else me)
+        record.add_ended(b, [f"U{b}"])
+    marks = [f"{b}:{a}{b}" for b in range(newest + 2) for a in ("a", "z")]
+    before = {m: eos.decide(record, m, "U9") for m in marks}
+    assert record.prune(newest) > 0
+    assert {m: eos.decide(record, m, "U9") for m in marks} == before
+    names = {p.name for p in (tmp_path / "batches").iterdir()}
+    cut = newest - eos.RETAIN_BATCHES
+    assert names == {str(b) for b in (5, 6, *range(cut, newest + 1))} | {"5.ended", "6.ended", f"{newest}.ended"}
+    assert record.max_batch() == newest and record.ended(5) == {"U5"}
+    assert record.prune(newest) == 0   # nothing left to prune
+
+
 def test_an_unreadable_record_names_its_file(tmp_path):
     record = eos.CommitRecord(tmp_path)
     record.ensure()
