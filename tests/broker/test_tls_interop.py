@@ -216,7 +216,9 @@ def _serve_tls(certs: Certs, home: Path, mode: str, client_auth: str = "none") -
                  "tls.server.keyPath": str(certs.srv_key_encrypted), "tls.server.keyPassword": KEY_PASSWORD,
                  "tls.server.trustCertPath": str(certs.ca),
                  "tls.server.need.client.auth": client_auth,
-                 "tls.enable": "true", "tls.client.trustCertPath": str(certs.ca)})
+                 "tls.enable": "true", "tls.client.trustCertPath": str(certs.ca),
+                 # quick transaction check-backs (the exactly-once sink's responder over TLS)
+                 "transactionCheckInterval": "1000", "transactionTimeOut": "1000", "transactionCheckMax": "1000"})
     if client_auth == "require":
         conf.update({"tls.client.certPath": str(certs.client_cert), "tls.client.keyPath": str(certs.client_key)})
     return java_fixtures.start_ours(home, conf)
@@ -349,6 +351,52 @@ def test_spark_reads_and_writes_over_tls(spark, certs, broker, request):
         spark.read.format("rocketmq").options(
             **_spark_tls(certs, namesrv, topic, **{"tls.client.trustCertPath": str(certs.other_ca)})).load().collect()
     assert "certificate verify failed" in str(err.value), str(err.value)[-2000:]
+
+
+@pytest.mark.slow   # ~50 s under load: a streaming query, then a check-back round (the default run is near 15 min)
+@pytest.mark.spark
+def test_exactly_once_sink_over_tls_to_ours_enforcing(spark, certs, ours_enforcing, tmp_path):
+    """exactlyOnce over TLS: the tasks' halves, the driver's END_TRANSACTIONs and the check-back responder (its
+    own process, the TLS settings through its stdin) all connect over TLS to our enforcing ``serve``; halves of
+    a batch recorded as unresolved are committed by the broker's check-back through the responder."""
+    import json
+
+    from rocketstream.client import Message
+    from rocketstream.spark import exactly_once as eos
+    from rocketstream.spark.secured import SecuredOptions
+
+    namesrv = ours_enforcing.namesrv_addr
+    topic, group = f"EosTls{time.monotonic_ns() % 10**9}", f"EosTlsPG{time.monotonic_ns() % 10**9}"
+    src, ck = tmp_path / "in", tmp_path / "ck"
+    src.mkdir()
+    (src / "part-0.json").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(10)))
+    frame = spark.readStream.schema("id long").json(str(src)) \
+        .selectExpr("cast(concat('eos-', cast(id as string)) as binary) as body")
+    query = (frame.writeStream.format("rocketmq")
+             .options(**{**_spark_tls(certs, namesrv, topic), "producerGroup": group, "exactlyOnce": "true",
+                         "checkpointLocation": str(ck)})
+             .trigger(availableNow=True).start())
+    query.awaitTermination(300)
+    assert query.exception() is None and not query.isActive
+    read = spark.read.format("rocketmq").options(**_spark_tls(certs, namesrv, topic))
+
+    def bodies() -> list[bytes]:
+        return sorted(bytes(r.body) for r in read.load().select("body").collect())
+    assert bodies() == sorted(f"eos-{i}".encode() for i in range(10))
+    state = ck / eos.STATE_DIR
+    sender = eos.HalfSender(namesrv, group, eos.transaction_group(str(ck)), 15_000, 4 << 20, 7,
+                            SecuredOptions(None, _trusting(certs), None))
+    try:
+        sender.send([Message(topic, f"late-{i}".encode()) for i in range(3)], None)
+    finally:
+        sender.close()
+    eos.CommitRecord(state).write(7, [sender.out.attempt], eos.UNRESOLVED, "0:0")
+    want = sorted([f"eos-{i}".encode() for i in range(10)] + [f"late-{i}".encode() for i in range(3)])
+    deadline = time.monotonic() + 120
+    while (got := bodies()) != want:
+        assert time.monotonic() < deadline, f"the check-back did not commit the unresolved halves: {got}"
+        time.sleep(1.0)
+    assert "COMMIT_MESSAGE" in (state / "responder.log").read_text(errors="replace")
 
 
 # ------------------------------------------------------------------------- the command line over TLS
