@@ -299,7 +299,8 @@ class MQClientAPI:
         request.flag &= ~ONEWAY_FLAG
         frame = encode_frame(request)
         waiter = ResponseWaiter()
-        call_soon(ch.start_request, request.opaque, frame, waiter)
+        if not ch.write_from_thread(request.opaque, frame, waiter):   # else the loop writes it
+            call_soon(ch.start_request, request.opaque, frame, waiter)
         response = waiter.wait(timeout)
         if response is None:
             call_soon(ch.forget, request.opaque)
@@ -435,33 +436,40 @@ class MQClientAPI:
     async def send_batch(self, addr: str, broker_name: str, msgs: list[Message], queue_id: int, *,
                          producer_group: str, timeout: float | None = None,
                          properties: list[dict[str, str]] | None = None, default_topic: str = "TBW102",
-                         default_topic_queue_nums: int = 4) -> SendResult:
+                         default_topic_queue_nums: int = 4, body: bytes | None = None,
+                         uniq: str | None = None) -> SendResult:
         """SEND_BATCH_MESSAGE (320): body = ``MessageDecoder.encodeMessages``; header ``i`` = the batch's
-        properties (``WAIT``), as ``MessageBatch.generateFromList`` sets them."""
+        properties (``WAIT``), as ``MessageBatch.generateFromList`` sets them. ``body`` + ``uniq``: the body
+        and the comma-joined UNIQ_KEYs already made (the producer's one-pass encoding)."""
         req, uniq = self.send_batch_request(msgs, queue_id, producer_group=producer_group, properties=properties,
                                             default_topic=default_topic,
-                                            default_topic_queue_nums=default_topic_queue_nums)
+                                            default_topic_queue_nums=default_topic_queue_nums, body=body, uniq=uniq)
         resp = await self.invoke(addr, req, timeout)
         return self._send_result(resp, addr, broker_name, msgs[0].topic, uniq, req.code)
 
     def send_batch_request(self, msgs: list[Message], queue_id: int, *, producer_group: str,
                            properties: list[dict[str, str]] | None = None, default_topic: str = "TBW102",
-                           default_topic_queue_nums: int = 4,
-                           encoded_properties: list[bytes] | None = None) -> tuple[RemotingCommand, str]:
+                           default_topic_queue_nums: int = 4, encoded_properties: list[bytes] | None = None,
+                           body: bytes | None = None, uniq: str | None = None) -> tuple[RemotingCommand, str]:
         """The SEND_BATCH_MESSAGE request of :meth:`send_batch` and the messages' UNIQ_KEYs, comma-joined;
-        ``encoded_properties``: ``properties`` already as :func:`properties_string` bytes."""
+        ``encoded_properties``: ``properties`` already as :func:`properties_string` bytes; ``body`` and
+        ``uniq`` (given together): the body and the UNIQ_KEYs already made from the messages."""
         if not msgs:
             raise ValueError("send_batch needs at least one message")
-        props_list = [m.wire_properties() for m in msgs] if properties is None else properties
-        if encoded_properties is None:
-            encoded_properties = [encode_properties(p)[:-1] if p else b"" for p in props_list]
-        body = encode_batch_body([(m.flag, bytes(m.body), p)
-                                  for m, p in zip(msgs, encoded_properties, strict=True)])
+        if (body is None) != (uniq is None):
+            raise ValueError("send_batch_request: give body and uniq together")
+        if body is None or uniq is None:
+            props_list = [m.wire_properties() for m in msgs] if properties is None else properties
+            if encoded_properties is None:
+                encoded_properties = [encode_properties(p)[:-1] if p else b"" for p in props_list]
+            body = encode_batch_body([(m.flag, bytes(m.body), p)
+                                      for m, p in zip(msgs, encoded_properties, strict=True)])
+            uniq = ",".join(p.get(PROPERTY_UNIQ_KEY, "") for p in props_list)
         wait = "true" if msgs[0].wait_store_msg_ok else "false"
         req = self._send_request(RequestCode.SEND_BATCH_MESSAGE, msgs[0].topic, queue_id, 0, 0,
                                  properties_string({"WAIT": wait}), producer_group, default_topic,
                                  default_topic_queue_nums, True, body)
-        return req, ",".join(p.get(PROPERTY_UNIQ_KEY, "") for p in props_list)
+        return req, uniq
 
     # ------------------------------------------------------------------------- pull
     @staticmethod

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
@@ -25,6 +26,7 @@ from rocketstream.client.common import (
     AUTO_CREATE_TOPIC_KEY,
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_PRODUCER_GROUP,
+    MAX_PROPERTIES_LENGTH,
     RETRY_GROUP_TOPIC_PREFIX,
     Message,
     MessageQueue,
@@ -77,6 +79,51 @@ def select_by_hash(mqs: list[MessageQueue], msg: Message, arg: Any) -> MessageQu
 def _properties_chars(props: dict[str, str]) -> int:
     """``sum(len(k) + len(v) + 2)`` over the properties (what messageProperties2String writes, in chars)."""
     return sum(map(len, props)) + sum(map(len, props.values())) + 2 * len(props) if props else 0
+
+
+_UNIQ_TAIL = f"\x02{PROPERTY_UNIQ_KEY}\x01"   # messageProperties2String's separators around UNIQ_KEY's name
+_BATCH_HEAD = struct.Struct(">iiiii")      # MessageDecoder.encodeMessage: TOTALSIZE, MAGICCODE 0, BODYCRC 0, FLAG,
+_PROPS_LEN = struct.Struct(">h")           # BODY length | body | PROPERTIES length (short) | properties
+
+
+def _encode_batch(msgs: Sequence[Message], uniq_keys: Sequence[str]) -> tuple[bytes, str, int]:
+    """``MessageBatch.generateFromList`` + ``encode()`` in one pass: the SEND_BATCH_MESSAGE body
+    (``MessageDecoder.encodeMessages``: each message's wire properties with a UNIQ_KEY from ``uniq_keys``
+    unless it has one), the UNIQ_KEYs comma-joined (the send result's msgId) and the batch's size as
+    :meth:`Producer.send_batch` checks it against ``max_message_size``. Byte for byte
+    ``encode_batch_body([(flag, body, properties_string(props))])``; a message without user properties
+    costs one string concatenation: the properties text before its UNIQ_KEY is made once per distinct
+    (tags, keys, WAIT)."""
+    parts: list[bytes] = []
+    uniqs: list[str] = []
+    heads: dict[tuple[str | None, str | None, bool], str] = {}
+    size = 0
+    pack_head, pack_len = _BATCH_HEAD.pack, _PROPS_LEN.pack
+    for m, key in zip(msgs, uniq_keys, strict=True):
+        keys = m.keys
+        if not m.properties and (keys is None or type(keys) is str) and (m.tags is None or type(m.tags) is str) \
+                and not m.delay_level:
+            sig = (m.tags, keys, m.wait_store_msg_ok)
+            head = heads.get(sig)
+            if head is None:   # what properties_string gives for this message's wire properties (+ UNIQ_KEY)
+                head = heads[sig] = properties_string(m.wire_properties()) + _UNIQ_TAIL
+            text = head + key
+        else:
+            props = m.wire_properties()
+            if PROPERTY_UNIQ_KEY not in props:
+                props[PROPERTY_UNIQ_KEY] = key
+            key = props[PROPERTY_UNIQ_KEY]
+            text = properties_string(props)
+        if len(text) + 1 > MAX_PROPERTIES_LENGTH:   # as _wire: the properties' chars with every separator
+            raise OptionError("properties", "the encoded properties exceed 32767 bytes")
+        raw = text.encode("utf-8")
+        if len(raw) > MAX_PROPERTIES_LENGTH:
+            raise OptionError("properties", f"encoded length {len(raw)} exceeds {MAX_PROPERTIES_LENGTH}")
+        body = m.body if type(m.body) is bytes else bytes(m.body)
+        parts += (pack_head(22 + len(body) + len(raw), 0, 0, m.flag, len(body)), body, pack_len(len(raw)), raw)
+        uniqs.append(key)
+        size += 20 + len(body) + 2 + len(text) + 1
+    return b"".join(parts), ",".join(uniqs), size
 
 
 def _java_rem(a: int, b: int) -> int:
@@ -356,20 +403,7 @@ class Producer:
             check_topic(topic)
             if queue is not None:
                 queue = self._wrap_queue(queue)
-        props: list[dict[str, str]] = []
-        encoded: list[bytes] = []   # each message's PROPERTIES as the batch body carries them
-        size = 0
-        # the ids new_uniq_key would give one by one, in one go
-        for m, key in zip(msgs, new_uniq_keys(len(msgs)), strict=True):
-            p = m.wire_properties()
-            if PROPERTY_UNIQ_KEY not in p:
-                p[PROPERTY_UNIQ_KEY] = key
-            text = properties_string(p)
-            if len(text) + 1 > 32767:   # as _wire: the properties' chars with every separator
-                raise OptionError("properties", "the encoded properties exceed 32767 bytes")
-            props.append(p)
-            encoded.append(text.encode("utf-8"))
-            size += 20 + len(m.body) + 2 + len(text) + 1
+        body, uniq, size = _encode_batch(msgs, new_uniq_keys(len(msgs)))
         if size > self.max_message_size:
             raise OptionError("messages", f"the batch body size {size} is over the max value {self.max_message_size}")
         t = self.send_msg_timeout if timeout is None else timeout
@@ -378,14 +412,15 @@ class Producer:
             t0 = time.monotonic()
             fast = self._send_from_thread(
                 topic, t, t0, lambda mq: inst.api.send_batch_request(
-                    msgs, mq.queue_id, producer_group=self.group, properties=props, encoded_properties=encoded,
+                    msgs, mq.queue_id, producer_group=self.group, body=body, uniq=uniq,
                     default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums))
             if fast is not None:
                 result, failed = fast
                 if result is not None:
                     return self._user_result(result)
-                return self._user_result(inst.run(self._send_batch_async(msgs, props, None, t, t0, failed), t + 1.0))
-        return self._user_result(inst.run(self._send_batch_async(msgs, props, queue, t), t + 1.0))
+                return self._user_result(inst.run(self._send_batch_async(msgs, body, uniq, None, t, t0, failed),
+                                                  t + 1.0))
+        return self._user_result(inst.run(self._send_batch_async(msgs, body, uniq, queue, t), t + 1.0))
 
     # ------------------------------------------------------------------------- on the loop
     async def _publish_info(self, topic: str, timeout: float) -> TopicPublishInfo:
@@ -444,7 +479,7 @@ class Producer:
                                                 default_topic_queue_nums=self.default_topic_queue_nums)
         return await self._with_retries(msg.topic, attempt, timeout, t0)
 
-    async def _send_batch_async(self, msgs: list[Message], props: list[dict[str, str]], queue: MessageQueue | None,
+    async def _send_batch_async(self, msgs: list[Message], body: bytes, uniq: str, queue: MessageQueue | None,
                                 timeout: float, t0: float | None = None,
                                 failed: tuple[str, Exception] | None = None) -> SendResult:
         t0 = time.monotonic() if t0 is None else t0
@@ -452,7 +487,7 @@ class Producer:
         async def attempt(mq: MessageQueue, left: float) -> SendResult:
             addr = await self._broker_addr(mq, left)
             return await self.instance.api.send_batch(addr, mq.broker_name, msgs, mq.queue_id,
-                                                      producer_group=self.group, timeout=left, properties=props,
+                                                      producer_group=self.group, timeout=left, body=body, uniq=uniq,
                                                       default_topic=self.create_topic_key,
                                                       default_topic_queue_nums=self.default_topic_queue_nums)
         if queue is not None:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rocketstream.client.api import MQClientAPI, build_pull_sys_flag, process_pull_result, properties_string
@@ -350,3 +350,43 @@ def test_batch_body_and_properties_string_round_trip(items):
 
 def test_check_group_accepts_valid_names():
     assert check_group("CID_ok-1|%x") == "CID_ok-1|%x"
+
+
+_TEXT = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x2FF, blacklist_characters="\x01\x02"), min_size=1,
+                max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), st.binary(min_size=1, max_size=64),
+                          st.one_of(st.sampled_from([None, "", "TagA", "TägB"]), _TEXT),
+                          st.one_of(st.sampled_from([None, "", "k1", "k1 k2", ("k1", "k2")]), _TEXT,
+                                    st.lists(_TEXT, max_size=3)),
+                          st.one_of(st.just({}), st.dictionaries(_TEXT, _TEXT, max_size=3)), st.booleans(),
+                          st.booleans()),
+                min_size=1, max_size=12))
+@example([(0, b"a", "TagA", "k1", {}, True, False), (7, b"b", "TagA", "k1", {}, False, False),
+          (0, b"c", "TagA", "k1", {"A": "1"}, True, False), (0, b"d", "TagA", "k1", {}, True, True),
+          (-1, b"e", None, ("k1", "k2"), {}, True, False), (0, b"f", "TagA", None, {}, True, False)])
+def test_one_pass_batch_encoding_is_the_full_encoders(items):
+    """Producer.send_batch's one-pass body (a cached properties head per (tags, keys, WAIT)) is byte for byte
+    what encode_batch_body gives for each message's wire properties plus its UNIQ_KEY, with the same msgId and
+    size; a UNIQ_KEY the user set is kept."""
+    from rocketstream.client.producer import _encode_batch
+    msgs, keys = [], []
+    for i, (flag, body, tags, keys_, props, wait, own_uniq) in enumerate(items):
+        props = dict(props)
+        if own_uniq:
+            props["UNIQ_KEY"] = f"USER{i}"
+        msgs.append(Message("T", body, tags=tags, keys=keys_, properties=props, flag=flag, wait_store_msg_ok=wait))
+        keys.append(f"7F0000010000000000000000000{i:05d}")
+    body, uniq_text, size = _encode_batch(msgs, keys)
+    want_props = []
+    for m, k in zip(msgs, keys, strict=True):
+        p = m.wire_properties()
+        p.setdefault("UNIQ_KEY", k)
+        want_props.append(p)
+    texts = [properties_string(p) for p in want_props]
+    assert body == encode_batch_body([(m.flag, m.body, t.encode()) for m, t in zip(msgs, texts, strict=True)])
+    assert uniq_text == ",".join(p["UNIQ_KEY"] for p in want_props)
+    assert size == sum(20 + len(m.body) + 2 + len(t) + 1 for m, t in zip(msgs, texts, strict=True))
+    assert [e.properties for e in decode_batch_body(body)] == want_props
