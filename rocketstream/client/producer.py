@@ -81,6 +81,7 @@ def _properties_chars(props: dict[str, str]) -> int:
     return sum(map(len, props)) + sum(map(len, props.values())) + 2 * len(props) if props else 0
 
 
+_INT32 = 2**31
 _UNIQ_TAIL = f"\x02{PROPERTY_UNIQ_KEY}\x01"   # messageProperties2String's separators around UNIQ_KEY's name
 _BATCH_HEAD = struct.Struct(">iiiii")      # MessageDecoder.encodeMessage: TOTALSIZE, MAGICCODE 0, BODYCRC 0, FLAG,
 _PROPS_LEN = struct.Struct(">h")           # BODY length | body | PROPERTIES length (short) | properties
@@ -114,16 +115,19 @@ def _encode_batch(msgs: Sequence[Message], uniq_keys: Sequence[str]) -> tuple[by
                 props[PROPERTY_UNIQ_KEY] = key
             key = props[PROPERTY_UNIQ_KEY]
             text = properties_string(props)
-        if len(text) + 1 > MAX_PROPERTIES_LENGTH:   # as _wire: the properties' chars with every separator
-            raise OptionError("properties", "the encoded properties exceed 32767 bytes")
         raw = text.encode("utf-8")
-        if len(raw) > MAX_PROPERTIES_LENGTH:
-            raise OptionError("properties", f"encoded length {len(raw)} exceeds {MAX_PROPERTIES_LENGTH}")
+        n_raw = len(raw)
+        if n_raw >= MAX_PROPERTIES_LENGTH:   # (the text has at most as many chars as bytes)
+            if len(text) + 1 > MAX_PROPERTIES_LENGTH:   # as _wire: the properties' chars with every separator
+                raise OptionError("properties", "the encoded properties exceed 32767 bytes")
+            if n_raw > MAX_PROPERTIES_LENGTH:
+                raise OptionError("properties", f"encoded length {n_raw} exceeds {MAX_PROPERTIES_LENGTH}")
         body = m.body if type(m.body) is bytes else bytes(m.body)
-        parts += (pack_head(22 + len(body) + len(raw), 0, 0, m.flag, len(body)), body, pack_len(len(raw)), raw)
+        n_body = len(body)
+        parts += (pack_head(22 + n_body + n_raw, 0, 0, m.flag, n_body), body, pack_len(n_raw), raw)
         uniqs.append(key)
-        size += 20 + len(body) + 2 + len(text) + 1
-    return b"".join(parts), ",".join(uniqs), size
+        size += n_body + len(text)
+    return b"".join(parts), ",".join(uniqs), size + 23 * len(uniqs)   # 20 + 2 + the last separator each
 
 
 def _java_rem(a: int, b: int) -> int:
@@ -384,15 +388,20 @@ class Producer:
         if not messages:
             raise OptionError("messages", "a batch needs at least one message")
         msgs = [m if isinstance(m, Message) else Message(topic, bytes(m), tags=tags, keys=keys) for m in messages]
+        wait, max_size = msgs[0].wait_store_msg_ok, self.max_message_size
         for i, m in enumerate(msgs):
+            if i and m.topic == topic and type(m.body) is bytes and 0 < len(m.body) <= max_size \
+                    and not m.properties and m.delay_level == 0 and type(m.delay_level) is int \
+                    and type(m.flag) is int and -_INT32 <= m.flag < _INT32 and m.wait_store_msg_ok == wait:
+                continue   # what every check below (check_message) lets through, seen at once
             if m.topic != topic:
                 raise OptionError(f"messages[{i}].topic", f"the topic of the messages in one batch should be the "
                                                           f"same ({topic})", m.topic)
             if m.delay_level > 0 or PROPERTY_DELAY in m.properties:
                 raise OptionError(f"messages[{i}].delay_level", "delayed messages are not supported in a batch")
-            if m.wait_store_msg_ok != msgs[0].wait_store_msg_ok:
+            if m.wait_store_msg_ok != wait:
                 raise OptionError(f"messages[{i}].wait_store_msg_ok", "must be the same for every message")
-            check_message(m, self.max_message_size, topic_checked=i > 0)   # one topic: checked once
+            check_message(m, max_size, topic_checked=i > 0)   # one topic: checked once
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             raise OptionError("topic", "retry group topic is not supported for batching", topic)
         if queue is not None and queue.topic != topic:
