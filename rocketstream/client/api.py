@@ -85,6 +85,12 @@ RETRY_RESPONSE_CODES = frozenset({
     ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT,
 })
 
+# SendMessageRequestHeaderV2's fields as _send_request writes them (no ``l``: not a retry), and those that change
+# from one send to the next of a topic (MQClientAPI._send_frame)
+_SEND_KEYS = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "m")
+_SEND_VARYING = ("e", "f", "g", "h", "i")
+_NO_TEMPLATE: Any = object()
+
 # PullSysFlag
 PULL_SYS_FLAG_COMMIT_OFFSET = 0x1
 PULL_SYS_FLAG_SUSPEND = 0x2
@@ -219,6 +225,7 @@ class MQClientAPI:
         self._connecting: dict[str, asyncio.Lock] = {}
         self.broker_versions: dict[str, int] = {}   # MQClientInstance.brokerVersionTable (per address)
         self._pull_templates: dict[tuple[str, str, int, int, str], RequestTemplate | None] = {}
+        self._send_templates: dict[tuple[object, ...], RequestTemplate | None] = {}
 
     # ------------------------------------------------------------------------- connections
     async def channel(self, addr: str, timeout: float | None = None) -> Channel:
@@ -297,7 +304,7 @@ class MQClientAPI:
         request = self.signed(request)
         request.opaque = next_opaque()
         request.flag &= ~ONEWAY_FLAG
-        frame = encode_frame(request)
+        frame = self._send_frame(request) if request.code == RequestCode.SEND_MESSAGE_V2 else encode_frame(request)
         waiter = ResponseWaiter()
         if not ch.write_from_thread(request.opaque, frame, waiter):   # else the loop writes it
             call_soon(ch.start_request, request.opaque, frame, waiter)
@@ -308,6 +315,29 @@ class MQClientAPI:
                 f"no response to {code_name(request.code)} (opaque {request.opaque}) within {timeout:g} s",
                 addr=ch.addr, code=request.code, timeout_s=timeout)
         return response
+
+    def _send_frame(self, request: RemotingCommand) -> bytes:
+        """``encode_frame(request)`` of a SEND_MESSAGE_V2 request as :meth:`_send_request` makes them (not
+        signed: a signed one has more fields and is encoded in full), through a :class:`RequestTemplate` per
+        (group, topic, ...) with queueId, sysFlag, bornTimestamp, flag and properties left to fill in."""
+        f = request.ext_fields
+        if f is None or request.remark is not None or tuple(f) != _SEND_KEYS:
+            return encode_frame(request)
+        key = (f["a"], f["b"], f["c"], f["d"], f["j"], f["k"], f["m"], request.flag, request.language,
+               request.version)
+        templates = self._send_templates
+        template: RequestTemplate | None = templates.get(key, _NO_TEMPLATE)
+        if template is _NO_TEMPLATE:
+            if len(templates) >= 256:   # a producer sending to ever new topics: start over
+                templates.clear()
+            template = templates[key] = RequestTemplate.make(request, _SEND_VARYING, texts=_SEND_VARYING,
+                                                             body=True)
+        if template is None:
+            return encode_frame(request)
+        try:
+            return template.frame(request.opaque, f["e"], f["f"], f["g"], f["h"], f["i"], body=request.body)
+        except UnicodeEncodeError:   # a lone surrogate: encode_frame escapes it as JSON does
+            return encode_frame(request)
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand, timeout: float | None = None) -> None:
         """``invokeOneway`` (signed as :meth:`invoke`: Java's hook runs for oneway requests too)."""
