@@ -380,6 +380,30 @@ class Channel:
         await self.send(request)
 
     # --- receiving
+    def take_responses(self) -> Channel:
+        """Complete the responses to this side's requests as their frames arrive (FrameProtocol.on_frame),
+        without a wake-up of the reader task for each: a client's connection, whose frames are mostly answers.
+        Requests, and any frame that comes while others wait in the queue, still go to the reader in order."""
+        self._frames.on_frame = self._take_response
+        return self
+
+    def _take_response(self, frame: bytes) -> bytes | None:
+        """None when ``frame`` was a response (its waiter completed, as the reader does), else ``frame``."""
+        try:
+            cmd = decode_frame(frame, addr=self.addr)
+        except FrameError:
+            return frame   # the reader decodes it again and closes the connection with the error
+        if not cmd.is_response:
+            return frame
+        self.last_activity = time.monotonic()
+        self._answered = True
+        fut = self._pending.pop(cmd.opaque, None)
+        if fut is not None and not fut.done():
+            fut.set_result(cmd)
+        else:   # processResponseCommand: logged and dropped
+            log.debug("%s: response with unknown opaque %d from %s", self.name, cmd.opaque, self.addr)
+        return None
+
     async def _read_loop(self) -> None:
         reason = "peer closed the connection"
         try:
