@@ -429,19 +429,32 @@ class MQClientAPI:
     async def send(self, addr: str, broker_name: str, msg: Message, queue_id: int, *, producer_group: str,
                    timeout: float | None = None, body: bytes | None = None, sys_flag: int = 0,
                    properties: dict[str, str] | None = None, default_topic: str = "TBW102",
-                   default_topic_queue_nums: int = 4) -> SendResult:
+                   default_topic_queue_nums: int = 4, properties_text: str | None = None,
+                   uniq: str | None = None) -> SendResult:
         """SEND_MESSAGE_V2 (310). ``body``/``sys_flag``/``properties`` are what goes on the wire (the
-        producer compresses and adds UNIQ_KEY); by default the message's own body and properties."""
+        producer compresses and adds UNIQ_KEY); by default the message's own body and properties.
+        ``properties_text`` + ``uniq``: see :meth:`send_request`."""
         req, uniq = self.send_request(msg, queue_id, producer_group=producer_group, body=body, sys_flag=sys_flag,
                                       properties=properties, default_topic=default_topic,
-                                      default_topic_queue_nums=default_topic_queue_nums)
+                                      default_topic_queue_nums=default_topic_queue_nums,
+                                      properties_text=properties_text, uniq=uniq)
         resp = await self.invoke(addr, req, timeout)
         return self._send_result(resp, addr, broker_name, msg.topic, uniq, req.code)
 
     def send_request(self, msg: Message, queue_id: int, *, producer_group: str, body: bytes | None = None,
                      sys_flag: int = 0, properties: dict[str, str] | None = None, default_topic: str = "TBW102",
-                     default_topic_queue_nums: int = 4) -> tuple[RemotingCommand, str]:
-        """The SEND_MESSAGE_V2 request of :meth:`send` and the message's UNIQ_KEY (any thread)."""
+                     default_topic_queue_nums: int = 4, properties_text: str | None = None,
+                     uniq: str | None = None) -> tuple[RemotingCommand, str]:
+        """The SEND_MESSAGE_V2 request of :meth:`send` and the message's UNIQ_KEY (any thread).
+        ``properties_text`` + ``uniq``: the wire properties already as :func:`properties_string` writes them,
+        and their UNIQ_KEY (not for a retry topic, whose RECONSUME_TIME properties go to the header)."""
+        if properties_text is not None:
+            if uniq is None or msg.topic.startswith("%RETRY%"):
+                raise ValueError("send_request: properties_text needs its uniq, and not a retry topic")
+            req = self._send_request(RequestCode.SEND_MESSAGE_V2, msg.topic, queue_id, sys_flag, msg.flag,
+                                     properties_text, producer_group, default_topic, default_topic_queue_nums,
+                                     False, bytes(msg.body if body is None else body))
+            return req, uniq
         props = msg.wire_properties() if properties is None else properties
         reconsume = max_reconsume = None
         if msg.topic.startswith("%RETRY%"):   # sendKernelImpl: RECONSUME_TIME / MAX_RECONSUME_TIMES -> header

@@ -188,6 +188,7 @@ class Producer:
         self.tls = tls
         self._publish: dict[str, TopicPublishInfo] = {}
         self._instance: MQClientInstance | None = None
+        self._heads: dict[tuple[str | None, str | None, bool, int], str] = {}   # _wire_text's
 
     # ------------------------------------------------------------------------- lifecycle
     def start(self) -> Producer:
@@ -288,6 +289,31 @@ class Producer:
             raise OptionError("properties", "the encoded properties exceed 32767 bytes")
         return body, sys_flag, props
 
+    def _wire_text(self, msg: Message) -> tuple[bytes, int, str, str] | None:
+        """:meth:`_wire` for a message without user properties (nor a retry topic's header fields): the body,
+        sysFlag, the properties as ``properties_string`` writes them and the UNIQ_KEY set, the text before the
+        UNIQ_KEY made once per distinct (tags, keys, WAIT, delay level). None for any other message."""
+        tags, keys, delay = msg.tags, msg.keys, msg.delay_level
+        if msg.properties or not (tags is None or type(tags) is str) or not (keys is None or type(keys) is str) \
+                or type(delay) is not int or msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return None
+        heads = self._heads
+        sig = (tags, keys, bool(msg.wait_store_msg_ok), delay)
+        head = heads.get(sig)
+        if head is None:
+            if len(heads) >= 256:   # a producer of ever new tags or keys: start over
+                heads.clear()
+            head = heads[sig] = properties_string(msg.wire_properties()) + _UNIQ_TAIL
+        uniq = new_uniq_key()
+        text = head + uniq
+        if len(text) + 1 > MAX_PROPERTIES_LENGTH:   # _properties_chars: every pair with both separators
+            raise OptionError("properties", "the encoded properties exceed 32767 bytes")
+        body = bytes(msg.body)
+        sys_flag = 0
+        if len(body) >= self.compress_msg_body_over_howmuch:   # tryToCompressMessage
+            body, sys_flag = compress_body(body, self.compress_level)
+        return body, sys_flag, text, uniq
+
     # ------------------------------------------------------------------------- send
     def send(self, topic_or_msg: str | Message, body: bytes | None = None, *, tags: str | None = None,
              keys: str | Iterable[str] | None = None, properties: dict[str, str] | None = None,
@@ -312,15 +338,22 @@ class Producer:
                 queue = self._wrap_queue(queue)
             if selector is not None:
                 selector = self._user_selector(selector, user_msg)
-        wire_body, sys_flag, props = self._wire(msg, compress=True)
         t = self.send_msg_timeout if timeout is None else timeout
         inst = self.instance
         if queue is None and selector is None:
+            text = uniq = None
+            props: dict[str, str] | None = None
+            wired = self._wire_text(msg)
+            if wired is None:
+                wire_body, sys_flag, props = self._wire(msg, compress=True)
+            else:
+                wire_body, sys_flag, text, uniq = wired
             t0 = time.monotonic()
             fast = self._send_from_thread(
                 msg.topic, t, t0, lambda mq: inst.api.send_request(
                     msg, mq.queue_id, producer_group=self.group, body=wire_body, sys_flag=sys_flag, properties=props,
-                    default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums))
+                    default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums,
+                    properties_text=text, uniq=uniq))
             if fast is not None:
                 result, failed = fast
                 if result is not None:
@@ -331,8 +364,13 @@ class Producer:
                     return await inst.api.send(addr, mq.broker_name, msg, mq.queue_id, producer_group=self.group,
                                                timeout=left, body=wire_body, sys_flag=sys_flag, properties=props,
                                                default_topic=self.create_topic_key,
-                                               default_topic_queue_nums=self.default_topic_queue_nums)
+                                               default_topic_queue_nums=self.default_topic_queue_nums,
+                                               properties_text=text, uniq=uniq)
                 return self._user_result(inst.run(self._with_retries(msg.topic, attempt, t, t0, failed), t + 1.0))
+            if props is None:   # the loop sends it all (no route or connection yet): the properties as a map
+                wire_body, sys_flag, props = self._wire(msg, compress=True, uniq_key=uniq)
+        else:
+            wire_body, sys_flag, props = self._wire(msg, compress=True)
         return self._user_result(
             inst.run(self._send_async(msg, wire_body, sys_flag, props, queue, selector, arg, t), t + 1.0))
 

@@ -390,3 +390,32 @@ def test_one_pass_batch_encoding_is_the_full_encoders(items):
     assert uniq_text == ",".join(p["UNIQ_KEY"] for p in want_props)
     assert size == sum(20 + len(m.body) + 2 + len(t) + 1 for m, t in zip(msgs, texts, strict=True))
     assert [e.properties for e in decode_batch_body(body)] == want_props
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.binary(min_size=1, max_size=64),
+                          st.one_of(st.sampled_from([None, "", "TagA", "TägB"]), _TEXT),
+                          st.one_of(st.sampled_from([None, "", "k1", "k1 k2", ("k1", "k2")]), _TEXT),
+                          st.sampled_from([0, 0, 3, True]), st.booleans(),
+                          st.sampled_from(["T", "%RETRY%g"]), st.sampled_from([{}, {}, {"A": "1"}])),
+                min_size=1, max_size=10))
+@example([(b"a", "TagA", "k1", 0, True, "T", {}), (b"b", "TagA", "k1", 0, False, "T", {}),
+          (b"c", "TagA", "k1", 1, True, "T", {}), (b"d", "TagA", "k1", True, True, "T", {}),
+          (b"x" * 5000, None, None, 0, True, "T", {})])
+def test_send_properties_text_is_the_wire_maps(items):
+    """Producer._wire_text (a send's properties text, its head cached per tags/keys/WAIT/delay) gives what
+    properties_string makes of _wire's map with the same UNIQ_KEY, and the same body and sysFlag (compressed
+    from 4 KiB); messages it does not take (user properties, a retry topic, odd types) are left to _wire."""
+    p = Producer("G_text", namesrv="127.0.0.1:1")
+    for body, tags, keys, delay, wait, topic, props in items:
+        msg = Message(topic, body, tags=tags, keys=keys, delay_level=delay, wait_store_msg_ok=wait,
+                      properties=dict(props))
+        got = p._wire_text(msg)
+        if props or topic.startswith("%RETRY%") or type(delay) is not int or not (keys is None or type(keys) is str):
+            assert got is None
+            continue
+        assert got is not None
+        wire_body, sys_flag, text, uniq_key = got
+        want_body, want_flag, want_props = p._wire(msg, compress=True, uniq_key=uniq_key)
+        assert (wire_body, sys_flag, text) == (want_body, want_flag, properties_string(want_props))
+        assert want_props["UNIQ_KEY"] == uniq_key
