@@ -356,7 +356,7 @@ _TEXT = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x2FF, blacklist
                 max_size=8)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), st.binary(min_size=1, max_size=64),
                           st.one_of(st.sampled_from([None, "", "TagA", "TägB"]), _TEXT),
                           st.one_of(st.sampled_from([None, "", "k1", "k1 k2", ("k1", "k2")]), _TEXT,
