@@ -350,7 +350,11 @@ class Channel:
             if short:
                 self._rest = frame[sent:]
         if short:
-            self._loop.call_soon_threadsafe(self._write_out)
+            try:
+                self._loop.call_soon_threadsafe(self._write_out)
+            except RuntimeError:   # the loop is closed: nobody will read the answer either
+                self._pending.pop(opaque, None)
+                raise RemotingConnectError("the connection's event loop is closed", addr=self.addr) from None
         self.last_activity = time.monotonic()
         return True
 
