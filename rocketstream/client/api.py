@@ -85,6 +85,12 @@ RETRY_RESPONSE_CODES = frozenset({
     ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT,
 })
 
+# SendMessageRequestHeaderV2's fields as _send_request writes them (no ``l``: not a retry), and those that change
+# from one send to the next of a topic (MQClientAPI._send_frame)
+_SEND_KEYS = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "m")
+_SEND_VARYING = ("e", "f", "g", "h", "i")
+_NO_TEMPLATE: Any = object()
+
 # PullSysFlag
 PULL_SYS_FLAG_COMMIT_OFFSET = 0x1
 PULL_SYS_FLAG_SUSPEND = 0x2
@@ -219,6 +225,7 @@ class MQClientAPI:
         self._connecting: dict[str, asyncio.Lock] = {}
         self.broker_versions: dict[str, int] = {}   # MQClientInstance.brokerVersionTable (per address)
         self._pull_templates: dict[tuple[str, str, int, int, str], RequestTemplate | None] = {}
+        self._send_templates: dict[tuple[object, ...], RequestTemplate | None] = {}
 
     # ------------------------------------------------------------------------- connections
     async def channel(self, addr: str, timeout: float | None = None) -> Channel:
@@ -297,9 +304,10 @@ class MQClientAPI:
         request = self.signed(request)
         request.opaque = next_opaque()
         request.flag &= ~ONEWAY_FLAG
-        frame = encode_frame(request)
+        frame = self._send_frame(request) if request.code == RequestCode.SEND_MESSAGE_V2 else encode_frame(request)
         waiter = ResponseWaiter()
-        call_soon(ch.start_request, request.opaque, frame, waiter)
+        if not ch.write_from_thread(request.opaque, frame, waiter):   # else the loop writes it
+            call_soon(ch.start_request, request.opaque, frame, waiter)
         response = waiter.wait(timeout)
         if response is None:
             call_soon(ch.forget, request.opaque)
@@ -307,6 +315,29 @@ class MQClientAPI:
                 f"no response to {code_name(request.code)} (opaque {request.opaque}) within {timeout:g} s",
                 addr=ch.addr, code=request.code, timeout_s=timeout)
         return response
+
+    def _send_frame(self, request: RemotingCommand) -> bytes:
+        """``encode_frame(request)`` of a SEND_MESSAGE_V2 request as :meth:`_send_request` makes them (not
+        signed: a signed one has more fields and is encoded in full), through a :class:`RequestTemplate` per
+        (group, topic, ...) with queueId, sysFlag, bornTimestamp, flag and properties left to fill in."""
+        f = request.ext_fields
+        if f is None or request.remark is not None or tuple(f) != _SEND_KEYS:
+            return encode_frame(request)
+        key = (f["a"], f["b"], f["c"], f["d"], f["j"], f["k"], f["m"], request.flag, request.language,
+               request.version)
+        templates = self._send_templates
+        template: RequestTemplate | None = templates.get(key, _NO_TEMPLATE)
+        if template is _NO_TEMPLATE:
+            if len(templates) >= 256:   # a producer sending to ever new topics: start over
+                templates.clear()
+            template = templates[key] = RequestTemplate.make(request, _SEND_VARYING, texts=_SEND_VARYING,
+                                                             body=True)
+        if template is None:
+            return encode_frame(request)
+        try:
+            return template.frame(request.opaque, f["e"], f["f"], f["g"], f["h"], f["i"], body=request.body)
+        except UnicodeEncodeError:   # a lone surrogate: encode_frame escapes it as JSON does
+            return encode_frame(request)
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand, timeout: float | None = None) -> None:
         """``invokeOneway`` (signed as :meth:`invoke`: Java's hook runs for oneway requests too)."""
@@ -398,19 +429,32 @@ class MQClientAPI:
     async def send(self, addr: str, broker_name: str, msg: Message, queue_id: int, *, producer_group: str,
                    timeout: float | None = None, body: bytes | None = None, sys_flag: int = 0,
                    properties: dict[str, str] | None = None, default_topic: str = "TBW102",
-                   default_topic_queue_nums: int = 4) -> SendResult:
+                   default_topic_queue_nums: int = 4, properties_text: str | None = None,
+                   uniq: str | None = None) -> SendResult:
         """SEND_MESSAGE_V2 (310). ``body``/``sys_flag``/``properties`` are what goes on the wire (the
-        producer compresses and adds UNIQ_KEY); by default the message's own body and properties."""
+        producer compresses and adds UNIQ_KEY); by default the message's own body and properties.
+        ``properties_text`` + ``uniq``: see :meth:`send_request`."""
         req, uniq = self.send_request(msg, queue_id, producer_group=producer_group, body=body, sys_flag=sys_flag,
                                       properties=properties, default_topic=default_topic,
-                                      default_topic_queue_nums=default_topic_queue_nums)
+                                      default_topic_queue_nums=default_topic_queue_nums,
+                                      properties_text=properties_text, uniq=uniq)
         resp = await self.invoke(addr, req, timeout)
         return self._send_result(resp, addr, broker_name, msg.topic, uniq, req.code)
 
     def send_request(self, msg: Message, queue_id: int, *, producer_group: str, body: bytes | None = None,
                      sys_flag: int = 0, properties: dict[str, str] | None = None, default_topic: str = "TBW102",
-                     default_topic_queue_nums: int = 4) -> tuple[RemotingCommand, str]:
-        """The SEND_MESSAGE_V2 request of :meth:`send` and the message's UNIQ_KEY (any thread)."""
+                     default_topic_queue_nums: int = 4, properties_text: str | None = None,
+                     uniq: str | None = None) -> tuple[RemotingCommand, str]:
+        """The SEND_MESSAGE_V2 request of :meth:`send` and the message's UNIQ_KEY (any thread).
+        ``properties_text`` + ``uniq``: the wire properties already as :func:`properties_string` writes them,
+        and their UNIQ_KEY (not for a retry topic, whose RECONSUME_TIME properties go to the header)."""
+        if properties_text is not None:
+            if uniq is None or msg.topic.startswith("%RETRY%"):
+                raise ValueError("send_request: properties_text needs its uniq, and not a retry topic")
+            req = self._send_request(RequestCode.SEND_MESSAGE_V2, msg.topic, queue_id, sys_flag, msg.flag,
+                                     properties_text, producer_group, default_topic, default_topic_queue_nums,
+                                     False, bytes(msg.body if body is None else body))
+            return req, uniq
         props = msg.wire_properties() if properties is None else properties
         reconsume = max_reconsume = None
         if msg.topic.startswith("%RETRY%"):   # sendKernelImpl: RECONSUME_TIME / MAX_RECONSUME_TIMES -> header
@@ -435,33 +479,40 @@ class MQClientAPI:
     async def send_batch(self, addr: str, broker_name: str, msgs: list[Message], queue_id: int, *,
                          producer_group: str, timeout: float | None = None,
                          properties: list[dict[str, str]] | None = None, default_topic: str = "TBW102",
-                         default_topic_queue_nums: int = 4) -> SendResult:
+                         default_topic_queue_nums: int = 4, body: bytes | None = None,
+                         uniq: str | None = None) -> SendResult:
         """SEND_BATCH_MESSAGE (320): body = ``MessageDecoder.encodeMessages``; header ``i`` = the batch's
-        properties (``WAIT``), as ``MessageBatch.generateFromList`` sets them."""
+        properties (``WAIT``), as ``MessageBatch.generateFromList`` sets them. ``body`` + ``uniq``: the body
+        and the comma-joined UNIQ_KEYs already made (the producer's one-pass encoding)."""
         req, uniq = self.send_batch_request(msgs, queue_id, producer_group=producer_group, properties=properties,
                                             default_topic=default_topic,
-                                            default_topic_queue_nums=default_topic_queue_nums)
+                                            default_topic_queue_nums=default_topic_queue_nums, body=body, uniq=uniq)
         resp = await self.invoke(addr, req, timeout)
         return self._send_result(resp, addr, broker_name, msgs[0].topic, uniq, req.code)
 
     def send_batch_request(self, msgs: list[Message], queue_id: int, *, producer_group: str,
                            properties: list[dict[str, str]] | None = None, default_topic: str = "TBW102",
-                           default_topic_queue_nums: int = 4,
-                           encoded_properties: list[bytes] | None = None) -> tuple[RemotingCommand, str]:
+                           default_topic_queue_nums: int = 4, encoded_properties: list[bytes] | None = None,
+                           body: bytes | None = None, uniq: str | None = None) -> tuple[RemotingCommand, str]:
         """The SEND_BATCH_MESSAGE request of :meth:`send_batch` and the messages' UNIQ_KEYs, comma-joined;
-        ``encoded_properties``: ``properties`` already as :func:`properties_string` bytes."""
+        ``encoded_properties``: ``properties`` already as :func:`properties_string` bytes; ``body`` and
+        ``uniq`` (given together): the body and the UNIQ_KEYs already made from the messages."""
         if not msgs:
             raise ValueError("send_batch needs at least one message")
-        props_list = [m.wire_properties() for m in msgs] if properties is None else properties
-        if encoded_properties is None:
-            encoded_properties = [encode_properties(p)[:-1] if p else b"" for p in props_list]
-        body = encode_batch_body([(m.flag, bytes(m.body), p)
-                                  for m, p in zip(msgs, encoded_properties, strict=True)])
+        if (body is None) != (uniq is None):
+            raise ValueError("send_batch_request: give body and uniq together")
+        if body is None or uniq is None:
+            props_list = [m.wire_properties() for m in msgs] if properties is None else properties
+            if encoded_properties is None:
+                encoded_properties = [encode_properties(p)[:-1] if p else b"" for p in props_list]
+            body = encode_batch_body([(m.flag, bytes(m.body), p)
+                                      for m, p in zip(msgs, encoded_properties, strict=True)])
+            uniq = ",".join(p.get(PROPERTY_UNIQ_KEY, "") for p in props_list)
         wait = "true" if msgs[0].wait_store_msg_ok else "false"
         req = self._send_request(RequestCode.SEND_BATCH_MESSAGE, msgs[0].topic, queue_id, 0, 0,
                                  properties_string({"WAIT": wait}), producer_group, default_topic,
                                  default_topic_queue_nums, True, body)
-        return req, ",".join(p.get(PROPERTY_UNIQ_KEY, "") for p in props_list)
+        return req, uniq
 
     # ------------------------------------------------------------------------- pull
     @staticmethod

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
@@ -25,6 +26,7 @@ from rocketstream.client.common import (
     AUTO_CREATE_TOPIC_KEY,
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_PRODUCER_GROUP,
+    MAX_PROPERTIES_LENGTH,
     RETRY_GROUP_TOPIC_PREFIX,
     Message,
     MessageQueue,
@@ -77,6 +79,55 @@ def select_by_hash(mqs: list[MessageQueue], msg: Message, arg: Any) -> MessageQu
 def _properties_chars(props: dict[str, str]) -> int:
     """``sum(len(k) + len(v) + 2)`` over the properties (what messageProperties2String writes, in chars)."""
     return sum(map(len, props)) + sum(map(len, props.values())) + 2 * len(props) if props else 0
+
+
+_INT32 = 2**31
+_UNIQ_TAIL = f"\x02{PROPERTY_UNIQ_KEY}\x01"   # messageProperties2String's separators around UNIQ_KEY's name
+_BATCH_HEAD = struct.Struct(">iiiii")      # MessageDecoder.encodeMessage: TOTALSIZE, MAGICCODE 0, BODYCRC 0, FLAG,
+_PROPS_LEN = struct.Struct(">h")           # BODY length | body | PROPERTIES length (short) | properties
+
+
+def _encode_batch(msgs: Sequence[Message], uniq_keys: Sequence[str]) -> tuple[bytes, str, int]:
+    """``MessageBatch.generateFromList`` + ``encode()`` in one pass: the SEND_BATCH_MESSAGE body
+    (``MessageDecoder.encodeMessages``: each message's wire properties with a UNIQ_KEY from ``uniq_keys``
+    unless it has one), the UNIQ_KEYs comma-joined (the send result's msgId) and the batch's size as
+    :meth:`Producer.send_batch` checks it against ``max_message_size``. Byte for byte
+    ``encode_batch_body([(flag, body, properties_string(props))])``; a message without user properties
+    costs one string concatenation: the properties text before its UNIQ_KEY is made once per distinct
+    (tags, keys, WAIT)."""
+    parts: list[bytes] = []
+    uniqs: list[str] = []
+    heads: dict[tuple[str | None, str | None, bool], str] = {}
+    size = 0
+    pack_head, pack_len = _BATCH_HEAD.pack, _PROPS_LEN.pack
+    for m, key in zip(msgs, uniq_keys, strict=True):
+        keys = m.keys
+        if not m.properties and (keys is None or type(keys) is str) and (m.tags is None or type(m.tags) is str) \
+                and not m.delay_level:
+            sig = (m.tags, keys, m.wait_store_msg_ok)
+            head = heads.get(sig)
+            if head is None:   # what properties_string gives for this message's wire properties (+ UNIQ_KEY)
+                head = heads[sig] = properties_string(m.wire_properties()) + _UNIQ_TAIL
+            text = head + key
+        else:
+            props = m.wire_properties()
+            if PROPERTY_UNIQ_KEY not in props:
+                props[PROPERTY_UNIQ_KEY] = key
+            key = props[PROPERTY_UNIQ_KEY]
+            text = properties_string(props)
+        raw = text.encode("utf-8")
+        n_raw = len(raw)
+        if n_raw >= MAX_PROPERTIES_LENGTH:   # (the text has at most as many chars as bytes)
+            if len(text) + 1 > MAX_PROPERTIES_LENGTH:   # as _wire: the properties' chars with every separator
+                raise OptionError("properties", "the encoded properties exceed 32767 bytes")
+            if n_raw > MAX_PROPERTIES_LENGTH:
+                raise OptionError("properties", f"encoded length {n_raw} exceeds {MAX_PROPERTIES_LENGTH}")
+        body = m.body if type(m.body) is bytes else bytes(m.body)
+        n_body = len(body)
+        parts += (pack_head(22 + n_body + n_raw, 0, 0, m.flag, n_body), body, pack_len(n_raw), raw)
+        uniqs.append(key)
+        size += n_body + len(text)
+    return b"".join(parts), ",".join(uniqs), size + 23 * len(uniqs)   # 20 + 2 + the last separator each
 
 
 def _java_rem(a: int, b: int) -> int:
@@ -137,6 +188,7 @@ class Producer:
         self.tls = tls
         self._publish: dict[str, TopicPublishInfo] = {}
         self._instance: MQClientInstance | None = None
+        self._heads: dict[tuple[str | None, str | None, bool, int], str] = {}   # _wire_text's
 
     # ------------------------------------------------------------------------- lifecycle
     def start(self) -> Producer:
@@ -237,6 +289,31 @@ class Producer:
             raise OptionError("properties", "the encoded properties exceed 32767 bytes")
         return body, sys_flag, props
 
+    def _wire_text(self, msg: Message) -> tuple[bytes, int, str, str] | None:
+        """:meth:`_wire` for a message without user properties (nor a retry topic's header fields): the body,
+        sysFlag, the properties as ``properties_string`` writes them and the UNIQ_KEY set, the text before the
+        UNIQ_KEY made once per distinct (tags, keys, WAIT, delay level). None for any other message."""
+        tags, keys, delay = msg.tags, msg.keys, msg.delay_level
+        if msg.properties or not (tags is None or type(tags) is str) or not (keys is None or type(keys) is str) \
+                or type(delay) is not int or msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return None
+        heads = self._heads
+        sig = (tags, keys, bool(msg.wait_store_msg_ok), delay)
+        head = heads.get(sig)
+        if head is None:
+            if len(heads) >= 256:   # a producer of ever new tags or keys: start over
+                heads.clear()
+            head = heads[sig] = properties_string(msg.wire_properties()) + _UNIQ_TAIL
+        uniq = new_uniq_key()
+        text = head + uniq
+        if len(text) + 1 > MAX_PROPERTIES_LENGTH:   # _properties_chars: every pair with both separators
+            raise OptionError("properties", "the encoded properties exceed 32767 bytes")
+        body = bytes(msg.body)
+        sys_flag = 0
+        if len(body) >= self.compress_msg_body_over_howmuch:   # tryToCompressMessage
+            body, sys_flag = compress_body(body, self.compress_level)
+        return body, sys_flag, text, uniq
+
     # ------------------------------------------------------------------------- send
     def send(self, topic_or_msg: str | Message, body: bytes | None = None, *, tags: str | None = None,
              keys: str | Iterable[str] | None = None, properties: dict[str, str] | None = None,
@@ -261,15 +338,22 @@ class Producer:
                 queue = self._wrap_queue(queue)
             if selector is not None:
                 selector = self._user_selector(selector, user_msg)
-        wire_body, sys_flag, props = self._wire(msg, compress=True)
         t = self.send_msg_timeout if timeout is None else timeout
         inst = self.instance
         if queue is None and selector is None:
+            text = uniq = None
+            props: dict[str, str] | None = None
+            wired = self._wire_text(msg)
+            if wired is None:
+                wire_body, sys_flag, props = self._wire(msg, compress=True)
+            else:
+                wire_body, sys_flag, text, uniq = wired
             t0 = time.monotonic()
             fast = self._send_from_thread(
                 msg.topic, t, t0, lambda mq: inst.api.send_request(
                     msg, mq.queue_id, producer_group=self.group, body=wire_body, sys_flag=sys_flag, properties=props,
-                    default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums))
+                    default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums,
+                    properties_text=text, uniq=uniq))
             if fast is not None:
                 result, failed = fast
                 if result is not None:
@@ -280,8 +364,13 @@ class Producer:
                     return await inst.api.send(addr, mq.broker_name, msg, mq.queue_id, producer_group=self.group,
                                                timeout=left, body=wire_body, sys_flag=sys_flag, properties=props,
                                                default_topic=self.create_topic_key,
-                                               default_topic_queue_nums=self.default_topic_queue_nums)
+                                               default_topic_queue_nums=self.default_topic_queue_nums,
+                                               properties_text=text, uniq=uniq)
                 return self._user_result(inst.run(self._with_retries(msg.topic, attempt, t, t0, failed), t + 1.0))
+            if props is None:   # the loop sends it all (no route or connection yet): the properties as a map
+                wire_body, sys_flag, props = self._wire(msg, compress=True, uniq_key=uniq)
+        else:
+            wire_body, sys_flag, props = self._wire(msg, compress=True)
         return self._user_result(
             inst.run(self._send_async(msg, wire_body, sys_flag, props, queue, selector, arg, t), t + 1.0))
 
@@ -337,15 +426,20 @@ class Producer:
         if not messages:
             raise OptionError("messages", "a batch needs at least one message")
         msgs = [m if isinstance(m, Message) else Message(topic, bytes(m), tags=tags, keys=keys) for m in messages]
+        wait, max_size = msgs[0].wait_store_msg_ok, self.max_message_size
         for i, m in enumerate(msgs):
+            if i and m.topic == topic and type(m.body) is bytes and 0 < len(m.body) <= max_size \
+                    and not m.properties and m.delay_level == 0 and type(m.delay_level) is int \
+                    and type(m.flag) is int and -_INT32 <= m.flag < _INT32 and m.wait_store_msg_ok == wait:
+                continue   # what every check below (check_message) lets through, seen at once
             if m.topic != topic:
                 raise OptionError(f"messages[{i}].topic", f"the topic of the messages in one batch should be the "
                                                           f"same ({topic})", m.topic)
             if m.delay_level > 0 or PROPERTY_DELAY in m.properties:
                 raise OptionError(f"messages[{i}].delay_level", "delayed messages are not supported in a batch")
-            if m.wait_store_msg_ok != msgs[0].wait_store_msg_ok:
+            if m.wait_store_msg_ok != wait:
                 raise OptionError(f"messages[{i}].wait_store_msg_ok", "must be the same for every message")
-            check_message(m, self.max_message_size, topic_checked=i > 0)   # one topic: checked once
+            check_message(m, max_size, topic_checked=i > 0)   # one topic: checked once
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             raise OptionError("topic", "retry group topic is not supported for batching", topic)
         if queue is not None and queue.topic != topic:
@@ -356,20 +450,7 @@ class Producer:
             check_topic(topic)
             if queue is not None:
                 queue = self._wrap_queue(queue)
-        props: list[dict[str, str]] = []
-        encoded: list[bytes] = []   # each message's PROPERTIES as the batch body carries them
-        size = 0
-        # the ids new_uniq_key would give one by one, in one go
-        for m, key in zip(msgs, new_uniq_keys(len(msgs)), strict=True):
-            p = m.wire_properties()
-            if PROPERTY_UNIQ_KEY not in p:
-                p[PROPERTY_UNIQ_KEY] = key
-            text = properties_string(p)
-            if len(text) + 1 > 32767:   # as _wire: the properties' chars with every separator
-                raise OptionError("properties", "the encoded properties exceed 32767 bytes")
-            props.append(p)
-            encoded.append(text.encode("utf-8"))
-            size += 20 + len(m.body) + 2 + len(text) + 1
+        body, uniq, size = _encode_batch(msgs, new_uniq_keys(len(msgs)))
         if size > self.max_message_size:
             raise OptionError("messages", f"the batch body size {size} is over the max value {self.max_message_size}")
         t = self.send_msg_timeout if timeout is None else timeout
@@ -378,14 +459,15 @@ class Producer:
             t0 = time.monotonic()
             fast = self._send_from_thread(
                 topic, t, t0, lambda mq: inst.api.send_batch_request(
-                    msgs, mq.queue_id, producer_group=self.group, properties=props, encoded_properties=encoded,
+                    msgs, mq.queue_id, producer_group=self.group, body=body, uniq=uniq,
                     default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums))
             if fast is not None:
                 result, failed = fast
                 if result is not None:
                     return self._user_result(result)
-                return self._user_result(inst.run(self._send_batch_async(msgs, props, None, t, t0, failed), t + 1.0))
-        return self._user_result(inst.run(self._send_batch_async(msgs, props, queue, t), t + 1.0))
+                return self._user_result(inst.run(self._send_batch_async(msgs, body, uniq, None, t, t0, failed),
+                                                  t + 1.0))
+        return self._user_result(inst.run(self._send_batch_async(msgs, body, uniq, queue, t), t + 1.0))
 
     # ------------------------------------------------------------------------- on the loop
     async def _publish_info(self, topic: str, timeout: float) -> TopicPublishInfo:
@@ -444,7 +526,7 @@ class Producer:
                                                 default_topic_queue_nums=self.default_topic_queue_nums)
         return await self._with_retries(msg.topic, attempt, timeout, t0)
 
-    async def _send_batch_async(self, msgs: list[Message], props: list[dict[str, str]], queue: MessageQueue | None,
+    async def _send_batch_async(self, msgs: list[Message], body: bytes, uniq: str, queue: MessageQueue | None,
                                 timeout: float, t0: float | None = None,
                                 failed: tuple[str, Exception] | None = None) -> SendResult:
         t0 = time.monotonic() if t0 is None else t0
@@ -452,7 +534,7 @@ class Producer:
         async def attempt(mq: MessageQueue, left: float) -> SendResult:
             addr = await self._broker_addr(mq, left)
             return await self.instance.api.send_batch(addr, mq.broker_name, msgs, mq.queue_id,
-                                                      producer_group=self.group, timeout=left, properties=props,
+                                                      producer_group=self.group, timeout=left, body=body, uniq=uniq,
                                                       default_topic=self.create_topic_key,
                                                       default_topic_queue_nums=self.default_topic_queue_nums)
         if queue is not None:

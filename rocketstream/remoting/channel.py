@@ -27,6 +27,8 @@ import contextlib
 import inspect
 import itertools
 import logging
+import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 
@@ -131,10 +133,19 @@ class Channel:
         self._out: list[bytes] = []     # frames waiting for this loop iteration's write (see send)
         self._keep_buffer: set[int] = set()   # opaques whose response may keep a large body in its buffer
         self._answered = False   # a frame has come from the peer
+        # Writes from other threads (write_from_thread): a copy of the socket's descriptor, made on the first
+        # such write, written under _wlock, which the loop's writes take too; _rest is what such a write left
+        # for the loop to write. Not over TLS (the transport encrypts): there every write is the loop's.
+        self._wlock = _thread.allocate_lock()
+        self._rest: bytes | None = None
+        self._direct: socket.socket | None = None
+        self._direct_ok = transport.get_extra_info("ssl_object") is None
+        self._loop: asyncio.AbstractEventLoop | None = None   # set by start()
 
     # --- lifecycle
     def start(self) -> Channel:
-        task = asyncio.get_running_loop().create_task(self._read_loop(), name=f"{self.name}-reader-{self.addr}")
+        self._loop = asyncio.get_running_loop()
+        task = self._loop.create_task(self._read_loop(), name=f"{self.name}-reader-{self.addr}")
         self._reader_task = task
         task.add_done_callback(self._reader_done)
         return self
@@ -160,6 +171,11 @@ class Channel:
         self._closed.set()
         with contextlib.suppress(Exception):
             self._write_out()   # frames sent before the close go to the socket first
+        with self._wlock:   # no thread writes any more (they check closed under the lock)
+            direct, self._direct = self._direct, None
+            if direct is not None:
+                direct.close()
+        with contextlib.suppress(Exception):
             if self._transport.get_write_buffer_size():
                 self._transport.abort()   # what the socket did not take is dropped (see the module text)
             else:
@@ -216,9 +232,22 @@ class Channel:
         self.last_activity = time.monotonic()
 
     def _write_out(self) -> None:
-        out, self._out = self._out, []
-        if not out or self._transport.is_closing():
+        with self._wlock:   # not while another thread writes (write_from_thread)
+            error = self._write_queued()
+        if error is not None:
+            self.close(f"write failed: {error}")
             return
+        self._check_write_buffer()
+
+    def _write_queued(self) -> BaseException | None:
+        """With ``_wlock`` held: what waits to be written (the end of a thread's frame, then :attr:`_out`) to
+        the transport; the write's error, if any."""
+        out, self._out = self._out, []
+        if self._rest is not None:   # the end of a frame a thread wrote goes first
+            out.insert(0, self._rest)
+            self._rest = None
+        if not out or self._transport.is_closing():
+            return None
         try:
             if len(out) == 1:
                 # a view: what the socket does not take at once is copied into the transport's buffer once
@@ -230,9 +259,8 @@ class Channel:
                 for frame in out:   # large frames are not joined (a copy of each)
                     self._transport.write(memoryview(frame))
         except (ConnectionError, OSError, RuntimeError) as exc:
-            self.close(f"write failed: {exc}")
-            return
-        self._check_write_buffer()
+            return exc
+        return None
 
     def _check_write_buffer(self) -> None:
         """Close the connection when more than ``max_write_buffer`` bytes wait to be written."""
@@ -293,6 +321,57 @@ class Channel:
         self._out.append(frame)
         self.last_activity = time.monotonic()
 
+    def write_from_thread(self, opaque: int, frame: bytes, future: ResponseWaiter) -> bool:
+        """From a thread that is not the loop's: :meth:`start_request` without the loop, the frame written to
+        the socket by this thread (the loop still reads the response and completes ``future``). False when
+        this cannot be done now (TLS, a closed connection, frames or bytes waiting to be written by the loop):
+        then nothing was registered or written and the caller goes through :meth:`start_request`. What the
+        socket does not take at once is left to the loop, and later frames wait behind it."""
+        if not self._direct_ok or self._loop is None:
+            return False
+        with self._wlock:
+            if self._closed.is_set() or self._out or self._rest is not None \
+                    or self._transport.get_write_buffer_size():
+                return False
+            sock = self._direct
+            if sock is None:
+                sock = self._direct = self._dup_socket()
+                if sock is None:
+                    return False
+            self._pending[opaque] = future   # before the write: the response may come at once
+            try:
+                sent = sock.send(frame)
+            except BlockingIOError:
+                sent = 0
+            except OSError:   # the loop finds the connection broken and fails the request (close)
+                self._pending.pop(opaque, None)
+                return False
+            short = sent < len(frame)
+            if short:
+                self._rest = frame[sent:]
+        if short:
+            try:
+                self._loop.call_soon_threadsafe(self._write_out)
+            except RuntimeError:   # the loop is closed: nobody will read the answer either
+                self._pending.pop(opaque, None)
+                raise RemotingConnectError("the connection's event loop is closed", addr=self.addr) from None
+        self.last_activity = time.monotonic()
+        return True
+
+    def _dup_socket(self) -> socket.socket | None:
+        """A socket object over a copy of the connection's descriptor (closed by :meth:`close`); None when
+        the transport has none to share."""
+        sock = self._transport.get_extra_info("socket")
+        try:
+            fd = sock.fileno() if sock is not None else -1
+            if fd < 0:
+                self._direct_ok = False
+                return None
+            return socket.socket(sock.family, sock.type, fileno=os.dup(fd))
+        except (OSError, AttributeError, ValueError):
+            self._direct_ok = False
+            return None
+
     def forget(self, opaque: int) -> None:
         """On the loop: a response to ``opaque`` is no longer awaited (dropped when it comes)."""
         self._pending.pop(opaque, None)
@@ -305,6 +384,30 @@ class Channel:
         await self.send(request)
 
     # --- receiving
+    def take_responses(self) -> Channel:
+        """Complete the responses to this side's requests as their frames arrive (FrameProtocol.on_frame),
+        without a wake-up of the reader task for each: a client's connection, whose frames are mostly answers.
+        Requests, and any frame that comes while others wait in the queue, still go to the reader in order."""
+        self._frames.on_frame = self._take_response
+        return self
+
+    def _take_response(self, frame: bytes) -> bytes | None:
+        """None when ``frame`` was a response (its waiter completed, as the reader does), else ``frame``."""
+        try:
+            cmd = decode_frame(frame, addr=self.addr)
+        except FrameError:
+            return frame   # the reader decodes it again and closes the connection with the error
+        if not cmd.is_response:
+            return frame
+        self.last_activity = time.monotonic()
+        self._answered = True
+        fut = self._pending.pop(cmd.opaque, None)
+        if fut is not None and not fut.done():
+            fut.set_result(cmd)
+        else:   # processResponseCommand: logged and dropped
+            log.debug("%s: response with unknown opaque %d from %s", self.name, cmd.opaque, self.addr)
+        return None
+
     async def _read_loop(self) -> None:
         reason = "peer closed the connection"
         try:
@@ -432,16 +535,19 @@ class Channel:
         transport copies only the rest (``sendfile``-like, as the Java broker's FileRegion transfer)."""
         if self.closed:
             raise RemotingConnectError(f"connection is closed ({self.close_reason})", addr=self.addr)
-        self._write_out()
-        if self._transport.is_closing():
-            return
-        try:
-            # one write each, not writelines: uvloop's writelines keeps the views of what the socket did not
-            # take (an export of the mapping: the file could not be unmapped), its write copies that rest
-            for part in parts:
-                self._transport.write(part)
-        except (ConnectionError, OSError, RuntimeError) as exc:
-            self.close(f"write failed: {exc}")
+        with self._wlock:   # the frames queued first, then these, no thread's write between
+            error = self._write_queued()
+            if error is None and not self._transport.is_closing():
+                try:
+                    # one write each, not writelines: uvloop's writelines keeps the views of what the socket
+                    # did not take (an export of the mapping: the file could not be unmapped), its write
+                    # copies that rest
+                    for part in parts:
+                        self._transport.write(part)
+                except (ConnectionError, OSError, RuntimeError) as exc:
+                    error = exc
+        if error is not None:
+            self.close(f"write failed: {error}")
             return
         self.last_activity = time.monotonic()
         self._check_write_buffer()

@@ -56,5 +56,5 @@ async def connect(addr: str, *, on_request: RequestHandler | None = None,
         raise RemotingConnectError(f"cannot connect: {exc}", addr=addr) from exc
     channel = Channel(transport, protocol, handler=on_request, max_frame=max_frame, name="client")
     channel.addr = addr
-    return channel.start()
+    return channel.take_responses().start()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, overload
 
@@ -211,6 +211,10 @@ def _make_compact_dumps() -> Callable[[dict[str, object]], str]:
 
 
 _dumps_compact = _make_compact_dumps()
+try:   # fastjson-compatible string escaping, as _dumps_compact writes strings (ensure_ascii=False)
+    from _json import encode_basestring
+except ImportError:
+    from json.encoder import py_encode_basestring as encode_basestring
 
 
 def _binary_header(cmd: RemotingCommand) -> bytes:
@@ -265,24 +269,32 @@ def encode_frame_parts(cmd: RemotingCommand) -> list[bytes | memoryview]:
 
 
 class RequestTemplate:
-    """:func:`encode_frame` of one request for any opaque and any integer values of a few of its extFields,
-    without encoding the rest again: a request sent over and over with only these changing (PULL_MESSAGE's
-    queueOffset and maxMsgNums, MQClientAPI.pull_tiles) costs one string format instead of a JSON encode.
+    """:func:`encode_frame` of one request for any opaque and any values of a few of its extFields, without
+    encoding the rest again: a request sent over and over with only these changing (PULL_MESSAGE's
+    queueOffset and maxMsgNums, MQClientAPI.pull_tiles; SEND_MESSAGE_V2's queueId, sysFlag, bornTimestamp,
+    flag and properties, MQClientAPI.send_from_thread) costs one string format instead of a JSON encode.
 
     :meth:`make` builds it from the command with the values of ``names`` left to :meth:`frame` (JSON headers
-    without a body only; None for anything else) and checks that the frames it makes are those
-    :func:`encode_frame` makes, byte for byte; :meth:`frame` gives the whole frame, length prefix included."""
+    only; None for anything else) and checks that the frames it makes are those :func:`encode_frame` makes,
+    byte for byte. The values of ``names`` are integers, except those also in ``texts``: strings (JSON-escaped
+    as fastjson's writer escapes them). A command with a body makes a template only with ``body=True``; then
+    every frame carries the body given to :meth:`frame`. :meth:`frame` gives the whole frame, length prefix
+    included; UnicodeEncodeError for a text value JSON cannot write as UTF-8 (a lone surrogate: encode that
+    command with :func:`encode_frame`)."""
 
-    __slots__ = ("_format",)
+    __slots__ = ("_format", "_texts")
 
-    def __init__(self, fmt: bytes) -> None:
+    def __init__(self, fmt: bytes, texts: tuple[int, ...] = ()) -> None:
         self._format = fmt
+        self._texts = texts
 
     @classmethod
-    def make(cls, cmd: RemotingCommand, names: Sequence[str]) -> RequestTemplate | None:
+    def make(cls, cmd: RemotingCommand, names: Sequence[str], *, texts: Collection[str] = (),
+             body: bool = False) -> RequestTemplate | None:
         fields = cmd.ext_fields
-        if (cmd.serialize_type != SerializeType.JSON or cmd.body or cmd.body_parts is not None or fields is None
-                or not names or len(set(names)) != len(names) or any(name not in fields for name in names)):
+        if (cmd.serialize_type != SerializeType.JSON or (cmd.body and not body) or cmd.body_parts is not None
+                or fields is None or not names or len(set(names)) != len(names)
+                or any(name not in fields for name in names) or any(name not in names for name in texts)):
             return None
         # each value marked by a string no name can hold as written (JSON writes NUL escaped), the opaque by
         # a number that must occur once
@@ -296,21 +308,34 @@ class RequestTemplate:
         at = [header.find(mark) for mark in found]
         if any(header.count(mark) != 1 for mark in found) or at != sorted(at):
             return None   # frame() fills the values in header order: the extFields named, then the opaque
-        for mark, put in zip(found, [b'"%d"'] * len(names) + [b":%d,"], strict=True):
+        puts = [b"%b" if name in texts else b'"%d"' for name in names] + [b":%d,"]
+        for mark, put in zip(found, puts, strict=True):
             header = header.replace(mark, put, 1)
-        template = cls(header)
-        for value in (0, -1, 12345, 2**31 - 1, -2**31, 2**63 - 1):   # the same bytes as encode_frame, or none
-            values = [value + i for i in range(len(names))]
+        template = cls(header, tuple(i for i, name in enumerate(names) if name in texts))
+        samples = ("", "a", "%d%s%%", '"\\/\x01\x02\x7f', "é€\U0001f600", "\u2028\u2029")
+        for k, value in enumerate((0, -1, 12345, 2**31 - 1, -2**31, 2**63 - 1)):   # encode_frame's bytes, or none
+            values: list[int | str] = [value + i for i in range(len(names))]
+            for i in template._texts:
+                values[i] = samples[(k + i) % len(samples)]
+            data = bytes(range(k * 7)) if body else None
             check = RemotingCommand(cmd.code, cmd.language, cmd.version, value, cmd.flag, cmd.remark,
-                                    {k: str(values[names.index(k)]) if k in marks else v for k, v in fields.items()},
-                                    None, SerializeType.JSON)
-            if template.frame(value, *values) != encode_frame(check):
+                                    {f: str(values[names.index(f)]) if f in marks else v for f, v in fields.items()},
+                                    data, SerializeType.JSON)
+            if template.frame(value, *values, body=data) != encode_frame(check):
                 return None
         return template
 
-    def frame(self, opaque: int, *values: int) -> bytes:
+    def frame(self, opaque: int, *values: int | str, body: bytes | None = None) -> bytes:
         """The request's frame with ``opaque`` and the values of the template's extFields, in their order."""
-        header = self._format % (*values, opaque)
+        if self._texts:
+            filled: list[int | str | bytes] = list(values)
+            for i in self._texts:
+                filled[i] = encode_basestring(values[i]).encode("utf-8")   # type: ignore[arg-type]  # a text slot
+            header = self._format % (*filled, opaque)
+        else:
+            header = self._format % (*values, opaque)
+        if body:
+            return b"".join((_PREFIX.pack(len(header) + 4 + len(body), len(header)), header, body))
         return _PREFIX.pack(len(header) + 4, len(header)) + header
 
 

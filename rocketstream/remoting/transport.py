@@ -144,6 +144,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._drain_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._lost = False
         self._closed: asyncio.Future[None] | None = None
+        # A complete frame cut from the receive buffer while no frame waits in the queue is offered to this
+        # first: it returns None when it has taken the frame (a client's response, completed at once), else
+        # the frame, which is queued (Channel.take_responses).
+        self.on_frame: Callable[[bytes], bytes | None] | None = None
 
     # --- asyncio protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -235,7 +239,11 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 self._start = self._end = 0
                 return
             if end - start - 4 >= length:
-                self._deliver(bytes(view[start + 4:start + 4 + length]))
+                frame = bytes(view[start + 4:start + 4 + length])
+                if self.on_frame is None or self._frames or self._error is not None:
+                    self._deliver(frame)
+                elif (rest := self.on_frame(frame)) is not None:   # not taken at once: queued
+                    self._deliver(rest)
                 start += 4 + length
                 continue
             if 4 + length > len(self._buf) // 2:   # a large frame: the rest goes straight to its own buffer

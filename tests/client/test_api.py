@@ -10,6 +10,8 @@ import os
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocketstream.client.api import (
     MQClientAPI,
@@ -19,6 +21,7 @@ from rocketstream.client.api import (
     properties_string,
 )
 from rocketstream.client.common import Message, MessageQueue, PullStatus, SendStatus
+from rocketstream.client.credentials import Credentials
 from rocketstream.client.instance import MQClientInstance
 from rocketstream.client.route import PERM_READ, PERM_WRITE, publish_info, subscribe_queues
 from rocketstream.client.subscription import SubscriptionData
@@ -32,7 +35,7 @@ from rocketstream.errors import (
     RemotingError,
     RemotingTimeoutError,
 )
-from rocketstream.remoting import ResponseCode
+from rocketstream.remoting import RequestCode, ResponseCode, encode_frame
 from tests.realbroker import peers
 
 _seq = itertools.count()
@@ -545,3 +548,35 @@ def test_topic_stats_answers_every_queue_at_once(mq_broker):
     assert list(zip(stats.min_offsets[order].tolist(), stats.max_offsets[order].tolist(), strict=True)) == per_queue
     assert per_queue[1] == (0, 3)
     assert missing.code == ResponseCode.TOPIC_NOT_EXIST and addr in str(missing)
+
+
+_SEND_TEXT = st.text(max_size=20)   # lone surrogates, NUL, quotes, '%', \x01/\x02 and non-ASCII included
+
+
+@settings(max_examples=150, deadline=None)
+@given(group=_SEND_TEXT, topic=_SEND_TEXT, props=_SEND_TEXT, body=st.binary(max_size=40),
+       queue_id=st.integers(0, 2**31 - 1), sys_flag=st.integers(-2**31, 2**31 - 1),
+       flag=st.integers(-2**31, 2**31 - 1), opaque=st.integers(-2**31, 2**31 - 1),
+       retry=st.booleans(), batch=st.booleans())
+def test_send_frames_from_the_template_are_encode_frames(group, topic, props, body, queue_id, sys_flag, flag,
+                                                         opaque, retry, batch):
+    """MQClientAPI._send_frame (the SEND_MESSAGE_V2 template of a send from the caller's thread) gives
+    encode_frame's bytes for any header values, twice over (the template made, then reused)."""
+    api = MQClientAPI("127.0.0.1:1")
+    for k in range(2):
+        req = api._send_request(RequestCode.SEND_MESSAGE_V2, topic, queue_id + k, sys_flag, flag, props + "x" * k,
+                                group, "TBW102", 4, batch, body, 3 if retry else None, 16 if retry else None)
+        req.opaque = opaque
+        assert api._send_frame(req) == encode_frame(req)
+
+
+def test_signed_sends_are_encoded_in_full():
+    """A send signed for ACL carries AccessKey and Signature: not the template's fields, so encoded in full."""
+    api = MQClientAPI("127.0.0.1:1", credentials=Credentials("ak", "sk12345678"))
+    req = api._send_request(RequestCode.SEND_MESSAGE_V2, "T", 1, 0, 0, "WAIT\x01true", "g", "TBW102", 4, False,
+                            b"body")
+    api._send_frame(req)   # a template for the unsigned request exists now
+    signed = api.signed(req)
+    signed.opaque = 5
+    frame = api._send_frame(signed)
+    assert frame == encode_frame(signed) and b'"Signature":' in frame and b'"AccessKey":"ak"' in frame

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rocketstream.client.api import MQClientAPI, build_pull_sys_flag, process_pull_result, properties_string
@@ -350,3 +350,72 @@ def test_batch_body_and_properties_string_round_trip(items):
 
 def test_check_group_accepts_valid_names():
     assert check_group("CID_ok-1|%x") == "CID_ok-1|%x"
+
+
+_TEXT = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x2FF, blacklist_characters="\x01\x02"), min_size=1,
+                max_size=8)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), st.binary(min_size=1, max_size=64),
+                          st.one_of(st.sampled_from([None, "", "TagA", "TägB"]), _TEXT),
+                          st.one_of(st.sampled_from([None, "", "k1", "k1 k2", ("k1", "k2")]), _TEXT,
+                                    st.lists(_TEXT, max_size=3)),
+                          st.one_of(st.just({}), st.dictionaries(_TEXT, _TEXT, max_size=3)), st.booleans(),
+                          st.booleans()),
+                min_size=1, max_size=12))
+@example([(0, b"a", "TagA", "k1", {}, True, False), (7, b"b", "TagA", "k1", {}, False, False),
+          (0, b"c", "TagA", "k1", {"A": "1"}, True, False), (0, b"d", "TagA", "k1", {}, True, True),
+          (-1, b"e", None, ("k1", "k2"), {}, True, False), (0, b"f", "TagA", None, {}, True, False)])
+def test_one_pass_batch_encoding_is_the_full_encoders(items):
+    """Producer.send_batch's one-pass body (a cached properties head per (tags, keys, WAIT)) is byte for byte
+    what encode_batch_body gives for each message's wire properties plus its UNIQ_KEY, with the same msgId and
+    size; a UNIQ_KEY the user set is kept."""
+    from rocketstream.client.producer import _encode_batch
+    msgs, keys = [], []
+    for i, (flag, body, tags, keys_, props, wait, own_uniq) in enumerate(items):
+        props = dict(props)
+        if own_uniq:
+            props["UNIQ_KEY"] = f"USER{i}"
+        msgs.append(Message("T", body, tags=tags, keys=keys_, properties=props, flag=flag, wait_store_msg_ok=wait))
+        keys.append(f"7F0000010000000000000000000{i:05d}")
+    body, uniq_text, size = _encode_batch(msgs, keys)
+    want_props = []
+    for m, k in zip(msgs, keys, strict=True):
+        p = m.wire_properties()
+        p.setdefault("UNIQ_KEY", k)
+        want_props.append(p)
+    texts = [properties_string(p) for p in want_props]
+    assert body == encode_batch_body([(m.flag, m.body, t.encode()) for m, t in zip(msgs, texts, strict=True)])
+    assert uniq_text == ",".join(p["UNIQ_KEY"] for p in want_props)
+    assert size == sum(20 + len(m.body) + 2 + len(t) + 1 for m, t in zip(msgs, texts, strict=True))
+    assert [e.properties for e in decode_batch_body(body)] == want_props
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.binary(min_size=1, max_size=64),
+                          st.one_of(st.sampled_from([None, "", "TagA", "TägB"]), _TEXT),
+                          st.one_of(st.sampled_from([None, "", "k1", "k1 k2", ("k1", "k2")]), _TEXT),
+                          st.sampled_from([0, 0, 3, True]), st.booleans(),
+                          st.sampled_from(["T", "%RETRY%g"]), st.sampled_from([{}, {}, {"A": "1"}])),
+                min_size=1, max_size=10))
+@example([(b"a", "TagA", "k1", 0, True, "T", {}), (b"b", "TagA", "k1", 0, False, "T", {}),
+          (b"c", "TagA", "k1", 1, True, "T", {}), (b"d", "TagA", "k1", True, True, "T", {}),
+          (b"x" * 5000, None, None, 0, True, "T", {})])
+def test_send_properties_text_is_the_wire_maps(items):
+    """Producer._wire_text (a send's properties text, its head cached per tags/keys/WAIT/delay) gives what
+    properties_string makes of _wire's map with the same UNIQ_KEY, and the same body and sysFlag (compressed
+    from 4 KiB); messages it does not take (user properties, a retry topic, odd types) are left to _wire."""
+    p = Producer("G_text", namesrv="127.0.0.1:1")
+    for body, tags, keys, delay, wait, topic, props in items:
+        msg = Message(topic, body, tags=tags, keys=keys, delay_level=delay, wait_store_msg_ok=wait,
+                      properties=dict(props))
+        got = p._wire_text(msg)
+        if props or topic.startswith("%RETRY%") or type(delay) is not int or not (keys is None or type(keys) is str):
+            assert got is None
+            continue
+        assert got is not None
+        wire_body, sys_flag, text, uniq_key = got
+        want_body, want_flag, want_props = p._wire(msg, compress=True, uniq_key=uniq_key)
+        assert (wire_body, sys_flag, text) == (want_body, want_flag, properties_string(want_props))
+        assert want_props["UNIQ_KEY"] == uniq_key

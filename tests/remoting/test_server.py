@@ -354,3 +354,53 @@ def test_connection_limits_from_broker_conf(tmp_path):
     conf.write_text("serverChannelMaxWriteBufferSize=-1\n")
     with pytest.raises(StoreConfigError, match="serverChannelMaxWriteBufferSize"):
         BrokerConfig.from_conf(conf)
+
+
+def test_requests_written_from_other_threads_keep_their_order_when_the_socket_is_full():
+    """Channel.write_from_thread (a producer's send from the caller's thread): frames written by threads and by
+    the loop never interleave — a frame the socket takes only in part is finished by the loop before anything
+    else is written, and writes from threads wait (fall back to start_request) meanwhile. Every echo answer is
+    its request's body."""
+    import threading
+
+    from rocketstream.remoting.channel import ResponseWaiter, next_opaque
+    from rocketstream.remoting.command import encode_frame
+
+    async def body(fx, addr):
+        ch = await connect(addr)
+        loop = asyncio.get_running_loop()
+        outcomes = {True: 0, False: 0}
+        lock = threading.Lock()
+
+        def call(payload: bytes) -> RemotingCommand:
+            req = RemotingCommand.request(1000, {"n": str(len(payload))}, payload)
+            req.opaque = next_opaque()
+            waiter = ResponseWaiter()
+            direct = ch.write_from_thread(req.opaque, encode_frame(req), waiter)
+            with lock:
+                outcomes[direct] += 1
+            if not direct:
+                loop.call_soon_threadsafe(ch.start_request, req.opaque, encode_frame(req), waiter)
+            resp = waiter.wait(20)
+            assert resp is not None, "no answer"
+            return resp
+
+        def worker(k: int) -> None:
+            for i in range(30):
+                size = 12 << 20 if (k, i) in ((0, 0), (1, 10), (2, 20)) else 100 + 37 * i
+                payload = bytes([k * 31 + i & 0xFF]) * size
+                resp = call(payload)
+                assert resp.code == 0 and resp.body == payload, (k, i)
+
+        try:
+            threads = [loop.run_in_executor(None, worker, k) for k in range(4)]
+            # the loop writes too meanwhile
+            for i in range(20):
+                resp = await ch.invoke(RemotingCommand.request(1000, body=b"loop%d" % i), timeout=20)
+                assert resp.body == b"loop%d" % i
+            await asyncio.gather(*threads)
+            assert outcomes[True] > 0 and outcomes[False] > 0, outcomes
+        finally:
+            await ch.aclose()
+        assert not ch.write_from_thread(next_opaque(), b"x", ResponseWaiter())   # closed: nothing written
+    run(_with_server(body))

@@ -305,3 +305,24 @@ def test_the_error_kept_after_a_reset_has_no_traceback():
             await proto.next_frame()
         assert err.value is not proto._error
     asyncio.run(run())
+
+
+def test_on_frame_takes_frames_only_while_none_wait_in_the_queue():
+    """FrameProtocol.on_frame (Channel.take_responses): a frame it takes is not queued; one it gives back is,
+    and while any frame waits in the queue later frames are queued without being offered (a response does not
+    overtake a request the reader has not handled yet)."""
+    async def go():
+        proto, _ = new_protocol()
+        offered: list[bytes] = []
+
+        def on_frame(frame: bytes) -> bytes | None:
+            offered.append(frame)
+            return None if frame.startswith(b"resp") else frame
+
+        proto.on_frame = on_frame
+        feed(proto, framed([b"resp1", b"req1", b"resp2", b"req2"]), [])
+        assert offered == [b"resp1", b"req1"]
+        assert await drain_frames(proto) == [b"req1", b"resp2", b"req2"]
+        feed(proto, framed([b"resp3", b"req3"]), [2, 5])   # in pieces: offered as each frame is whole
+        assert offered[-2:] == [b"resp3", b"req3"] and await drain_frames(proto) == [b"req3"]
+    asyncio.run(go())
