@@ -319,21 +319,55 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
     def _run_requests(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         """A consume-thread task: :meth:`ConsumeRequest.run` of each piece of the pulled batch, then the finished
         messages out of the ProcessQueue and its answer to the offset store; nothing when the queue was dropped
-        meanwhile."""
+        meanwhile.
+
+        The pieces are run inline: a listener call answered CONSUME_SUCCESS for all of its piece (the usual
+        case) is counted without building a ConsumeRequest; any other answer goes through
+        :meth:`ConsumeRequest.finish` (``processConsumeResult``) exactly as a lone request would. The
+        CONSUME_START_TIME value is formatted once per millisecond instead of once per call."""
         size = max(1, self.consumer.config.consume_message_batch_max_size)
         reset_retry_topic(msgs, self.consumer.group, self.namespace)   # ConsumeRequest.run's, for all at once
-        finished: list[MessageExt] = []
+        listener = self.listener
+        context_of = ConsumeConcurrentlyContext
+        stamp_ms = -1
+        stamp: tuple[tuple[str, str], ...] = ()
+        ok = 0
+        finished: list[MessageExt] | None = None   # None while every piece so far was consumed whole
+        n = len(msgs)
         self._enter(mq)
         try:
-            for i in range(0, len(msgs), size):
-                done = ConsumeRequest(msgs[i:i + size], pq, mq).run(self)
+            for i in range(0, n, size):
+                piece = msgs[i:i + size]
+                if pq.dropped or self.stopped:
+                    return
+                now_ms = int(time.time() * 1000)
+                if now_ms != stamp_ms:
+                    stamp_ms = now_ms
+                    stamp = ((PROPERTY_CONSUME_START_TIME, str(now_ms)),)
+                put_properties(piece, stamp)
+                context = context_of(mq)
+                answer: object = None
+                try:
+                    answer = listener(list(piece), context)
+                except Exception:
+                    self.listener_raised(piece, mq)
+                if answer is _CONSUME_SUCCESS and context.ack_index >= len(piece) - 1 and not pq.dropped:
+                    ok += len(piece)
+                    if finished is not None:
+                        finished += piece
+                    continue
+                done = ConsumeRequest(piece, pq, mq).finish(self, answer, context)
                 if done is None:
                     return
+                if finished is None:
+                    finished = msgs[:i]
                 finished += done
         finally:
+            if ok:
+                self.stats.cell().consumed_ok += ok
             self._leave(mq)
         if not pq.dropped:
-            offset = pq.remove_messages(finished)
+            offset = pq.remove_messages(msgs if finished is None else finished)
             if offset >= 0 and not pq.dropped:
                 self.consumer.update_offset(mq, offset, True)
 
@@ -408,6 +442,14 @@ class ConsumeRequest:
             answer = service.listener(list(self.msgs), context)
         except Exception:
             service.listener_raised(self.msgs, mq)
+        return self.finish(service, answer, context)
+
+    def finish(self, service: ConsumeMessageConcurrentlyService, answer: object,
+               context: ConsumeConcurrentlyContext) -> list[MessageExt] | None:
+        """What :meth:`run` does with the listener's ``answer``: anything but a ConsumeConcurrentlyStatus is
+        RECONSUME_LATER (None and exceptions silently); None when the queue was dropped meanwhile, else
+        :meth:`ConsumeMessageConcurrentlyService.process_consume_result`."""
+        pq, mq = self.process_queue, self.message_queue
         status = _CONSUME_SUCCESS
         if answer is not status:
             if answer is not None and answer is not _RECONSUME_LATER:

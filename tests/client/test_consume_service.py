@@ -152,6 +152,29 @@ def test_a_pulled_batch_reaches_the_listener_in_pieces_of_batch_max_size(loop: a
     svc.shutdown(1)
 
 
+def test_a_queue_dropped_during_a_listener_call_ends_the_pulled_batch_uncommitted(
+        loop: asyncio.AbstractEventLoop) -> None:
+    """ConsumeRequest.run's dropped checks, for every piece of a pulled batch run in one task: the call that
+    saw the queue dropped is not committed, the pieces after it never reach the listener, no offset is stored
+    and the messages stay in the (dropped) ProcessQueue."""
+    c = FakeConsumer(loop)
+    calls: list[int] = []
+    pq = ProcessQueue()
+
+    def listener(msgs: list[Any], ctx: Any) -> Any:
+        calls.append(msgs[0].queue_offset)
+        if msgs[0].queue_offset == 2:
+            pq.dropped = True   # a rebalance took the queue away meanwhile
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = ConsumeMessageConcurrentlyService(c, listener, 1)
+    feed(svc, pq, range(0, 6))
+    wait_until(lambda: svc.stats.consumed_ok == 2)
+    svc.shutdown(1)
+    assert calls == [0, 1, 2] and c.offsets == [] and c.sent_back == []
+    assert pq.msg_count == 6
+
+
 def test_reconsume_later_exception_and_none_are_sent_back_with_the_context_delay(
         loop: asyncio.AbstractEventLoop) -> None:
     c = FakeConsumer(loop)
