@@ -329,6 +329,7 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         reset_retry_topic(msgs, self.consumer.group, self.namespace)   # ConsumeRequest.run's, for all at once
         listener = self.listener
         context_of = ConsumeConcurrentlyContext
+        message_ext = MessageExt
         stamp_ms = -1
         stamp: tuple[tuple[str, str], ...] = ()
         ok = 0
@@ -337,26 +338,31 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         self._enter(mq)
         try:
             for i in range(0, n, size):
-                piece = msgs[i:i + size]
                 if pq.dropped or self.stopped:
                     return
+                piece = msgs[i:i + size]   # the listener's own list: what it does to it changes nothing here
+                count = len(piece)
                 now_ms = int(time.time() * 1000)
                 if now_ms != stamp_ms:
                     stamp_ms = now_ms
                     stamp = ((PROPERTY_CONSUME_START_TIME, str(now_ms)),)
-                put_properties(piece, stamp)
+                for m in piece:   # put_properties, inline
+                    if m.__class__ is message_ext:
+                        m.put_properties(stamp)
+                    else:
+                        m.properties.update(stamp)
                 context = context_of(mq)
                 answer: object = None
                 try:
-                    answer = listener(list(piece), context)
+                    answer = listener(piece, context)
                 except Exception:
-                    self.listener_raised(piece, mq)
-                if answer is _CONSUME_SUCCESS and context.ack_index >= len(piece) - 1 and not pq.dropped:
-                    ok += len(piece)
+                    self.listener_raised(msgs[i:i + size], mq)
+                if answer is _CONSUME_SUCCESS and context.ack_index >= count - 1 and not pq.dropped:
+                    ok += count
                     if finished is not None:
-                        finished += piece
+                        finished += msgs[i:i + size]
                     continue
-                done = ConsumeRequest(piece, pq, mq).finish(self, answer, context)
+                done = ConsumeRequest(msgs[i:i + size], pq, mq).finish(self, answer, context)
                 if done is None:
                     return
                 if finished is None:
