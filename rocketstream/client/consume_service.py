@@ -2,8 +2,9 @@
 
 Both run the user's listener (a plain function) in a ThreadPoolExecutor of ``consume_thread_max`` threads.
 
-Concurrent: each pulled batch is cut into ``consume_message_batch_max_size`` pieces, one :class:`ConsumeRequest`
-each, whose ``run`` calls the listener and hands its answer to ``process_consume_result``.
+Concurrent: each pulled batch is cut into ``consume_message_batch_max_size`` pieces, one listener call each, run
+in order by one consume-thread task (RocketMQ's :class:`ConsumeRequest` per piece; a piece consumed whole skips
+building one), whose answer goes to ``process_consume_result``.
 ``CONSUME_SUCCESS`` up to ``context.ack_index`` consumes; the rest (all of it for ``RECONSUME_LATER``, for an
 exception, or for a listener returning None) is sent back to the broker (CONSUMER_SEND_MSG_BACK, falling back
 to sending a copy to ``%RETRY%<group>``) in CLUSTERING, dropped with a warning in BROADCASTING. A message whose
