@@ -23,6 +23,7 @@ from rocketstream.client.consume_service import (
     ConsumeMessageConcurrentlyService,
     ConsumeMessageOrderlyService,
     ConsumeOrderlyStatus,
+    ConsumeThreadPool,
 )
 from rocketstream.client.offset_store import RemoteBrokerOffsetStore
 from rocketstream.client.process_queue import ProcessQueue
@@ -117,6 +118,47 @@ def feed(service: Any, pq: ProcessQueue, offsets: range) -> list[Msg]:
     dispatch = pq.put_messages(msgs)
     service.submit_consume_request(msgs, pq, MQ, dispatch)
     return msgs
+
+
+# --------------------------------------------------------------------------------------- the consume threads
+
+def test_consume_thread_pool_runs_up_to_max_threads_at_once_and_survives_a_failing_task(
+        caplog: pytest.LogCaptureFixture) -> None:
+    pool = ConsumeThreadPool(3, "ConsumeMessageThread_")
+    barrier = threading.Barrier(3, timeout=10)   # three tasks that need each other: three threads at once
+    names: set[str] = set()
+    done = threading.Event()
+
+    def meet() -> None:
+        names.add(threading.current_thread().name)
+        barrier.wait()
+
+    def fail() -> None:
+        raise ValueError("a bug")
+
+    for _ in range(3):
+        pool.submit(meet)
+    pool.submit(fail)
+    pool.submit(done.set)   # after the failure the threads go on
+    assert done.wait(10)
+    assert names == {"ConsumeMessageThread_1", "ConsumeMessageThread_2", "ConsumeMessageThread_3"}
+    wait_until(lambda: "ValueError: a bug" in caplog.text)   # logged with its traceback
+    assert len(pool._threads) == 3
+    pool.shutdown(wait=True)
+    assert not any(t.is_alive() for t in pool._threads)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(done.set)
+
+
+def test_consume_thread_pool_shutdown_drops_tasks_not_started() -> None:
+    pool = ConsumeThreadPool(1, "T_")
+    gate, started, ran = threading.Event(), threading.Event(), []
+    pool.submit(lambda: (started.set(), gate.wait(10)))
+    assert started.wait(10)
+    pool.submit(lambda: ran.append(1))   # queued behind the running task
+    threading.Timer(0.05, gate.set).start()
+    pool.shutdown(wait=True)             # returns once the running task ended
+    assert gate.is_set() and ran == []
 
 
 # --------------------------------------------------------------------------------------- concurrently
