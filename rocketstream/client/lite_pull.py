@@ -134,7 +134,9 @@ class LitePullConsumer:
         self._mode: str | None = None   # "subscribe" | "assign"
         self._state = "CREATE_JUST"
         self._lock = threading.RLock()
-        self._cache: queue.Queue[_ConsumeRequest] = queue.Queue()
+        # the poll cache (consumeRequestCache): a SimpleQueue, whose put and get are C calls without the Python
+        # Condition that queue.Queue takes on both sides
+        self._cache: queue.SimpleQueue[_ConsumeRequest] = queue.SimpleQueue()
         self._cached_messages = 0
         # AssignedMessageQueue: per queue its ProcessQueue, pull offset, consumed offset, seek offset, pause
         self._assigned: dict[MessageQueue, ProcessQueue] = {}

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from rocketstream.client.api import decode_messages
-from rocketstream.client.common import MessageExt, PullResult
+from rocketstream.client.api import decode_messages, process_pull_result
+from rocketstream.client.common import PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET, MessageExt, PullResult, PullStatus
 from rocketstream.client.subscription import SubscriptionData
 from rocketstream.codec import (
     FLAG_BORNHOST_V6,
@@ -36,6 +36,9 @@ from rocketstream.codec import (
     INT32_PAIR,
     MAGIC_V1,
     MAGIC_V2,
+    PROPERTY_UNIQ_KEY,
+    TRANSACTION_MASK,
+    TRANSACTION_PREPARED,
     HostAddress,
     decode_java_utf8,
     decompress_body,
@@ -61,16 +64,23 @@ def _v4_host(ip: int, port: int, cache: dict[tuple[int, int], HostAddress]) -> H
     return h
 
 
-def decode_pull_body(body: bytes, *, broker_name: str = "", addr: str | None = None) -> list[MessageExt]:
-    """Every record of a pull body as MessageExt (bodies decompressed, properties decoded on first use)."""
+def decode_pull_body(body: bytes, *, broker_name: str = "", addr: str | None = None,
+                     put: tuple[tuple[str, str], ...] | None = None) -> list[MessageExt]:
+    """Every record of a pull body as MessageExt (bodies decompressed, properties decoded on first use).
+    ``put``: properties every message gets, as by :meth:`MessageExt.put_properties` (shared, not decoded)."""
     body = bytes(body)
     try:
-        return _decode(body, broker_name, addr)
+        return _decode(body, broker_name, addr, put)
     except _Fallback:
-        return decode_messages(body, broker_name=broker_name, addr=addr)
+        msgs = decode_messages(body, broker_name=broker_name, addr=addr)
+        if put:
+            for m in msgs:
+                m.put_properties(put)
+        return msgs
 
 
-def _decode(body: bytes, broker_name: str, addr: str | None) -> list[MessageExt]:
+def _decode(body: bytes, broker_name: str, addr: str | None,
+            put: tuple[tuple[str, str], ...] | None = None) -> list[MessageExt]:
     hosts: dict[tuple[int, int], HostAddress] = {}
     topics: dict[bytes, str] = {}
     out: list[MessageExt] = []
@@ -92,7 +102,10 @@ def _decode(body: bytes, broker_name: str, addr: str | None) -> list[MessageExt]
         if (magic != v1 and magic != v2) or size < _MIN_V4_RECORD or end > n:
             raise _Fallback
         if sys_flag & special and sys_flag & _V6_BITS:
-            append(_decode_one(body, start, broker_name, addr))
+            m = _decode_one(body, start, broker_name, addr)
+            if put:
+                m.put_properties(put)
+            append(m)
             start = end
             continue
         if (bport | sport) >> 16:   # a port outside 0..65535 (negative ones included)
@@ -132,8 +145,11 @@ def _decode(body: bytes, broker_name: str, addr: str | None) -> list[MessageExt]
             last_bip, last_bport, born = bip, bport, _v4_host(bip, bport, hosts)
         if sip != last_sip or sport != last_sport:
             last_sip, last_sport, stored = sip, sport, _v4_host(sip, sport, hosts)
-        append(new(topic, data, body[pp + 2:end], flag, qid, qoff, poff, sys_flag, bts, born, sts, stored, rtimes,
-                   pto, crc, size, broker_name))
+        m = new(topic, data, body[pp + 2:end], flag, qid, qoff, poff, sys_flag, bts, born, sts, stored, rtimes, pto,
+                crc, size, broker_name)
+        if put:
+            m.put_properties(put)
+        append(m)
         start = end
     return out
 
@@ -151,7 +167,24 @@ def _decode_one(body: bytes, start: int, broker_name: str, addr: str | None) -> 
 def process_pull_result_fast(result: PullResult, broker_name: str,
                              tags_filter: SubscriptionData | Collection[str] | None = None,
                              *, addr: str | None = None) -> list[MessageExt]:
-    """``process_pull_result`` of :mod:`rocketstream.client.api` with :func:`decode_pull_body`."""
-    from rocketstream.client.api import process_pull_result
-
-    return process_pull_result(result, broker_name, tags_filter, addr=addr, decode=decode_pull_body)
+    """``process_pull_result`` of :mod:`rocketstream.client.api` with :func:`decode_pull_body`. Without a tag
+    filter (``*``, the usual subscription) MIN_OFFSET / MAX_OFFSET are put while decoding, in the one pass
+    over the records; with one, api.process_pull_result filters the decoded messages by their TAGS."""
+    if isinstance(tags_filter, SubscriptionData):
+        tags: Collection[str] | None = None if tags_filter.sub_all else tags_filter.tags
+    else:
+        tags = tags_filter or None
+    if tags is not None:
+        return process_pull_result(result, broker_name, tags_filter, addr=addr, decode=decode_pull_body)
+    if result.status is not PullStatus.FOUND or not result.body:
+        result.messages = []
+        result.body = None
+        return result.messages
+    offsets = ((PROPERTY_MIN_OFFSET, str(result.min_offset)), (PROPERTY_MAX_OFFSET, str(result.max_offset)))
+    msgs = decode_pull_body(result.body, broker_name=broker_name, addr=addr, put=offsets)
+    for m in msgs:   # PullAPIWrapper.processPullResult: a half message's transaction id is its UNIQ_KEY
+        if m.sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED and PROPERTY_UNIQ_KEY in m.properties:
+            m.properties.setdefault("__transactionId__", m.properties[PROPERTY_UNIQ_KEY])
+    result.messages = msgs
+    result.body = None
+    return msgs

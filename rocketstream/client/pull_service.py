@@ -71,35 +71,26 @@ def flow_control(pq: ProcessQueue, *, pull_threshold_for_queue: int, pull_thresh
 
 
 class PullMessageService:
-    """A queue of pull requests on the event loop; ``pull`` is called once per request taken.
+    """The pull requests of one consumer on the event loop; ``pull`` is called once per request executed.
 
-    ``pull`` is a coroutine (the consumer's ``pull_message``); each runs as its own task so that one slow
-    long-poll does not hold up other queues (RocketMQ pulls asynchronously from one thread).
+    ``pull`` is a coroutine (the consumer's ``pull_message``); each request runs as its own task, started in
+    the order the requests were given (the loop runs new tasks first in, first out), so that one slow
+    long-poll does not hold up other queues (RocketMQ pulls asynchronously from one thread, taking requests
+    off ``pullRequestQueue`` in order). The task is created by :meth:`execute_pull_request_immediately`
+    itself: a queue and a taking task in between would only add a hop per pull.
     """
 
     def __init__(self, pull: Callable[[PullRequest], Awaitable[None]], name: str = "PullMessageService") -> None:
         self._pull = pull
         self.name = name
-        self._queue: asyncio.Queue[PullRequest] | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._inflight: set[asyncio.Task[None]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
         self.stopped = False
 
     def start(self) -> None:
-        """Start on the running loop (call from the loop)."""
-        self._queue = asyncio.Queue()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
-
-    async def _run(self) -> None:
-        assert self._queue is not None
-        while not self.stopped:
-            request = await self._queue.get()
-            if self.stopped:
-                break
-            task = asyncio.get_running_loop().create_task(self._pull_one(request))
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
+        """Start on the running loop (call from the loop); requests given before are ignored."""
+        self._loop = asyncio.get_running_loop()
 
     async def _pull_one(self, request: PullRequest) -> None:
         try:
@@ -111,9 +102,12 @@ class PullMessageService:
             self.execute_pull_request_later(request, PULL_TIME_DELAY_WHEN_EXCEPTION_S)
 
     def execute_pull_request_immediately(self, request: PullRequest) -> None:
-        """``executePullRequestImmediately`` (call from the loop)."""
-        if self._queue is not None and not self.stopped:
-            self._queue.put_nowait(request)
+        """``executePullRequestImmediately`` (call from the loop): the pull starts in a task of its own."""
+        loop = self._loop
+        if loop is not None and not self.stopped:
+            task = loop.create_task(self._pull_one(request))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
 
     def execute_pull_request_later(self, request: PullRequest, delay_s: float) -> None:
         """``executePullRequestLater``: back on the queue after ``delay_s`` (call from the loop)."""
@@ -138,14 +132,15 @@ class PullMessageService:
         self._timers.add(handle)
 
     def pending(self) -> int:
-        return self._queue.qsize() if self._queue is not None else 0
+        """Pull requests started and not finished (each waits for its answer or runs ``pull``)."""
+        return len(self._inflight)
 
     async def stop(self) -> None:
         self.stopped = True
         for h in list(self._timers):
             h.cancel()
         self._timers.clear()
-        tasks = [t for t in (self._task, *self._inflight) if t is not None]
+        tasks = list(self._inflight)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

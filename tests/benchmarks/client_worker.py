@@ -11,7 +11,8 @@ send/batch: one Producer shared by --threads threads (after warm-up calls), msgs
 push: a PushConsumer with a no-op listener drains --count messages from the first offset; lite: the same with a
 LitePullConsumer (poll until --count;
 ``--pull-batch``: its pull_batch_size, default DefaultLitePullConsumer's 10). msgs/s is counted from the first
-message to the last, as LoadGen does.
+message to the last, as LoadGen does; drain_cpu_us_per_msg is this process's CPU over the same span (all threads,
+without the start-up and imports that the whole process's CPU includes).
 flow: a PushConsumer whose listener sleeps --sleep-ms per call; every 100 ms the ProcessQueues' message counts
 and sizes are sampled (max per queue, max over the topic) and, every second, this process's RSS; reported with
 the thresholds in force.
@@ -134,6 +135,7 @@ def push(args) -> dict:
     got = [0]
     first = [0.0]
     last = [0.0]
+    cpu = [0.0, 0.0]   # process CPU seconds at the first and the last message
     done = threading.Event()
     lock = threading.Lock()
 
@@ -142,9 +144,11 @@ def push(args) -> dict:
         with lock:
             if got[0] == 0:
                 first[0] = now
+                cpu[0] = time.process_time()
             got[0] += len(msgs)
             if got[0] >= args.count and not last[0]:
                 last[0] = now
+                cpu[1] = time.process_time()
                 done.set()
         return a.ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
@@ -159,6 +163,7 @@ def push(args) -> dict:
     secs = end - first[0] if first[0] else 0
     return {"msgs": got[0], "expected": args.count, "seconds": round(secs, 3), "wall_seconds": round(end - t0, 3),
             "msgs_per_s": round(got[0] / secs, 1) if secs else 0, "rss_mib": round(rss_mib(), 1),
+            "drain_cpu_us_per_msg": round(1e6 * (cpu[1] - cpu[0]) / got[0], 2) if cpu[1] else None,
             "ok": got[0] >= args.count}
 
 
@@ -171,22 +176,26 @@ def lite(args) -> dict:
     c.start()
     got = 0
     first = 0.0
+    cpu0 = 0.0
     nbytes = 0
     deadline = time.monotonic() + args.timeout_s
     while got < args.count and time.monotonic() < deadline:
         msgs = c.poll(1.0)
         if msgs and not first:
             first = time.perf_counter()
+            cpu0 = time.process_time()
         got += len(msgs)
         for m in msgs:
             nbytes += len(m.body)
     end = time.perf_counter()
+    cpu1 = time.process_time()
     c.shutdown()
     secs = end - first if first else 0
     return {"msgs": got, "expected": args.count, "seconds": round(secs, 3), "wall_seconds": round(end - t0, 3),
             "msgs_per_s": round(got / secs, 1) if secs else 0,
             "mib_per_s": round(nbytes / secs / (1 << 20), 1) if secs else 0,
             "pull_batch_size": c.config.pull_batch_size,
+            "drain_cpu_us_per_msg": round(1e6 * (cpu1 - cpu0) / got, 2) if got else None,
             "rss_mib": round(rss_mib(), 1), "ok": got >= args.count}
 
 

@@ -23,6 +23,7 @@ from rocketstream.client.consume_service import (
     ConsumeMessageConcurrentlyService,
     ConsumeMessageOrderlyService,
     ConsumeOrderlyStatus,
+    ConsumeThreadPool,
 )
 from rocketstream.client.offset_store import RemoteBrokerOffsetStore
 from rocketstream.client.process_queue import ProcessQueue
@@ -119,6 +120,47 @@ def feed(service: Any, pq: ProcessQueue, offsets: range) -> list[Msg]:
     return msgs
 
 
+# --------------------------------------------------------------------------------------- the consume threads
+
+def test_consume_thread_pool_runs_up_to_max_threads_at_once_and_survives_a_failing_task(
+        caplog: pytest.LogCaptureFixture) -> None:
+    pool = ConsumeThreadPool(3, "ConsumeMessageThread_")
+    barrier = threading.Barrier(3, timeout=10)   # three tasks that need each other: three threads at once
+    names: set[str] = set()
+    done = threading.Event()
+
+    def meet() -> None:
+        names.add(threading.current_thread().name)
+        barrier.wait()
+
+    def fail() -> None:
+        raise ValueError("a bug")
+
+    for _ in range(3):
+        pool.submit(meet)
+    pool.submit(fail)
+    pool.submit(done.set)   # after the failure the threads go on
+    assert done.wait(10)
+    assert names == {"ConsumeMessageThread_1", "ConsumeMessageThread_2", "ConsumeMessageThread_3"}
+    wait_until(lambda: "ValueError: a bug" in caplog.text)   # logged with its traceback
+    assert len(pool._threads) == 3
+    pool.shutdown(wait=True)
+    assert not any(t.is_alive() for t in pool._threads)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(done.set)
+
+
+def test_consume_thread_pool_shutdown_drops_tasks_not_started() -> None:
+    pool = ConsumeThreadPool(1, "T_")
+    gate, started, ran = threading.Event(), threading.Event(), []
+    pool.submit(lambda: (started.set(), gate.wait(10)))
+    assert started.wait(10)
+    pool.submit(lambda: ran.append(1))   # queued behind the running task
+    threading.Timer(0.05, gate.set).start()
+    pool.shutdown(wait=True)             # returns once the running task ended
+    assert gate.is_set() and ran == []
+
+
 # --------------------------------------------------------------------------------------- concurrently
 
 def test_success_commits_past_the_batch(loop: asyncio.AbstractEventLoop) -> None:
@@ -150,6 +192,29 @@ def test_a_pulled_batch_reaches_the_listener_in_pieces_of_batch_max_size(loop: a
     assert calls == [[0, 1, 2], [3, 4, 5], [6, 7]]
     assert svc.stats.consumed_ok == 8 and svc.max_concurrent_per_queue == 1
     svc.shutdown(1)
+
+
+def test_a_queue_dropped_during_a_listener_call_ends_the_pulled_batch_uncommitted(
+        loop: asyncio.AbstractEventLoop) -> None:
+    """ConsumeRequest.run's dropped checks, for every piece of a pulled batch run in one task: the call that
+    saw the queue dropped is not committed, the pieces after it never reach the listener, no offset is stored
+    and the messages stay in the (dropped) ProcessQueue."""
+    c = FakeConsumer(loop)
+    calls: list[int] = []
+    pq = ProcessQueue()
+
+    def listener(msgs: list[Any], ctx: Any) -> Any:
+        calls.append(msgs[0].queue_offset)
+        if msgs[0].queue_offset == 2:
+            pq.dropped = True   # a rebalance took the queue away meanwhile
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = ConsumeMessageConcurrentlyService(c, listener, 1)
+    feed(svc, pq, range(0, 6))
+    wait_until(lambda: svc.stats.consumed_ok == 2)
+    svc.shutdown(1)
+    assert calls == [0, 1, 2] and c.offsets == [] and c.sent_back == []
+    assert pq.msg_count == 6
 
 
 def test_reconsume_later_exception_and_none_are_sent_back_with_the_context_delay(

@@ -60,6 +60,37 @@ def test_process_pull_result_fast_matches_api() -> None:
     assert b[0].properties["MIN_OFFSET"] == "0" and b[0].properties["MAX_OFFSET"] == "64"
 
 
+@pytest.mark.parametrize("tags", [None, "*", SubscriptionData.parse("*"), ["A"]])
+@pytest.mark.parametrize(("v6", "comp", "prepared"), [(0, 0, 0), (3, 4, 0), (0, 0, 2)])
+def test_process_pull_result_fast_matches_api_without_a_tag_filter(tags: object, v6: int, comp: int,
+                                                                  prepared: int) -> None:
+    """Without a tag filter MIN/MAX_OFFSET are put while decoding (also on the per-record path, records with
+    IPv6 hosts or compressed bodies): the same messages, properties and half-message transaction ids as
+    api.process_pull_result; the body is released and the messages kept in the result."""
+    body = body_of(20, v6_every=v6, compress_every=comp)
+    if prepared:   # every other record a half message (TRANSACTION_PREPARED_TYPE, sysFlag 0x4)
+        recs, pos = [], 0
+        while pos < len(body):
+            size = int.from_bytes(body[pos:pos + 4], "big")
+            rec = bytearray(body[pos:pos + size])
+            if len(recs) % prepared == 0:
+                rec[36:40] = (int.from_bytes(rec[36:40], "big") | 0x4).to_bytes(4, "big")
+            recs.append(bytes(rec))
+            pos += size
+        body = b"".join(recs)
+    tf = SubscriptionData.parse(tags) if isinstance(tags, str) else tags
+    a_res = PullResult(PullStatus.FOUND, 20, 3, 77, 0, body)
+    b_res = PullResult(PullStatus.FOUND, 20, 3, 77, 0, body)
+    a = process_pull_result(a_res, "b", tf)   # type: ignore[arg-type]
+    b = process_pull_result_fast(b_res, "b", tf)   # type: ignore[arg-type]
+    assert a == b and b_res.messages is b and b_res.body is None
+    assert {(m.properties["MIN_OFFSET"], m.properties["MAX_OFFSET"]) for m in b} == {("3", "77")}
+    if prepared:
+        # the half messages are the B-tagged ones
+        assert sum("__transactionId__" in m.properties for m in b) == (0 if tags == ["A"] else 10)
+    assert process_pull_result_fast(PullResult(PullStatus.NO_NEW_MSG, 20, 3, 77, 0), "b", tf) == []   # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("n", [4, 64])
 def test_bad_bodies_raise_body_error_naming_the_position(n: int) -> None:
     body = bytearray(body_of(n))
