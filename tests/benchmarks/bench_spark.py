@@ -8,6 +8,7 @@ store and the same rows (all columns) into a Parquet file, then times on local[2
   * ours:      spark.read.format("rocketmq") over the store
   * parquet:   spark.read.parquet of the same rows
   * synthetic: a Python data source yielding prebuilt Arrow batches of the same schema (the API's ceiling)
+  ours and synthetic also print the least CPU per query of the JVM and of PySpark's Python processes (/proc).
   * tag 1 %:   our source with subExpression=TagRare (ConsumeQueue tagsCode filter) vs our full scan, and vs
                "floor": the synthetic source reading 100 rows (what any query of a few rows costs; goal <= 1.5x)
   Our source plans its tasks itself (``--partitions default``: by bytes, issue 21) or with numPartitions=N;
@@ -146,25 +147,49 @@ def best_time(fn, repeat: int) -> tuple[float, object]:
     return min(times), value
 
 
-def tree_cpu() -> float:
-    """CPU seconds (user + sys, with reaped children) of this process's descendants: the JVM, PySpark's
-    Python daemon and workers (/proc/<pid>/stat). Steadier than wall time on a shared machine."""
-    procs: dict[int, tuple[int, int]] = {}
+def tree_cpu_split() -> tuple[float, float]:
+    """CPU seconds (user + sys, with reaped children) of this process's descendants from /proc/<pid>/stat, as
+    (the JVM, PySpark's Python daemon, workers and planners). Steadier than wall time on a shared machine."""
+    procs: dict[int, tuple[int, int, bool]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+                raw = f.read()
         except OSError:
             continue   # exited meanwhile
-        procs[int(name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
+        comm, fields = raw[raw.index("(") + 1:raw.rindex(")")], raw.rsplit(")", 1)[1].split()
+        procs[int(name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]), comm == "java")
     mine, frontier = set(), {os.getpid()}
     while frontier:
         mine |= frontier
-        frontier = {pid for pid, (ppid, _) in procs.items() if ppid in frontier and pid not in mine}
+        frontier = {pid for pid, (ppid, _, _) in procs.items() if ppid in frontier and pid not in mine}
     mine.discard(os.getpid())
-    return sum(procs[pid][1] for pid in mine) / os.sysconf("SC_CLK_TCK")
+    tck = os.sysconf("SC_CLK_TCK")
+    jvm = sum(procs[pid][1] for pid in mine if procs[pid][2])
+    python = sum(procs[pid][1] for pid in mine if not procs[pid][2])
+    return jvm / tck, python / tck
+
+
+def tree_cpu() -> float:
+    """CPU seconds of this process's descendants (the JVM and its Python processes: ``tree_cpu_split``)."""
+    return sum(tree_cpu_split())
+
+
+def best_time_and_split(fn, repeat: int) -> tuple[float, float, float, object]:
+    """``best_time`` plus the least CPU of the JVM and of the Python processes (``tree_cpu_split``) over the
+    same runs (a Python worker that exits during a run takes its CPU with it: the least is a lower bound)."""
+    fn()
+    times, jvm, python, value = [], [], [], None
+    for _ in range(repeat):
+        (j0, p0), t0 = tree_cpu_split(), time.perf_counter()
+        value = fn()
+        times.append(time.perf_counter() - t0)
+        j1, p1 = tree_cpu_split()
+        jvm.append(j1 - j0)
+        python.append(p1 - p0)
+    return min(times), min(jvm), min(python), value
 
 
 def best_time_and_cpu(fn, repeat: int) -> tuple[float, float, object]:
@@ -319,13 +344,16 @@ def main() -> None:
                       .options(**partitions).load())
                 return df.selectExpr("count(*) AS n", "sum(length(body)) AS b").collect()[0]
 
-            t_ours, r_ours = best_time(ours, args.repeat)
+            t_ours, jvm_ours, py_ours, r_ours = best_time_and_split(ours, args.repeat)
             tasks_full, tasks_tag = ours_df().rdd.getNumPartitions(), ours_df("TagRare").rdd.getNumPartitions()
-            print(f"[{body_size} B] local mode {t_ours:.2f} s, {tasks_full} tasks (tag 1 %: {tasks_tag})", flush=True)
+            print(f"[{body_size} B] local mode {t_ours:.2f} s, {tasks_full} tasks (tag 1 %: {tasks_tag}); CPU per "
+                  f"query: JVM {jvm_ours:.2f} s, Python workers {py_ours:.2f} s", flush=True)
             assert r_ours["n"] == args.messages, r_ours
             if not args.no_reference:
                 t_pq, r_pq = best_time(parquet_q, args.repeat)
-                t_syn, r_syn = best_time(synthetic, args.repeat)
+                t_syn, jvm_syn, py_syn, r_syn = best_time_and_split(synthetic, args.repeat)
+                print(f"[{body_size} B] synthetic {t_syn:.2f} s (ours at {t_syn / t_ours:.2f}x of it); CPU per query: "
+                      f"JVM {jvm_syn:.2f} s, Python workers {py_syn:.2f} s", flush=True)
                 t_tag, r_tag = best_time(lambda: ours("TagRare"), args.repeat)
                 t_floor, r_floor = best_time(lambda: synthetic(100), args.repeat)
                 assert r_floor["n"] == 100, r_floor
