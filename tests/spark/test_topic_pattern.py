@@ -170,7 +170,10 @@ def test_pattern_in_a_namespace_matches_its_topics_by_their_user_names(mq_broker
                                             "consumerGroup": unique("PatNsG"), "startingOffsets": "earliest",
                                             "routeRefreshIntervalMs": "1"},
                                            streaming=True), projection_for(None))
-    start = spark_json(r.initialOffset())
-    assert list(start) == [f"{base}_1"]
-    _end, ranges = trigger(r, start)
-    assert ranges == expected(f"{base}_1", {}, sent)
+    try:
+        start = spark_json(r.initialOffset())
+        assert list(start) == [f"{base}_1"]
+        _end, ranges = trigger(r, start)
+        assert ranges == expected(f"{base}_1", {}, sent)
+    finally:
+        r.stop()   # its group heartbeats end with it
