@@ -87,6 +87,23 @@ _BATCH_HEAD = struct.Struct(">iiiii")      # MessageDecoder.encodeMessage: TOTAL
 _PROPS_LEN = struct.Struct(">h")           # BODY length | body | PROPERTIES length (short) | properties
 
 
+def _uniq_head(cache: dict[tuple[str | None, str | None, bool, int], str], msg: Message) -> str | None:
+    """What ``properties_string`` writes for the wire properties of ``msg`` up to its UNIQ_KEY's value, for a
+    message without user properties, made once per distinct (tags, keys, WAIT, delay level) in ``cache``
+    (emptied past 256: a producer of ever new tags or keys); None for any other message."""
+    tags, keys, delay = msg.tags, msg.keys, msg.delay_level
+    if msg.properties or not (tags is None or type(tags) is str) or not (keys is None or type(keys) is str) \
+            or type(delay) is not int:
+        return None
+    sig = (tags, keys, bool(msg.wait_store_msg_ok), delay)
+    head = cache.get(sig)
+    if head is None:
+        if len(cache) >= 256:
+            cache.clear()
+        head = cache[sig] = properties_string(msg.wire_properties()) + _UNIQ_TAIL
+    return head
+
+
 def _encode_batch(msgs: Sequence[Message], uniq_keys: Sequence[str]) -> tuple[bytes, str, int]:
     """``MessageBatch.generateFromList`` + ``encode()`` in one pass: the SEND_BATCH_MESSAGE body
     (``MessageDecoder.encodeMessages``: each message's wire properties with a UNIQ_KEY from ``uniq_keys``
@@ -97,17 +114,12 @@ def _encode_batch(msgs: Sequence[Message], uniq_keys: Sequence[str]) -> tuple[by
     (tags, keys, WAIT)."""
     parts: list[bytes] = []
     uniqs: list[str] = []
-    heads: dict[tuple[str | None, str | None, bool], str] = {}
+    heads: dict[tuple[str | None, str | None, bool, int], str] = {}
     size = 0
     pack_head, pack_len = _BATCH_HEAD.pack, _PROPS_LEN.pack
     for m, key in zip(msgs, uniq_keys, strict=True):
-        keys = m.keys
-        if not m.properties and (keys is None or type(keys) is str) and (m.tags is None or type(m.tags) is str) \
-                and not m.delay_level:
-            sig = (m.tags, keys, m.wait_store_msg_ok)
-            head = heads.get(sig)
-            if head is None:   # what properties_string gives for this message's wire properties (+ UNIQ_KEY)
-                head = heads[sig] = properties_string(m.wire_properties()) + _UNIQ_TAIL
+        head = _uniq_head(heads, m)
+        if head is not None:
             text = head + key
         else:
             props = m.wire_properties()
@@ -293,17 +305,11 @@ class Producer:
         """:meth:`_wire` for a message without user properties (nor a retry topic's header fields): the body,
         sysFlag, the properties as ``properties_string`` writes them and the UNIQ_KEY set, the text before the
         UNIQ_KEY made once per distinct (tags, keys, WAIT, delay level). None for any other message."""
-        tags, keys, delay = msg.tags, msg.keys, msg.delay_level
-        if msg.properties or not (tags is None or type(tags) is str) or not (keys is None or type(keys) is str) \
-                or type(delay) is not int or msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return None
-        heads = self._heads
-        sig = (tags, keys, bool(msg.wait_store_msg_ok), delay)
-        head = heads.get(sig)
+        head = _uniq_head(self._heads, msg)
         if head is None:
-            if len(heads) >= 256:   # a producer of ever new tags or keys: start over
-                heads.clear()
-            head = heads[sig] = properties_string(msg.wire_properties()) + _UNIQ_TAIL
+            return None
         uniq = new_uniq_key()
         text = head + uniq
         if len(text) + 1 > MAX_PROPERTIES_LENGTH:   # _properties_chars: every pair with both separators

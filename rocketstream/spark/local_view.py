@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import numpy as np
 
-from rocketstream.errors import CorruptStoreError, OptionError
+from rocketstream.errors import BrokerResponseError, CorruptStoreError, OptionError
+from rocketstream.remoting.codes import ResponseCode
 from rocketstream.spark.broker_view import QueueBounds
 from rocketstream.spark.offset_ranges import QueueKey
 from rocketstream.spark.positions import check_starts
@@ -253,9 +254,6 @@ class LocalBrokerView:
             async def join_then_update(api: MQClientAPI) -> None:
                 await api.heartbeat(addr, _heartbeat_of(group, sorted({t for wave in waves for t in wave})))
                 await update(api)
-
-            from rocketstream.errors import BrokerResponseError
-            from rocketstream.remoting.codes import ResponseCode
 
             try:
                 _with_broker(addr, update)
