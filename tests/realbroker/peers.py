@@ -179,10 +179,23 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to outgoing connections and port-0 binds (ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768   # Linux's default
+
+
 def free_port(span: tuple[int, ...] = (0,)) -> int:
-    """A port P such that P+d is free for every d in ``span`` (a broker binds P-2, P and P+1)."""
+    """A port P such that P+d is free for every d in ``span`` (a broker binds P-2, P and P+1).
+
+    Below the ephemeral range: a JVM binds its ports seconds after the check, and a port inside the range can
+    be taken meanwhile by any outgoing connection's local port or a port-0 server (seen: the session's
+    4.9.8 broker failed with BindException while other tests ran)."""
+    high = max(min(_ephemeral_low(), 61000) - 1 - max(span), 12000)
     for _ in range(500):
-        p = random.randint(20000, 60000)
+        p = random.randint(10000 - min(span), high)
         if all(_port_free(p + d) for d in span):
             return p
     raise PeerError("no free port found")
