@@ -399,6 +399,20 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         CONSUME_START_TIME value is formatted once per millisecond instead of once per call."""
         size = max(1, self.consumer.config.consume_message_batch_max_size)
         reset_retry_topic(msgs, self.consumer.group, self.namespace)   # ConsumeRequest.run's, for all at once
+        self._enter(mq)
+        try:
+            finished = self._run_singles(msgs, pq, mq) if size == 1 else self._run_pieces(msgs, pq, mq, size)
+        finally:
+            self._leave(mq)
+        if finished is not None and not pq.dropped:
+            offset = pq.remove_messages(finished)
+            if offset >= 0 and not pq.dropped:
+                self.consumer.update_offset(mq, offset, True)
+
+    def _run_pieces(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
+                    size: int) -> list[MessageExt] | None:
+        """:meth:`_run_requests`' listener calls on pieces of ``size`` messages: the messages to remove from
+        the ProcessQueue, None when the queue was dropped or the service stopped (nothing to commit)."""
         listener = self.listener
         context_of = ConsumeConcurrentlyContext
         message_ext = MessageExt
@@ -407,11 +421,10 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         ok = 0
         finished: list[MessageExt] | None = None   # None while every piece so far was consumed whole
         n = len(msgs)
-        self._enter(mq)
         try:
             for i in range(0, n, size):
                 if pq.dropped or self.stopped:
-                    return
+                    return None
                 piece = msgs[i:i + size]   # the listener's own list: what it does to it changes nothing here
                 count = len(piece)
                 now_ms = int(time.time() * 1000)
@@ -436,18 +449,74 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
                     continue
                 done = ConsumeRequest(msgs[i:i + size], pq, mq).finish(self, answer, context)
                 if done is None:
-                    return
+                    return None
                 if finished is None:
                     finished = msgs[:i]
                 finished += done
         finally:
             if ok:
                 self.stats.cell().consumed_ok += ok
-            self._leave(mq)
-        if not pq.dropped:
-            offset = pq.remove_messages(msgs if finished is None else finished)
-            if offset >= 0 and not pq.dropped:
-                self.consumer.update_offset(mq, offset, True)
+        return msgs if finished is None else finished
+
+    def _run_singles(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> list[MessageExt] | None:
+        """:meth:`_run_pieces` for pieces of one message (consumeMessageBatchMaxSize 1, the default), with less
+        work per call: the listener gets ``[m]``; the answer is judged as there.
+        CONSUME_START_TIME is put as :meth:`MessageExt.put_properties` puts it (inline: a MessageExt whose
+        properties are still encoded gets a pending tuple, shared by the messages that shared the one before)."""
+        listener = self.listener
+        context_of = ConsumeConcurrentlyContext
+        message_ext = MessageExt
+        clock = time.time
+        success = _CONSUME_SUCCESS
+        stamp_ms = -1
+        stamp: tuple[tuple[str, str], ...] = ()
+        last_pending: object = None
+        stamped: tuple[tuple[str, str], ...] = ()
+        ok = 0
+        finished: list[MessageExt] | None = None   # None while every message so far was consumed
+        try:
+            for i, m in enumerate(msgs):
+                if pq.dropped or self.stopped:
+                    return None
+                now_ms = int(clock() * 1000)
+                if now_ms != stamp_ms:
+                    stamp_ms = now_ms
+                    stamp = ((PROPERTY_CONSUME_START_TIME, str(now_ms)),)
+                    last_pending = None
+                if m.__class__ is not message_ext:
+                    m.properties.update(stamp)
+                elif m._props is not None:
+                    m._props.update(stamp)
+                else:
+                    pending = m._pending
+                    if pending is None:
+                        m._pending = stamp
+                    else:
+                        if pending is not last_pending:
+                            last_pending = pending
+                            stamped = pending + stamp
+                        m._pending = stamped
+                context = context_of(mq)
+                answer: object = None
+                try:
+                    answer = listener([m], context)
+                except Exception:
+                    self.listener_raised([m], mq)
+                if answer is success and context.ack_index >= 0 and not pq.dropped:
+                    ok += 1
+                    if finished is not None:
+                        finished.append(m)
+                    continue
+                done = ConsumeRequest([m], pq, mq).finish(self, answer, context)
+                if done is None:
+                    return None
+                if finished is None:
+                    finished = msgs[:i]
+                finished += done
+        finally:
+            if ok:
+                self.stats.cell().consumed_ok += ok
+        return msgs if finished is None else finished
 
     def listener_raised(self, msgs: list[MessageExt], mq: MessageQueue) -> None:
         """In the ``except`` block around the listener: logged with the traceback and counted; the messages are

@@ -27,10 +27,12 @@ from rocketstream.client.consume_service import (
 )
 from rocketstream.client.offset_store import RemoteBrokerOffsetStore
 from rocketstream.client.process_queue import ProcessQueue
+from rocketstream.client.pull_decode import process_pull_result_fast
 from rocketstream.client.pull_service import PullRequest
 from rocketstream.client.push_consumer import PushConsumer
 from rocketstream.client.rebalance import Subscription
 from rocketstream.client.subscription import SubscriptionData
+from rocketstream.codec import encode_record
 from rocketstream.errors import BrokerResponseError
 from rocketstream.remoting import ResponseCode
 
@@ -192,6 +194,40 @@ def test_a_pulled_batch_reaches_the_listener_in_pieces_of_batch_max_size(loop: a
     assert calls == [[0, 1, 2], [3, 4, 5], [6, 7]]
     assert svc.stats.consumed_ok == 8 and svc.max_concurrent_per_queue == 1
     svc.shutdown(1)
+
+
+def test_decoded_messages_one_per_call_get_their_own_consume_start_time(loop: asyncio.AbstractEventLoop) -> None:
+    """consumeMessageBatchMaxSize 1 (the default) on messages as the pull decoder makes them (properties still
+    encoded, MIN/MAX_OFFSET pending and shared) and one whose properties were read before: every call sees its
+    message's record properties, MIN/MAX_OFFSET and a CONSUME_START_TIME no earlier than the call's start;
+    putting a property on one message changes no other; the offset commits past the batch."""
+    c = FakeConsumer(loop)
+    body = b"".join(encode_record(topic="T", queue_id=0, body=b"b%d" % i, properties={"K": str(i)}, queue_offset=i,
+                                  physical_offset=0, sys_flag=0, born_timestamp=1, store_timestamp=2,
+                                  born_host=("10.0.0.1", 1), store_host=("10.0.0.2", 2))
+                    for i in range(6))
+    msgs = process_pull_result_fast(PullResult(PullStatus.FOUND, 6, 0, 6, 0, body), "broker-a", None)
+    assert msgs[2].properties["K"] == "2"   # decoded before consumption
+    seen: list[tuple[int, dict[str, str], float]] = []
+
+    def listener(batch: list[Any], ctx: Any) -> Any:
+        (m,) = batch
+        seen.append((m.queue_offset, dict(m.properties), time.time()))
+        m.put_property("MINE", str(m.queue_offset))
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = ConsumeMessageConcurrentlyService(c, listener, 2)
+    pq = ProcessQueue()
+    t0 = int(time.time() * 1000)
+    svc.submit_consume_request(msgs, pq, MQ, pq.put_messages(msgs))
+    wait_until(lambda: pq.msg_count == 0 and (MQ, 6) in c.offsets)
+    svc.shutdown(1)
+    assert [off for off, _, _ in seen] == list(range(6))
+    for off, props, at in seen:
+        stamp = int(props.pop("CONSUME_START_TIME"))
+        assert t0 <= stamp <= at * 1000 + 1
+        assert props == {"K": str(off), "MIN_OFFSET": "0", "MAX_OFFSET": "6"}
+    assert [m.properties["MINE"] for m in msgs] == [str(i) for i in range(6)]
 
 
 def test_a_queue_dropped_during_a_listener_call_ends_the_pulled_batch_uncommitted(
