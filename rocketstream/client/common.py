@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -217,6 +217,12 @@ _MESSAGE_EXT_FIELDS = ("topic", "body", "properties", "flag", "queue_id", "queue
                        "prepared_transaction_offset", "body_crc", "store_size", "broker_name")
 
 
+# the MessageExt fields a pull decoder may leave to be filled on first read (MessageExt's docstring)
+LAZY_FIELDS = ("flag", "queue_id", "commit_log_offset", "sys_flag", "born_timestamp", "born_host", "store_timestamp",
+               "store_host", "reconsume_times", "prepared_transaction_offset", "body_crc", "store_size", "broker_name")
+_LAZY_FIELD_SET = frozenset(LAZY_FIELDS)
+
+
 class MessageExt:
     """A received message (``MessageExt`` / ``MessageClientExt``): body decompressed; ``store_size`` is the
     record's TOTALSIZE; ``commit_log_offset`` its PHYSICALOFFSET; ``broker_name`` set by the puller.
@@ -225,11 +231,18 @@ class MessageExt:
     (``MessageDecoder.string2messageProperties``, :func:`rocketstream.codec.decode_properties`) on the
     first access of :attr:`properties`; :meth:`put_property` before that only records the value. A consumer
     that never looks at the properties never pays for them. Compares equal field by field (properties
-    decoded)."""
+    decoded).
+
+    A pull decoder (:mod:`rocketstream.client.pull_decode`) may also make a message with only ``topic``,
+    ``body``, ``queue_offset``, ``_raw_props``, ``_props`` (None) and ``_pending`` set, and ``_src`` =
+    ``(fill, record)``: the other fields (:data:`LAZY_FIELDS`) are ``fill(record)``'s values, in that order,
+    set on the first read of any of them (a field assigned before keeps its value). Every field reads the same
+    as if the constructor had been given it; the consume path (ProcessQueue, CONSUME_START_TIME, the retry
+    topic check) reads only the eager ones."""
 
     __slots__ = ("topic", "body", "_props", "_raw_props", "_pending", "flag", "queue_id", "queue_offset",
                  "commit_log_offset", "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
-                 "reconsume_times", "prepared_transaction_offset", "body_crc", "store_size", "broker_name")
+                 "reconsume_times", "prepared_transaction_offset", "body_crc", "store_size", "broker_name", "_src")
 
     def __init__(self, topic: str, body: bytes, properties: dict[str, str] | bytes, flag: int, queue_id: int,
                  queue_offset: int, commit_log_offset: int, sys_flag: int, born_timestamp: int,
@@ -258,6 +271,23 @@ class MessageExt:
         self.body_crc = body_crc
         self.store_size = store_size
         self.broker_name = broker_name
+        self._src: tuple[Callable[..., tuple[object, ...]], object] | None = None
+
+    if not TYPE_CHECKING:   # (hidden from mypy: a class with __getattr__ would accept any attribute name)
+        def __getattr__(self, name: str) -> object:
+            """A lazy field not read yet (the class docstring): every unset one of them from ``_src``."""
+            if name in _LAZY_FIELD_SET:
+                src = self._src
+                if src is not None:
+                    self._src = None
+                    get = object.__getattribute__
+                    for field_name, value in zip(LAZY_FIELDS, src[0](src[1]), strict=True):
+                        try:
+                            get(self, field_name)   # assigned since: kept
+                        except AttributeError:
+                            setattr(self, field_name, value)
+                    return get(self, name)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
 
     @property
     def properties(self) -> dict[str, str]:

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rocketstream.client.allocate import MessageQueue
@@ -56,6 +57,9 @@ __all__ = [
 log = logging.getLogger("rocketstream.client")
 
 CONSUME_REQUEST_LATER_DELAY_S = 5.0       # submitConsumeRequestLater (concurrent): 5 s
+# a pulled batch whose listener calls took this long or more is "slow": the batches pulled in one loop iteration
+# are then handed to the consume threads a task each (in parallel), not in one task (ours, not RocketMQ's)
+SLOW_BATCH_S = 0.001
 EXPIRED_MSG_DELAY_LEVEL = 3               # cleanExpiredMsg: sendMessageBack(msg, 3)
 MAX_TIME_CONSUME_CONTINUOUSLY_S = 60.0    # ConsumeMessageOrderlyService.MAX_TIME_CONSUME_CONTINUOUSLY
 TRY_LOCK_LATER_NOT_LOCKED_S = 0.010       # tryLockLaterAndReconsume(..., 10) in the consume loop
@@ -341,6 +345,12 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
                  namespace: str | None = None) -> None:
         super().__init__(consumer, consume_thread_max, "ConsumeMessageThread_", namespace)
         self.listener = listener
+        # pulled batches submitted on the client loop in its current iteration (handed over together)
+        self._ready: list[tuple[list[MessageExt], ProcessQueue, MessageQueue]] = []
+        # the last pulled batch's listener calls took SLOW_BATCH_S or more (at first: a task per batch, as
+        # for a slow listener, until a batch shows the listener fast)
+        self._slow = True
+        self.handoffs = 0    # consume-thread tasks submitted for pulled batches
 
     def consume_message_directly(self, msg: MessageExt, broker_name: str) -> dict[str, object]:
         return consume_directly(self.consumer.group, self.listener, msg, broker_name, orderly=False,
@@ -383,10 +393,54 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         The ConsumeRequests of one pulled batch run one after the other in one consume-thread task and the
         messages they finished leave the ProcessQueue together (one ``removeMessage`` and offset update): Java
         submits one task per ConsumeRequest, which in Python costs more thread hand-offs than a no-op listener
-        costs. With many pulled batches waiting (the usual backlog) every consume thread is still busy."""
+        costs. With many pulled batches waiting (the usual backlog) every consume thread is still busy. On the
+        client loop the batches of one loop iteration are handed over together (:meth:`_hand_over`)."""
         batch = list(msgs)
-        if batch:
+        if not batch:
+            return
+        loop = self.consumer.loop
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if not on_loop:   # called from another thread: a task of its own
+            self.handoffs += 1
             self._submit(lambda: self._run_requests(batch, pq, mq))
+            return
+        ready = self._ready
+        ready.append((batch, pq, mq))
+        if len(ready) == 1:
+            loop.call_soon(self._hand_over)
+
+    def _hand_over(self) -> None:
+        """The pulled batches submitted in one iteration of the client loop (the answers of one read: the pulls
+        of every queue of a broker go out together and come back together) to the consume threads: one task for
+        all of them while pulled batches are consumed in less than :data:`SLOW_BATCH_S` (a thread hand-off costs
+        more than a batch of a fast listener's calls), else (and until the first batch was that fast) a task
+        each so that the queues are consumed in parallel, as one task per batch always does."""
+        ready, self._ready = self._ready, []
+        if len(ready) > 1 and not self._slow:
+            self.handoffs += 1
+            self._submit(lambda: self._run_batches(ready))
+            return
+        for batch, pq, mq in ready:
+            self.handoffs += 1
+            self._submit(partial(self._run_batches, [(batch, pq, mq)]))
+
+    def _run_batches(self, batches: list[tuple[list[MessageExt], ProcessQueue, MessageQueue]]) -> None:
+        """A consume-thread task: :meth:`_run_requests` of each pulled batch in turn, timed; when one took
+        :data:`SLOW_BATCH_S` or more, the batches after it are handed over a task each (in parallel on the other
+        consume threads) and the service hands over a task per batch until a batch is fast again."""
+        clock = time.monotonic
+        for i, (msgs, pq, mq) in enumerate(batches):
+            began = clock()
+            self._run_requests(msgs, pq, mq)
+            self._slow = slow = clock() - began >= SLOW_BATCH_S
+            if slow and i + 1 < len(batches):
+                for rest in batches[i + 1:]:
+                    self.handoffs += 1
+                    self._submit(partial(self._run_batches, [rest]))
+                return
 
     def _run_requests(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         """A consume-thread task: :meth:`ConsumeRequest.run` of each piece of the pulled batch, then the finished
@@ -399,6 +453,20 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         CONSUME_START_TIME value is formatted once per millisecond instead of once per call."""
         size = max(1, self.consumer.config.consume_message_batch_max_size)
         reset_retry_topic(msgs, self.consumer.group, self.namespace)   # ConsumeRequest.run's, for all at once
+        self._enter(mq)
+        try:
+            finished = self._run_singles(msgs, pq, mq) if size == 1 else self._run_pieces(msgs, pq, mq, size)
+        finally:
+            self._leave(mq)
+        if finished is not None and not pq.dropped:
+            offset = pq.remove_messages(finished)
+            if offset >= 0 and not pq.dropped:
+                self.consumer.update_offset(mq, offset, True)
+
+    def _run_pieces(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue,
+                    size: int) -> list[MessageExt] | None:
+        """:meth:`_run_requests`' listener calls on pieces of ``size`` messages: the messages to remove from
+        the ProcessQueue, None when the queue was dropped or the service stopped (nothing to commit)."""
         listener = self.listener
         context_of = ConsumeConcurrentlyContext
         message_ext = MessageExt
@@ -407,11 +475,10 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         ok = 0
         finished: list[MessageExt] | None = None   # None while every piece so far was consumed whole
         n = len(msgs)
-        self._enter(mq)
         try:
             for i in range(0, n, size):
                 if pq.dropped or self.stopped:
-                    return
+                    return None
                 piece = msgs[i:i + size]   # the listener's own list: what it does to it changes nothing here
                 count = len(piece)
                 now_ms = int(time.time() * 1000)
@@ -436,18 +503,74 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
                     continue
                 done = ConsumeRequest(msgs[i:i + size], pq, mq).finish(self, answer, context)
                 if done is None:
-                    return
+                    return None
                 if finished is None:
                     finished = msgs[:i]
                 finished += done
         finally:
             if ok:
                 self.stats.cell().consumed_ok += ok
-            self._leave(mq)
-        if not pq.dropped:
-            offset = pq.remove_messages(msgs if finished is None else finished)
-            if offset >= 0 and not pq.dropped:
-                self.consumer.update_offset(mq, offset, True)
+        return msgs if finished is None else finished
+
+    def _run_singles(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> list[MessageExt] | None:
+        """:meth:`_run_pieces` for pieces of one message (consumeMessageBatchMaxSize 1, the default), with less
+        work per call: the listener gets ``[m]``; the answer is judged as there.
+        CONSUME_START_TIME is put as :meth:`MessageExt.put_properties` puts it (inline: a MessageExt whose
+        properties are still encoded gets a pending tuple, shared by the messages that shared the one before)."""
+        listener = self.listener
+        context_of = ConsumeConcurrentlyContext
+        message_ext = MessageExt
+        clock = time.time
+        success = _CONSUME_SUCCESS
+        stamp_ms = -1
+        stamp: tuple[tuple[str, str], ...] = ()
+        last_pending: object = None
+        stamped: tuple[tuple[str, str], ...] = ()
+        ok = 0
+        finished: list[MessageExt] | None = None   # None while every message so far was consumed
+        try:
+            for i, m in enumerate(msgs):
+                if pq.dropped or self.stopped:
+                    return None
+                now_ms = int(clock() * 1000)
+                if now_ms != stamp_ms:
+                    stamp_ms = now_ms
+                    stamp = ((PROPERTY_CONSUME_START_TIME, str(now_ms)),)
+                    last_pending = None
+                if m.__class__ is not message_ext:
+                    m.properties.update(stamp)
+                elif m._props is not None:
+                    m._props.update(stamp)
+                else:
+                    pending = m._pending
+                    if pending is None:
+                        m._pending = stamp
+                    else:
+                        if pending is not last_pending:
+                            last_pending = pending
+                            stamped = pending + stamp
+                        m._pending = stamped
+                context = context_of(mq)
+                answer: object = None
+                try:
+                    answer = listener([m], context)
+                except Exception:
+                    self.listener_raised([m], mq)
+                if answer is success and context.ack_index >= 0 and not pq.dropped:
+                    ok += 1
+                    if finished is not None:
+                        finished.append(m)
+                    continue
+                done = ConsumeRequest([m], pq, mq).finish(self, answer, context)
+                if done is None:
+                    return None
+                if finished is None:
+                    finished = msgs[:i]
+                finished += done
+        finally:
+            if ok:
+                self.stats.cell().consumed_ok += ok
+        return msgs if finished is None else finished
 
     def listener_raised(self, msgs: list[MessageExt], mq: MessageQueue) -> None:
         """In the ``except`` block around the listener: logged with the traceback and counted; the messages are

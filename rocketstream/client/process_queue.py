@@ -21,6 +21,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
+from operator import attrgetter
 from typing import Protocol
 
 __all__ = [
@@ -50,6 +52,10 @@ class _Msg(Protocol):
     queue_offset: int
     body: bytes
     properties: dict[str, str]
+
+
+_queue_offset = attrgetter("queue_offset")
+_body = attrgetter("body")
 
 
 def _now() -> float:
@@ -104,7 +110,7 @@ class ProcessQueue:
     def put_messages(self, msgs: Sequence[_Msg]) -> bool:
         """``putMessage``: add pulled messages (a repeated offset is ignored); True when the caller must
         dispatch a consume request (orderly: only when none is running, ``consuming`` becomes True)."""
-        offs = [m.queue_offset for m in msgs]
+        offs = list(map(_queue_offset, msgs))
         with self._lock:
             tree = self.msg_tree
             if offs and (not self._offsets or offs[0] > self._offsets[-1]) and offs == sorted(set(offs)):
@@ -113,7 +119,7 @@ class ProcessQueue:
                 self._offsets += offs
                 valid = len(offs)
                 self.queue_offset_max = offs[-1]
-                self.msg_size += sum([len(m.body) for m in msgs])
+                self.msg_size += sum(map(len, map(_body, msgs)))
             else:
                 valid = 0
                 for off, msg in zip(offs, msgs, strict=True):
@@ -187,12 +193,16 @@ class ProcessQueue:
             if not self.msg_tree:
                 return -1
             result = self.queue_offset_max + 1
-            pop = self.msg_tree.pop
-            found = [(m.queue_offset, prev) for m in msgs if (prev := pop(m.queue_offset, None)) is not None]
-            if found:
-                self.msg_count -= len(found)
-                self.msg_size -= sum([len(prev.body) for _, prev in found])
-                gone = sorted([off for off, _ in found])
+            offs = list(map(_queue_offset, msgs))
+            prevs = list(map(self.msg_tree.pop, offs, repeat(None)))
+            if not all(prevs):   # some were not (or no longer) waiting (a message object is never falsy)
+                found = [(off, prev) for off, prev in zip(offs, prevs, strict=True) if prev is not None]
+                offs = [off for off, _ in found]
+                prevs = [prev for _, prev in found]
+            if offs:
+                self.msg_count -= len(offs)
+                self.msg_size -= sum(map(len, map(_body, prevs)))
+                gone = sorted(offs)
                 offsets = self._offsets
                 i = bisect.bisect_left(offsets, gone[0])
                 if offsets[i:i + len(gone)] == gone:   # one pulled batch: a run of the sorted offsets

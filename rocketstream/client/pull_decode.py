@@ -23,10 +23,17 @@ position and the problem; so both decoders give equal messages and the same erro
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from rocketstream.client.api import decode_messages, process_pull_result
-from rocketstream.client.common import PROPERTY_MAX_OFFSET, PROPERTY_MIN_OFFSET, MessageExt, PullResult, PullStatus
+from rocketstream.client.common import (
+    LAZY_FIELDS,
+    PROPERTY_MAX_OFFSET,
+    PROPERTY_MIN_OFFSET,
+    MessageExt,
+    PullResult,
+    PullStatus,
+)
 from rocketstream.client.subscription import SubscriptionData
 from rocketstream.codec import (
     FLAG_BORNHOST_V6,
@@ -65,39 +72,63 @@ def _v4_host(ip: int, port: int, cache: dict[tuple[int, int], HostAddress]) -> H
 
 
 def decode_pull_body(body: bytes, *, broker_name: str = "", addr: str | None = None,
-                     put: tuple[tuple[str, str], ...] | None = None) -> list[MessageExt]:
+                     put: tuple[tuple[str, str], ...] | None = None,
+                     prepared: list[MessageExt] | None = None) -> list[MessageExt]:
     """Every record of a pull body as MessageExt (bodies decompressed, properties decoded on first use).
-    ``put``: properties every message gets, as by :meth:`MessageExt.put_properties` (shared, not decoded)."""
+    ``put``: properties every message gets, as by :meth:`MessageExt.put_properties` (shared, not decoded).
+    ``prepared``: the transaction half messages (sysFlag TRANSACTION_PREPARED_TYPE) are appended to it."""
     body = bytes(body)
     try:
-        return _decode(body, broker_name, addr, put)
+        return _decode(body, broker_name, addr, put, prepared)
     except _Fallback:
         msgs = decode_messages(body, broker_name=broker_name, addr=addr)
         if put:
             for m in msgs:
                 m.put_properties(put)
+        if prepared is not None:
+            prepared += [m for m in msgs if m.sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED]
         return msgs
 
 
-def _decode(body: bytes, broker_name: str, addr: str | None,
-            put: tuple[tuple[str, str], ...] | None = None) -> list[MessageExt]:
+def _filler(broker_name: str) -> Callable[[tuple[int, ...]], tuple[object, ...]]:
+    """The ``fill`` of the lazy MessageExt of one pull body (MessageExt's docstring): a record's
+    :data:`LAZY_FIELDS` from its ``HEADER_V4`` tuple (the hosts from a cache: a body holds a few)."""
     hosts: dict[tuple[int, int], HostAddress] = {}
+
+    def fill(h: tuple[int, ...]) -> tuple[object, ...]:
+        (size, _magic, crc, qid, flag, _qoff, poff, sys_flag, bts, bip, bport, sts, sip, sport, rtimes, pto,
+         _blen) = h
+        return (flag, qid, poff, sys_flag, bts, _v4_host(bip, bport, hosts), sts, _v4_host(sip, sport, hosts),
+                rtimes, pto, crc, size, broker_name)
+    return fill
+
+
+assert LAZY_FIELDS == ("flag", "queue_id", "commit_log_offset", "sys_flag", "born_timestamp", "born_host",
+                       "store_timestamp", "store_host", "reconsume_times", "prepared_transaction_offset",
+                       "body_crc", "store_size", "broker_name")   # the order _filler's fill answers in
+
+
+def _decode(body: bytes, broker_name: str, addr: str | None,
+            put: tuple[tuple[str, str], ...] | None = None,
+            prepared: list[MessageExt] | None = None) -> list[MessageExt]:
     topics: dict[bytes, str] = {}
     out: list[MessageExt] = []
     append = out.append
-    new = MessageExt
+    cls = MessageExt
+    new = cls.__new__
+    fill = _filler(broker_name)
     unpack = HEADER_V4.unpack_from
-    last_bip = last_bport = last_sip = last_sport = -1
-    last_traw = None
-    born = stored = HostAddress("", 0)
+    last_traw = b""
+    last_tl = -1
     topic = ""
     v1, v2, head, special = MAGIC_V1, MAGIC_V2, _HEAD_SIZE, _V6_BITS | FLAG_COMPRESSED
     start, n = 0, len(body)
     while start < n:
         if start + head > n:
             raise _Fallback   # a truncated record: the per-record decoder names the position
+        h = unpack(body, start)
         (size, magic, crc, qid, flag, qoff, poff, sys_flag, bts, bip, bport, sts, sip, sport, rtimes, pto,
-         blen) = unpack(body, start)
+         blen) = h
         end = start + size
         if (magic != v1 and magic != v2) or size < _MIN_V4_RECORD or end > n:
             raise _Fallback
@@ -106,6 +137,8 @@ def _decode(body: bytes, broker_name: str, addr: str | None,
             if put:
                 m.put_properties(put)
             append(m)
+            if prepared is not None and sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED:
+                prepared.append(m)
             start = end
             continue
         if (bport | sport) >> 16:   # a port outside 0..65535 (negative ones included)
@@ -134,22 +167,25 @@ def _decode(body: bytes, broker_name: str, addr: str | None,
                 data = decompress_body(data, sys_flag)
             except CorruptStoreError:
                 raise _Fallback from None   # the per-record decoder raises BodyError naming the record
-        traw = body[tp:pp]
-        if traw != last_traw:
-            last_traw = traw
-            known = topics.get(traw)
+        if tl != last_tl or not body.startswith(last_traw, tp):
+            last_traw = body[tp:pp]
+            last_tl = tl
+            known = topics.get(last_traw)
             if known is None:
-                known = topics[traw] = decode_java_utf8(traw)
+                known = topics[last_traw] = decode_java_utf8(last_traw)
             topic = known
-        if bip != last_bip or bport != last_bport:
-            last_bip, last_bport, born = bip, bport, _v4_host(bip, bport, hosts)
-        if sip != last_sip or sport != last_sport:
-            last_sip, last_sport, stored = sip, sport, _v4_host(sip, sport, hosts)
-        m = new(topic, data, body[pp + 2:end], flag, qid, qoff, poff, sys_flag, bts, born, sts, stored, rtimes, pto,
-                crc, size, broker_name)
-        if put:
-            m.put_properties(put)
+        # a lazy MessageExt (its docstring): the fields the consume path reads, the rest from h when first read
+        m = new(cls)
+        m.topic = topic
+        m.body = data
+        m.queue_offset = qoff
+        m._raw_props = body[pp + 2:end]
+        m._props = None
+        m._pending = put
+        m._src = (fill, h)
         append(m)
+        if prepared is not None and sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED:
+            prepared.append(m)
         start = end
     return out
 
@@ -181,9 +217,10 @@ def process_pull_result_fast(result: PullResult, broker_name: str,
         result.body = None
         return result.messages
     offsets = ((PROPERTY_MIN_OFFSET, str(result.min_offset)), (PROPERTY_MAX_OFFSET, str(result.max_offset)))
-    msgs = decode_pull_body(result.body, broker_name=broker_name, addr=addr, put=offsets)
-    for m in msgs:   # PullAPIWrapper.processPullResult: a half message's transaction id is its UNIQ_KEY
-        if m.sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED and PROPERTY_UNIQ_KEY in m.properties:
+    prepared: list[MessageExt] = []
+    msgs = decode_pull_body(result.body, broker_name=broker_name, addr=addr, put=offsets, prepared=prepared)
+    for m in prepared:   # PullAPIWrapper.processPullResult: a half message's transaction id is its UNIQ_KEY
+        if PROPERTY_UNIQ_KEY in m.properties:
             m.properties.setdefault("__transactionId__", m.properties[PROPERTY_UNIQ_KEY])
     result.messages = msgs
     result.body = None

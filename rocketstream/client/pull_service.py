@@ -56,6 +56,9 @@ class PullRequest:
     next_offset: int
     locked_first: bool = False
     previously_locked: bool = field(default=False, repr=False)
+    # PullMessageService's: the request's pull task is running ``pull`` / was asked to pull again after it
+    pulling: bool = field(default=False, repr=False, compare=False)
+    again: bool = field(default=False, repr=False, compare=False)
 
 
 def flow_control(pq: ProcessQueue, *, pull_threshold_for_queue: int, pull_threshold_size_for_queue_mib: int,
@@ -77,7 +80,9 @@ class PullMessageService:
     the order the requests were given (the loop runs new tasks first in, first out), so that one slow
     long-poll does not hold up other queues (RocketMQ pulls asynchronously from one thread, taking requests
     off ``pullRequestQueue`` in order). The task is created by :meth:`execute_pull_request_immediately`
-    itself: a queue and a taking task in between would only add a hop per pull.
+    itself: a queue and a taking task in between would only add a hop per pull. A request put back at once by
+    its own ``pull`` (the usual end of a pull that found messages) is pulled again by the same task when
+    ``pull`` returns, without a task per pull; the order of the requests' pulls is the same.
     """
 
     def __init__(self, pull: Callable[[PullRequest], Awaitable[None]], name: str = "PullMessageService") -> None:
@@ -93,16 +98,30 @@ class PullMessageService:
         self._loop = asyncio.get_running_loop()
 
     async def _pull_one(self, request: PullRequest) -> None:
+        pull = self._pull
         try:
-            await self._pull(request)
+            while True:
+                request.pulling = True
+                try:
+                    await pull(request)
+                finally:
+                    request.pulling = False
+                if not request.again or self.stopped:
+                    return
+                request.again = False
         except asyncio.CancelledError:
             raise
         except Exception:   # never lose the request: log and retry later, as the Java service does
+            request.again = False
             log.exception("%s: pull of %s failed", self.name, request.message_queue)
             self.execute_pull_request_later(request, PULL_TIME_DELAY_WHEN_EXCEPTION_S)
 
     def execute_pull_request_immediately(self, request: PullRequest) -> None:
-        """``executePullRequestImmediately`` (call from the loop): the pull starts in a task of its own."""
+        """``executePullRequestImmediately`` (call from the loop): the pull starts in a task of its own, or,
+        asked while the request's task runs ``pull``, in that task once ``pull`` returns."""
+        if request.pulling:
+            request.again = not self.stopped
+            return
         loop = self._loop
         if loop is not None and not self.stopped:
             task = loop.create_task(self._pull_one(request))

@@ -10,9 +10,10 @@ tests/benchmarks/client_worker.py runs it (sync sends from ``--threads`` threads
 of 32, a LitePullConsumer drain with pull batches of 32, a PushConsumer drain with a no-op listener) and prints,
 per case, the client process's and the broker's CPU µs per message and the wall msgs/s; for the drains also
 the client's CPU µs per message from the first message to the last (``drain``: without the process's start-up
-and imports, ~0.35 s, which the whole process's figure spreads over the messages). The event loop follows
-``ROCKETSTREAM_UVLOOP`` (rocketstream/remoting/loop.py) in both processes: run it with ``=0`` and ``=1`` in turn
-to compare.
+and imports, ~0.35 s, which the whole process's figure spreads over the messages), and that split by thread
+(the client's event loop, the consume threads, the main thread; 10 ms clock ticks, /proc/<pid>/task). The
+event loop follows ``ROCKETSTREAM_UVLOOP`` (rocketstream/remoting/loop.py) in both processes: run it with ``=0``
+and ``=1`` in turn to compare.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def main() -> int:
     args = ap.parse_args()
     cases = args.cases.split(",")
     rows: list[tuple[str, int, float, float, float, float | None]] = []
+    threads: list[tuple[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory(prefix="bench-client-cpu-") as tmp:
         served = start_ours(Path(tmp))
         pid = served.procs[0].pid
@@ -77,6 +79,8 @@ def main() -> int:
                 res, cpu = run_worker(*worker_args, timeout=args.timeout)
                 rows.append((name, count, 1e6 * cpu / count, 1e6 * (cpu_seconds(pid) - s0) / count,
                              float(res.get("msgs_per_s", 0)), res.get("drain_cpu_us_per_msg")))
+                if res.get("drain_thread_cpu_us_per_msg"):
+                    threads.append((name, res["drain_thread_cpu_us_per_msg"]))
             if "send" in cases:
                 case("send", args.send + 2000, "send", ns, TOPIC, "--count", str(args.send), *common)
             # the drains read what the batch case wrote (and the sends before it)
@@ -98,6 +102,8 @@ def main() -> int:
     for name, count, client, broker, rate, drain in rows:
         print(f"{name:<8}{count:>9}{client:>15.1f}{broker:>15.1f}{client + broker:>9.1f}{rate:>10,.0f}"
               f"{'' if drain is None else f'{drain:.1f}':>14}")
+    for name, split in threads:
+        print(f"{name:<8}drain µs/msg by thread: " + ", ".join(f"{k} {v:.2f}" for k, v in split.items()))
     return 0
 
 

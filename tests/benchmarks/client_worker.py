@@ -44,6 +44,29 @@ def rss_mib() -> float:
     return float("nan")
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds (user+sys) of this process's live threads (/proc/self/task/*/stat), summed by their Python
+    thread names with trailing digits and '_' dropped (threads Python did not start: ``other``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    names = {t.native_id: t.name.rstrip("0123456789_") for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:   # the thread ended meanwhile
+            continue
+        name = names.get(int(task.name), "other")
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def thread_cpu_us(before: dict[str, float], after: dict[str, float], count: int) -> dict[str, float]:
+    """CPU µs per message by thread group between two :func:`thread_cpu` samples."""
+    return {k: round(1e6 * (v - before.get(k, 0.0)) / count, 2) for k, v in sorted(after.items())
+            if count and v - before.get(k, 0.0) > 0}
+
+
 def pct(sorted_vals: list[float], p: float) -> float:
     if not sorted_vals:
         return 0.0
@@ -136,6 +159,7 @@ def push(args) -> dict:
     first = [0.0]
     last = [0.0]
     cpu = [0.0, 0.0]   # process CPU seconds at the first and the last message
+    threads: list[dict[str, float]] = [{}, {}]   # thread_cpu() at the first and the last message
     done = threading.Event()
     lock = threading.Lock()
 
@@ -145,10 +169,12 @@ def push(args) -> dict:
             if got[0] == 0:
                 first[0] = now
                 cpu[0] = time.process_time()
+                threads[0] = thread_cpu()
             got[0] += len(msgs)
             if got[0] >= args.count and not last[0]:
                 last[0] = now
                 cpu[1] = time.process_time()
+                threads[1] = thread_cpu()
                 done.set()
         return a.ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
@@ -159,12 +185,14 @@ def push(args) -> dict:
     c.start()
     done.wait(args.timeout_s)
     end = last[0] or time.perf_counter()
+    handoffs = getattr(c.consume_service, "handoffs", None)   # consume-thread tasks for pulled batches
     c.shutdown()
     secs = end - first[0] if first[0] else 0
     return {"msgs": got[0], "expected": args.count, "seconds": round(secs, 3), "wall_seconds": round(end - t0, 3),
             "msgs_per_s": round(got[0] / secs, 1) if secs else 0, "rss_mib": round(rss_mib(), 1),
             "drain_cpu_us_per_msg": round(1e6 * (cpu[1] - cpu[0]) / got[0], 2) if cpu[1] else None,
-            "ok": got[0] >= args.count}
+            "drain_thread_cpu_us_per_msg": thread_cpu_us(*threads, got[0]) if cpu[1] else None,
+            "consume_handoffs": handoffs, "ok": got[0] >= args.count}
 
 
 def lite(args) -> dict:
@@ -177,6 +205,7 @@ def lite(args) -> dict:
     got = 0
     first = 0.0
     cpu0 = 0.0
+    threads0: dict[str, float] = {}
     nbytes = 0
     deadline = time.monotonic() + args.timeout_s
     while got < args.count and time.monotonic() < deadline:
@@ -184,11 +213,13 @@ def lite(args) -> dict:
         if msgs and not first:
             first = time.perf_counter()
             cpu0 = time.process_time()
+            threads0 = thread_cpu()
         got += len(msgs)
         for m in msgs:
             nbytes += len(m.body)
     end = time.perf_counter()
     cpu1 = time.process_time()
+    threads1 = thread_cpu()
     c.shutdown()
     secs = end - first if first else 0
     return {"msgs": got, "expected": args.count, "seconds": round(secs, 3), "wall_seconds": round(end - t0, 3),
@@ -196,6 +227,7 @@ def lite(args) -> dict:
             "mib_per_s": round(nbytes / secs / (1 << 20), 1) if secs else 0,
             "pull_batch_size": c.config.pull_batch_size,
             "drain_cpu_us_per_msg": round(1e6 * (cpu1 - cpu0) / got, 2) if got else None,
+            "drain_thread_cpu_us_per_msg": thread_cpu_us(threads0, threads1, got) if got else None,
             "rss_mib": round(rss_mib(), 1), "ok": got >= args.count}
 
 

@@ -27,10 +27,12 @@ from rocketstream.client.consume_service import (
 )
 from rocketstream.client.offset_store import RemoteBrokerOffsetStore
 from rocketstream.client.process_queue import ProcessQueue
+from rocketstream.client.pull_decode import process_pull_result_fast
 from rocketstream.client.pull_service import PullRequest
 from rocketstream.client.push_consumer import PushConsumer
 from rocketstream.client.rebalance import Subscription
 from rocketstream.client.subscription import SubscriptionData
+from rocketstream.codec import encode_record
 from rocketstream.errors import BrokerResponseError
 from rocketstream.remoting import ResponseCode
 
@@ -191,6 +193,93 @@ def test_a_pulled_batch_reaches_the_listener_in_pieces_of_batch_max_size(loop: a
     wait_until(lambda: pq.msg_count == 0 and (MQ, 8) in c.offsets)
     assert calls == [[0, 1, 2], [3, 4, 5], [6, 7]]
     assert svc.stats.consumed_ok == 8 and svc.max_concurrent_per_queue == 1
+    svc.shutdown(1)
+
+
+def test_decoded_messages_one_per_call_get_their_own_consume_start_time(loop: asyncio.AbstractEventLoop) -> None:
+    """consumeMessageBatchMaxSize 1 (the default) on messages as the pull decoder makes them (properties still
+    encoded, MIN/MAX_OFFSET pending and shared) and one whose properties were read before: every call sees its
+    message's record properties, MIN/MAX_OFFSET and a CONSUME_START_TIME no earlier than the call's start;
+    putting a property on one message changes no other; the offset commits past the batch."""
+    c = FakeConsumer(loop)
+    body = b"".join(encode_record(topic="T", queue_id=0, body=b"b%d" % i, properties={"K": str(i)}, queue_offset=i,
+                                  physical_offset=0, sys_flag=0, born_timestamp=1, store_timestamp=2,
+                                  born_host=("10.0.0.1", 1), store_host=("10.0.0.2", 2))
+                    for i in range(6))
+    msgs = process_pull_result_fast(PullResult(PullStatus.FOUND, 6, 0, 6, 0, body), "broker-a", None)
+    assert msgs[2].properties["K"] == "2"   # decoded before consumption
+    seen: list[tuple[int, dict[str, str], float]] = []
+
+    def listener(batch: list[Any], ctx: Any) -> Any:
+        (m,) = batch
+        seen.append((m.queue_offset, dict(m.properties), time.time()))
+        m.put_property("MINE", str(m.queue_offset))
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = ConsumeMessageConcurrentlyService(c, listener, 2)
+    pq = ProcessQueue()
+    t0 = int(time.time() * 1000)
+    svc.submit_consume_request(msgs, pq, MQ, pq.put_messages(msgs))
+    wait_until(lambda: pq.msg_count == 0 and (MQ, 6) in c.offsets)
+    svc.shutdown(1)
+    assert [off for off, _, _ in seen] == list(range(6))
+    for off, props, at in seen:
+        stamp = int(props.pop("CONSUME_START_TIME"))
+        assert t0 <= stamp <= at * 1000 + 1
+        assert props == {"K": str(off), "MIN_OFFSET": "0", "MAX_OFFSET": "6"}
+    assert [m.properties["MINE"] for m in msgs] == [str(i) for i in range(6)]
+
+
+def test_batches_pulled_in_one_loop_iteration_share_a_hand_off_while_the_listener_is_fast(
+        loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pulled batches submitted in one client-loop iteration go to the consume threads in one task once
+    batches are consumed fast (each batch as before: its own calls, removal and offset); at first, and once a
+    batch took SLOW_BATCH_S or more, the rest of its group and later groups get a task each, in parallel."""
+    monkeypatch.setattr(consume_service, "SLOW_BATCH_S", 0.1)   # far from both listeners on a loaded machine
+    c = FakeConsumer(loop)
+    queues = [MessageQueue("T", "broker-a", q) for q in range(4)]
+    lock = threading.Lock()
+    threads: list[str] = []
+    running = [0, 0]   # now, most at once
+    sleep_s = [0.0]
+
+    def listener(msgs: list[Any], ctx: Any) -> Any:
+        with lock:
+            threads.append(threading.current_thread().name)
+            running[0] += 1
+            running[1] = max(running)
+        time.sleep(sleep_s[0])
+        with lock:
+            running[0] -= 1
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = ConsumeMessageConcurrentlyService(c, listener, 8)
+    pqs = [ProcessQueue() for _ in queues]
+
+    def pull_round(first: int) -> None:   # one read's answers, on the loop
+        def submit_all() -> None:
+            for mq, pq in zip(queues, pqs, strict=True):
+                msgs = [Msg(o) for o in range(first, first + 2)]
+                svc.submit_consume_request(msgs, pq, mq, pq.put_messages(msgs))
+        loop.call_soon_threadsafe(submit_all)
+        wait_until(lambda: all((mq, first + 2) in c.offsets for mq in queues) and all(pq.msg_count == 0 for pq in pqs))
+
+    pull_round(0)       # at first a task per batch, as for a slow listener
+    assert svc.handoffs == 4 and len(threads) == 8
+    del threads[:]
+    pull_round(2)       # the batches were fast: one task for the round
+    assert svc.handoffs == 4 + 1 and len(threads) == 8 and len(set(threads)) == 1
+    running[1] = 0
+    sleep_s[0] = 0.06   # two calls a batch, slower than SLOW_BATCH_S: the first batch hands over the other three
+    pull_round(4)
+    assert svc.handoffs == 5 + 1 + 3 and running[1] >= 2
+    running[1] = 0
+    pull_round(6)       # slow now: a task per batch
+    assert svc.handoffs == 9 + 4 and running[1] >= 2
+    sleep_s[0] = 0.0
+    pull_round(8)       # the first fast batch of the round switches back; the rest are already handed over
+    pull_round(10)
+    assert svc.handoffs == 13 + 4 + 1 and svc.stats.consumed_ok == 48
     svc.shutdown(1)
 
 

@@ -247,3 +247,29 @@ def test_lazy_and_decoded_messages_compare_and_print_alike() -> None:
 def encode_properties_roundtrip(props: dict[str, str]) -> dict[str, str]:
     from rocketstream.codec import decode_properties
     return decode_properties(encode_properties(props))
+
+
+def test_lazy_fields_read_as_given_and_keep_what_was_assigned_before() -> None:
+    """decode_pull_body's messages leave most fields to their first read (MessageExt's docstring): each reads
+    as the per-record decoder's, a field assigned before that read keeps its value, the consume path (queue
+    offset, body, topic, CONSUME_START_TIME, MAX_OFFSET) reads none of them, and unknown names still raise."""
+    body = body_of(3)
+    (fast, second, third) = decode_pull_body(body, broker_name="bn", put=(("MAX_OFFSET", "9"),))
+    (slow, slow2, _) = decode_messages(body, broker_name="bn")
+    fast.put_property("CONSUME_START_TIME", "123")
+    assert (fast.topic, fast.body, fast.queue_offset) == (slow.topic, slow.body, slow.queue_offset)
+    assert fast.get_property("MAX_OFFSET") == "9" and fast.get_property("CONSUME_START_TIME") == "123"
+    assert fast._src is not None   # none of the lazy fields was read yet
+    fast.reconsume_times = 7
+    fast.store_host = slow2.store_host
+    assert fast.queue_id == slow.queue_id and fast._src is None
+    assert fast.reconsume_times == 7 and fast.store_host is slow2.store_host
+    assert (fast.born_host, fast.commit_log_offset, fast.store_size, fast.body_crc, fast.broker_name) == (
+        slow.born_host, slow.commit_log_offset, slow.store_size, slow.body_crc, "bn")
+    assert fast.properties == {**slow.properties, "MAX_OFFSET": "9", "CONSUME_START_TIME": "123"}
+    assert second.properties["MAX_OFFSET"] == "9" and second.msg_id == slow2.msg_id
+    with pytest.raises(AttributeError, match="no_such_field"):
+        third.no_such_field   # type: ignore[attr-defined]   # noqa: B018
+    assert third._src is not None   # an unknown name fills nothing
+    third.properties = {"X": "1"}
+    assert third.properties == {"X": "1"} and third.flag == 0   # assigned properties stay over the record's
