@@ -277,16 +277,22 @@ class MessageExt:
         def __getattr__(self, name: str) -> object:
             """A lazy field not read yet (the class docstring): every unset one of them from ``_src``."""
             if name in _LAZY_FIELD_SET:
+                get = object.__getattribute__
                 src = self._src
                 if src is not None:
-                    self._src = None
-                    get = object.__getattribute__
+                    # every field set before _src is cleared: another thread that finds _src cleared finds
+                    # the fields set (a message may be read from the consume thread and the client loop)
                     for field_name, value in zip(LAZY_FIELDS, src[0](src[1]), strict=True):
                         try:
                             get(self, field_name)   # assigned since: kept
                         except AttributeError:
                             setattr(self, field_name, value)
+                    self._src = None
                     return get(self, name)
+                try:   # filled by another thread between this lookup and the _src read
+                    return get(self, name)
+                except AttributeError:
+                    pass
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
 
     @property

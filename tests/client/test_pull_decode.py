@@ -273,3 +273,26 @@ def test_lazy_fields_read_as_given_and_keep_what_was_assigned_before() -> None:
     assert third._src is not None   # an unknown name fills nothing
     third.properties = {"X": "1"}
     assert third.properties == {"X": "1"} and third.flag == 0   # assigned properties stay over the record's
+
+
+def test_a_lazy_field_read_by_another_thread_while_the_first_fills_reads_its_value() -> None:
+    """Two threads reading a lazy message's fields at once (a consume thread and the client loop): the one
+    that comes while the other is filling still reads the value, never an AttributeError."""
+    import threading
+
+    (m,) = decode_pull_body(body_of(1), broker_name="bn")
+    (slow,) = decode_messages(body_of(1), broker_name="bn")
+    fill, record = m._src
+    seen: list[object] = []
+
+    def fill_with_a_reader_in_between(rec: object) -> tuple[object, ...]:
+        values = fill(rec)
+        if not seen:   # the first fill: another thread reads a field before this one has set any
+            seen.append(None)
+            t = threading.Thread(target=lambda: seen.append(m.flag))
+            t.start()
+            t.join()
+        return values
+
+    m._src = (fill_with_a_reader_in_between, record)
+    assert m.queue_id == slow.queue_id and seen == [None, slow.flag] and m._src is None
