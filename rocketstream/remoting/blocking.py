@@ -41,6 +41,7 @@ MAX_IDLE_S = 60.0      # an idle connection older than this is closed, not reuse
                        # for serverChannelMaxIdleTimeSeconds, 120 s, NettyServerConfig)
 IDLE_CHECK_S = 1.0     # a connection idle longer than this is checked for a close by the peer before reuse
 _RECV = 65536
+_INT32 = struct.Struct(">i")
 _TIMEVAL = struct.Struct("@ll")   # struct timeval for SO_RCVTIMEO / SO_SNDTIMEO
 
 
@@ -225,7 +226,21 @@ class BlockingPool:
                 raise RemotingConnectError(f"peer closed the connection{what}", addr=addr)
             return buf + chunk
 
-        buf = b""
+        try:   # the usual answer: one whole frame in the first read
+            buf = sock.recv(_RECV)
+        except BlockingIOError:   # SO_RCVTIMEO ran out
+            buf = b""
+        except OSError as exc:
+            raise RemotingConnectError(f"connection error: {exc}", addr=addr) from exc
+        else:
+            if not buf:
+                raise RemotingConnectError("peer closed the connection", addr=addr)
+            if len(buf) > 4 and _INT32.unpack_from(buf)[0] == len(buf) - 4 and len(buf) <= self.max_frame:
+                cmd = decode_frame(buf[4:], addr=addr)
+                if cmd.is_response and cmd.opaque == opaque:
+                    return cmd, True
+                buf = b""   # (dropped below, as any other frame that is not the answer)
+                self._not_the_answer(cmd, addr)
         while True:
             while len(buf) < 4:
                 buf = more(buf, 4 - len(buf))
@@ -239,8 +254,12 @@ class BlockingPool:
                     log.warning("%d unexpected bytes after the answer from %s: the connection is closed", len(buf),
                                 addr)
                 return cmd, not buf
-            if cmd.is_response:   # processResponseCommand: logged and dropped
-                log.debug("response with unknown opaque %d from %s", cmd.opaque, addr)
-            else:
-                log.warning("%s from %s on a send-only connection: dropped (the broker reaches this client over "
-                            "its heartbeat connection)", code_name(cmd.code), addr)
+            self._not_the_answer(cmd, addr)
+
+    @staticmethod
+    def _not_the_answer(cmd: RemotingCommand, addr: str) -> None:
+        if cmd.is_response:   # processResponseCommand: logged and dropped
+            log.debug("response with unknown opaque %d from %s", cmd.opaque, addr)
+        else:
+            log.warning("%s from %s on a send-only connection: dropped (the broker reaches this client over its "
+                        "heartbeat connection)", code_name(cmd.code), addr)
