@@ -9,6 +9,12 @@ auto-creates the topic), pick queues round-robin (latency fault tolerance off, a
 ``1 + retry_times_when_send_failed`` times, on another broker after a failure, for remoting errors and the
 codes of ``retryResponseCodes``; the whole send must fit in ``send_msg_timeout``. Sends to a chosen queue
 (``queue=``, ``selector=``, ``sharding_key=``) are tried once, as ``sendSelectImpl`` / ``send(msg, mq)`` do.
+
+Once the topic's route and the broker's (heartbeat) connection are known, a send's first attempt is made from
+the caller's thread: over plain TCP on a connection of its own from the client's
+:class:`~rocketstream.remoting.blocking.BlockingPool`, the thread reading the answer itself
+(``MQClientAPI.invoke_from_thread``); with TLS over the event loop's connection. Retries, and everything
+before the route is known, run on the event loop.
 """
 
 from __future__ import annotations
