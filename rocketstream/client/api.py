@@ -306,7 +306,8 @@ class MQClientAPI:
         """``invokeSync`` from a thread that is not the loop's, when the loop has an open connection to ``addr``
         (the one the broker knows from heartbeats): the request is encoded (and signed) here. Plain TCP: this
         thread writes it on a connection of its own from :attr:`blocking` and reads the answer itself
-        (remoting/blocking.py: no loop hop). TLS, or ``blocking_sends=False``: the loop's connection carries
+        (remoting/blocking.py: no loop hop). TLS, ``blocking_sends=False``, or more threads at once than the
+        pool's ``max_per_addr``: the loop's connection carries
         it (the frame written by this thread when the socket takes it at once, else by the loop:
         ``call_soon``, the instance's) and the loop completes the waiter this thread blocks on. None when
         ``addr`` has no open connection (use :meth:`invoke` on the loop). RemotingTimeoutError /
@@ -319,7 +320,9 @@ class MQClientAPI:
         request.flag &= ~ONEWAY_FLAG
         frame = self._send_frame(request) if request.code == RequestCode.SEND_MESSAGE_V2 else encode_frame(request)
         if self.blocking is not None:   # this thread writes and reads the answer itself (remoting/blocking.py)
-            return self.blocking.invoke(addr, request.opaque, frame, timeout, request.code)
+            response = self.blocking.invoke(addr, request.opaque, frame, timeout, request.code)
+            if response is not None:
+                return response   # (else every connection of the pool to addr is in use: the loop's takes it)
         waiter = ResponseWaiter()
         if not ch.write_from_thread(request.opaque, frame, waiter):   # else the loop writes it
             call_soon(ch.start_request, request.opaque, frame, waiter)

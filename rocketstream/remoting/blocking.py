@@ -33,13 +33,14 @@ from rocketstream.remoting.client import CONNECT_TIMEOUT_S, split_addr
 from rocketstream.remoting.codes import code_name
 from rocketstream.remoting.command import MAX_FRAME_LENGTH, RemotingCommand, decode_frame, frame_body_length
 
-__all__ = ["BlockingPool", "IDLE_CHECK_S", "MAX_IDLE_S"]
+__all__ = ["BlockingPool", "IDLE_CHECK_S", "MAX_IDLE_S", "MAX_PER_ADDR"]
 
 log = logging.getLogger("rocketstream.remoting")
 
 MAX_IDLE_S = 60.0      # an idle connection older than this is closed, not reused (the broker closes channels idle
                        # for serverChannelMaxIdleTimeSeconds, 120 s, NettyServerConfig)
 IDLE_CHECK_S = 1.0     # a connection idle longer than this is checked for a close by the peer before reuse
+MAX_PER_ADDR = 16      # connections to one address at most: more threads at once wait on the event loop's
 _RECV = 65536
 _INT32 = struct.Struct(">i")
 _TIMEVAL = struct.Struct("@ll")   # struct timeval for SO_RCVTIMEO / SO_SNDTIMEO
@@ -52,12 +53,16 @@ def _timeval(seconds: float) -> bytes:
 
 
 class BlockingPool:
-    """Idle blocking connections per address, handed to one calling thread at a time (:meth:`invoke`), all
-    closed by :meth:`close` (those in use are shut down: their waiting thread gets RemotingConnectError)."""
+    """Idle blocking connections per address, handed to one calling thread at a time (:meth:`invoke`), at
+    most ``max_per_addr`` to one address, all closed by :meth:`close` (those in use are shut down: their
+    waiting thread gets RemotingConnectError)."""
 
-    def __init__(self, *, connect_timeout: float = CONNECT_TIMEOUT_S, max_frame: int = MAX_FRAME_LENGTH) -> None:
+    def __init__(self, *, connect_timeout: float = CONNECT_TIMEOUT_S, max_frame: int = MAX_FRAME_LENGTH,
+                 max_per_addr: int = MAX_PER_ADDR) -> None:
         self.connect_timeout = connect_timeout
         self.max_frame = max_frame
+        self.max_per_addr = max_per_addr
+        self._count: dict[str, int] = {}   # addr -> connections open to it
         self._lock = threading.Lock()
         self._idle: dict[str, list[tuple[socket.socket, float]]] = {}   # addr -> (socket, idle since), LIFO
         self._open: dict[socket.socket, str] = {}   # every connection not yet closed -> its address
@@ -70,7 +75,7 @@ class BlockingPool:
         with self._lock:
             return sum(1 for a in self._open.values() if addr is None or a == addr)
 
-    def _take(self, addr: str, timeout: float) -> socket.socket:
+    def _take(self, addr: str, timeout: float) -> socket.socket | None:
         now = time.monotonic()
         with self._lock:
             if self.closed:
@@ -82,7 +87,15 @@ class BlockingPool:
                     return sock
                 self._forget(sock)
                 sock.close()
-        return self._connect(addr, timeout)
+            if self._count.get(addr, 0) >= self.max_per_addr:
+                return None
+            self._count[addr] = self._count.get(addr, 0) + 1   # taken now: threads at once stay under the cap
+        try:
+            return self._connect(addr, timeout)
+        except BaseException:
+            with self._lock:
+                self._count[addr] -= 1
+            raise
 
     @staticmethod
     def _still_open(sock: socket.socket) -> bool:
@@ -130,7 +143,9 @@ class BlockingPool:
 
     def _forget(self, sock: socket.socket) -> None:
         """(Under the lock.)"""
-        self._open.pop(sock, None)
+        addr = self._open.pop(sock, None)
+        if addr is not None:
+            self._count[addr] -= 1
         self._armed.pop(sock, None)
 
     def close_addr(self, addr: str) -> None:
@@ -162,13 +177,16 @@ class BlockingPool:
                 pass   # already closed by its thread, or never connected: nothing to wake
 
     # ------------------------------------------------------------------------- requests
-    def invoke(self, addr: str, opaque: int, frame: bytes, timeout: float, code: int) -> RemotingCommand:
+    def invoke(self, addr: str, opaque: int, frame: bytes, timeout: float, code: int) -> RemotingCommand | None:
         """Write ``frame`` (an encoded request with ``opaque``) on a connection to ``addr`` and return the
-        answer: RemotingTimeoutError after ``timeout`` seconds, RemotingConnectError when the connection cannot
-        be made or breaks (or the pool is closed meanwhile), FrameError for a bad frame (each naming ``addr``).
-        The connection goes back to the pool only after a clean answer."""
+        answer; None (nothing written) when ``max_per_addr`` connections to ``addr`` are all in use.
+        RemotingTimeoutError after ``timeout`` seconds, RemotingConnectError when the connection cannot be made or
+        breaks (or the pool is closed meanwhile), FrameError for a bad frame (each naming ``addr``). The
+        connection goes back to the pool only after a clean answer."""
         deadline = time.monotonic() + timeout
         sock = self._take(addr, timeout)
+        if sock is None:
+            return None
         try:
             response, reusable = self._round_trip(sock, addr, opaque, frame, deadline, code, timeout)
         except BaseException:

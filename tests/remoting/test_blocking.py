@@ -229,3 +229,39 @@ def test_an_idle_connection_closed_by_the_peer_is_not_reused(peer_factory, monke
         assert resp.opaque == opaque and len(peer.conns) == 2 and pool.open_count() == 1
     finally:
         pool.close()
+
+
+def test_at_most_max_per_addr_connections(peer_factory):
+    """Threads beyond the cap get None (the caller sends over the event loop's connection instead): the
+    pool never opens more than ``max_per_addr`` connections to one address."""
+    release = threading.Event()
+
+    def script(req: RemotingCommand) -> list[tuple[float, bytes]]:
+        if req.field("n") == "hold":
+            release.wait(10)
+        return [(0, answer(req))]
+    peer = peer_factory(script)
+    pool = BlockingPool(max_per_addr=2)
+    out: list[object] = []
+    held = [threading.Thread(target=lambda: out.append(pool.invoke(peer.addr, *request("hold"), 10.0, 1000)))
+            for _ in range(2)]
+    try:
+        for t in held:
+            t.start()
+        deadline = time.monotonic() + 10
+        while len(peer.requests) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.open_count(peer.addr) == 2
+        assert pool.invoke(peer.addr, *request("third"), 5.0, 1000) is None   # nothing written
+        assert len(peer.requests) == 2
+        release.set()
+        for t in held:
+            t.join(10)
+        assert len(out) == 2 and all(isinstance(r, RemotingCommand) for r in out)
+        opaque, frame = request("after")
+        resp = pool.invoke(peer.addr, opaque, frame, 5.0, 1000)   # an idle one again
+        assert resp is not None and resp.opaque == opaque and pool.open_count(peer.addr) == 2
+    finally:
+        release.set()
+        pool.close()
+    assert pool.open_count() == 0
