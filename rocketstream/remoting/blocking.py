@@ -3,9 +3,9 @@
 ``invokeSync`` from a thread that is not the event loop's, without the loop: the calling thread takes an idle
 plain-TCP connection to the address from :class:`BlockingPool` (or opens one), writes the encoded request,
 blocks in ``recv`` (the GIL released) until the frame with the request's opaque is there, decodes it and gives
-the connection back. No event-loop wake-up and no cross-thread hand-over per answer: the round trip costs
-what RocketMQ's Java client costs (its caller blocks on ``ResponseFuture.waitResponse``, the Netty I/O
-thread's wake-up being cheap in Java).
+the connection back. No event-loop wake-up and no cross-thread hand-over per answer (RocketMQ's Java caller
+blocks on ``ResponseFuture.waitResponse`` until a Netty I/O thread completes it; in CPython each such
+hand-over is one more thread that must take the GIL before the caller can go on).
 
 A connection carries one request at a time, so the next frame on it is that request's answer
 (``NettyRemotingAbstract.processResponseCommand`` matches by opaque: so do we, and a frame with another
@@ -40,7 +40,7 @@ log = logging.getLogger("rocketstream.remoting")
 MAX_IDLE_S = 60.0      # an idle connection older than this is closed, not reused (the broker closes channels idle
                        # for serverChannelMaxIdleTimeSeconds, 120 s, NettyServerConfig)
 IDLE_CHECK_S = 1.0     # a connection idle longer than this is checked for a close by the peer before reuse
-MAX_PER_ADDR = 16      # connections to one address at most: more threads at once wait on the event loop's
+MAX_PER_ADDR = 16      # connections to one address at most: more threads at once use the event loop's one
 _RECV = 65536
 _INT32 = struct.Struct(">i")
 _TIMEVAL = struct.Struct("@ll")   # struct timeval for SO_RCVTIMEO / SO_SNDTIMEO
