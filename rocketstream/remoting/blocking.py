@@ -100,11 +100,12 @@ class BlockingPool:
     @staticmethod
     def _still_open(sock: socket.socket) -> bool:
         """No close (or stray bytes) from the peer waiting on an idle connection."""
+        poller = select.poll()   # (not select.select: no limit on the descriptor's number)
         try:
-            readable, _, _ = select.select([sock], [], [], 0)
-        except (OSError, ValueError):
+            poller.register(sock, select.POLLIN)
+            return not poller.poll(0)
+        except (OSError, ValueError):   # closed meanwhile
             return False
-        return not readable
 
     def _connect(self, addr: str, timeout: float) -> socket.socket:
         host, port = split_addr(addr)
