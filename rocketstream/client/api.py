@@ -56,6 +56,7 @@ from rocketstream.errors import (
 )
 from rocketstream.remoting import Channel, RemotingCommand, RequestCode, ResponseCode, connect, json_body
 from rocketstream.remoting.acl_signing import sign_fields
+from rocketstream.remoting.blocking import BlockingPool
 from rocketstream.remoting.channel import RequestHandler, ResponseWaiter, next_opaque
 from rocketstream.remoting.codes import code_name
 from rocketstream.remoting.command import ONEWAY_FLAG, RequestTemplate, encode_frame
@@ -207,7 +208,8 @@ class MQClientAPI:
 
     def __init__(self, namesrv: str, *, on_request: RequestHandler | None = None,
                  connect_timeout: float = 3.0, credentials: Credentials | None = None,
-                 tls: TlsConfig | bool | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+                 tls: TlsConfig | bool | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                 blocking_sends: bool = True) -> None:
         self.tls = tls_config(tls)
         self._ssl: ssl.SSLContext | None = None
         self.timeout = timeout   # of a request whose caller names none (ClientConfig.mqClientApiTimeout)
@@ -226,6 +228,9 @@ class MQClientAPI:
         self.broker_versions: dict[str, int] = {}   # MQClientInstance.brokerVersionTable (per address)
         self._pull_templates: dict[tuple[str, str, int, int, str], RequestTemplate | None] = {}
         self._send_templates: dict[tuple[object, ...], RequestTemplate | None] = {}
+        # invoke_from_thread's connections, one per calling thread at a time (plain TCP; TLS stays on the loop)
+        self.blocking: BlockingPool | None = None if self.tls is not None or not blocking_sends else \
+            BlockingPool(connect_timeout=connect_timeout)
 
     # ------------------------------------------------------------------------- connections
     async def channel(self, addr: str, timeout: float | None = None) -> Channel:
@@ -255,6 +260,8 @@ class MQClientAPI:
         return ch if ch is not None and not ch.closed else None
 
     async def close(self) -> None:
+        if self.blocking is not None:
+            self.blocking.close()
         chans = list(self._channels.values())
         self._channels.clear()
         for ch in chans:
@@ -265,6 +272,8 @@ class MQClientAPI:
         ch = self._channels.pop(addr, None)
         if ch is not None:
             ch.close("closed by the client")
+        if self.blocking is not None:
+            self.blocking.close_addr(addr)
 
     def signed(self, request: RemotingCommand) -> RemotingCommand:
         """``AclClientRPCHook.doBeforeRequest``: with credentials, a copy of ``request`` whose extFields also
@@ -294,10 +303,15 @@ class MQClientAPI:
 
     def invoke_from_thread(self, addr: str, request: RemotingCommand, timeout: float,
                            call_soon: Callable[..., None]) -> RemotingCommand | None:
-        """``invokeSync`` from a thread that is not the loop's, over an open connection: the request is encoded
-        here, the loop (``call_soon``: the instance's) only writes it, and the response completes a future
-        this thread waits on. None when ``addr`` has no open connection (use :meth:`invoke` on the loop).
-        RemotingTimeoutError / RemotingConnectError as :meth:`invoke` raises them."""
+        """``invokeSync`` from a thread that is not the loop's, when the loop has an open connection to ``addr``
+        (the one the broker knows from heartbeats): the request is encoded (and signed) here. Plain TCP: this
+        thread writes it on a connection of its own from :attr:`blocking` and reads the answer itself
+        (remoting/blocking.py: no loop hop). TLS, ``blocking_sends=False``, or more threads at once than the
+        pool's ``max_per_addr``: the loop's connection carries
+        it (the frame written by this thread when the socket takes it at once, else by the loop:
+        ``call_soon``, the instance's) and the loop completes the waiter this thread blocks on. None when
+        ``addr`` has no open connection (use :meth:`invoke` on the loop). RemotingTimeoutError /
+        RemotingConnectError as :meth:`invoke` raises them."""
         ch = self._channels.get(addr)
         if ch is None or ch.closed:
             return None
@@ -305,6 +319,10 @@ class MQClientAPI:
         request.opaque = next_opaque()
         request.flag &= ~ONEWAY_FLAG
         frame = self._send_frame(request) if request.code == RequestCode.SEND_MESSAGE_V2 else encode_frame(request)
+        if self.blocking is not None:   # this thread writes and reads the answer itself (remoting/blocking.py)
+            response = self.blocking.invoke(addr, request.opaque, frame, timeout, request.code)
+            if response is not None:
+                return response   # (else every connection of the pool to addr is in use: the loop's takes it)
         waiter = ResponseWaiter()
         if not ch.write_from_thread(request.opaque, frame, waiter):   # else the loop writes it
             call_soon(ch.start_request, request.opaque, frame, waiter)

@@ -9,6 +9,12 @@ auto-creates the topic), pick queues round-robin (latency fault tolerance off, a
 ``1 + retry_times_when_send_failed`` times, on another broker after a failure, for remoting errors and the
 codes of ``retryResponseCodes``; the whole send must fit in ``send_msg_timeout``. Sends to a chosen queue
 (``queue=``, ``selector=``, ``sharding_key=``) are tried once, as ``sendSelectImpl`` / ``send(msg, mq)`` do.
+
+Once the topic's route and the broker's (heartbeat) connection are known, a send's first attempt is made from
+the caller's thread: over plain TCP on a connection of its own from the client's
+:class:`~rocketstream.remoting.blocking.BlockingPool`, the thread reading the answer itself
+(``MQClientAPI.invoke_from_thread``); with TLS over the event loop's connection. Retries, and everything
+before the route is known, run on the event loop.
 """
 
 from __future__ import annotations
@@ -104,6 +110,9 @@ def _uniq_head(cache: dict[tuple[str | None, str | None, bool, int], str], msg: 
     return head
 
 
+_NOTHING = object()
+
+
 def _encode_batch(msgs: Sequence[Message], uniq_keys: Sequence[str]) -> tuple[bytes, str, int]:
     """``MessageBatch.generateFromList`` + ``encode()`` in one pass: the SEND_BATCH_MESSAGE body
     (``MessageDecoder.encodeMessages``: each message's wire properties with a UNIQ_KEY from ``uniq_keys``
@@ -117,28 +126,57 @@ def _encode_batch(msgs: Sequence[Message], uniq_keys: Sequence[str]) -> tuple[by
     heads: dict[tuple[str | None, str | None, bool, int], str] = {}
     size = 0
     pack_head, pack_len = _BATCH_HEAD.pack, _PROPS_LEN.pack
+    # the previous message's (tags, keys, delay level, WAIT) objects and what was made of them: a batch's
+    # messages mostly share them, so the head (and, with the body's length and flag, the fixed fields before the
+    # body and the properties' length) is taken again without _uniq_head's checks
+    p_tags: object = _NOTHING
+    p_keys: object = _NOTHING
+    p_delay: object = _NOTHING
+    p_wait: object = _NOTHING
+    p_head, p_head_b = "", b""
+    p_fixed: tuple[tuple[int, int, int], bytes, bytes] = ((-1, 0, 0), b"", b"")   # (body length, flag,
+    # properties length) -> the fields before the body, packed, and the properties' length, packed
     for m, key in zip(msgs, uniq_keys, strict=True):
-        head = _uniq_head(heads, m)
-        if head is not None:
-            text = head + key
+        if m.tags is p_tags and m.keys is p_keys and m.delay_level is p_delay and m.wait_store_msg_ok is p_wait \
+                and not m.properties:
+            head_b = p_head_b
         else:
-            props = m.wire_properties()
-            if PROPERTY_UNIQ_KEY not in props:
-                props[PROPERTY_UNIQ_KEY] = key
-            key = props[PROPERTY_UNIQ_KEY]
-            text = properties_string(props)
-        raw = text.encode("utf-8")
+            head = _uniq_head(heads, m)
+            if head is not None:
+                p_tags, p_keys, p_delay, p_wait = m.tags, m.keys, m.delay_level, m.wait_store_msg_ok
+                p_head, p_head_b = head, head.encode("utf-8")
+                head_b = p_head_b
+            else:
+                p_tags = _NOTHING
+                props = m.wire_properties()
+                if PROPERTY_UNIQ_KEY not in props:
+                    props[PROPERTY_UNIQ_KEY] = key
+                key = props[PROPERTY_UNIQ_KEY]
+                head_b = b""
+                text = properties_string(props)
+        if head_b:
+            raw = head_b + key.encode("utf-8")
+            n_text = len(p_head) + len(key)
+        else:
+            raw = text.encode("utf-8")
+            n_text = len(text)
         n_raw = len(raw)
         if n_raw >= MAX_PROPERTIES_LENGTH:   # (the text has at most as many chars as bytes)
-            if len(text) + 1 > MAX_PROPERTIES_LENGTH:   # as _wire: the properties' chars with every separator
+            if n_text + 1 > MAX_PROPERTIES_LENGTH:   # as _wire: the properties' chars with every separator
                 raise OptionError("properties", "the encoded properties exceed 32767 bytes")
             if n_raw > MAX_PROPERTIES_LENGTH:
                 raise OptionError("properties", f"encoded length {n_raw} exceeds {MAX_PROPERTIES_LENGTH}")
         body = m.body if type(m.body) is bytes else bytes(m.body)
         n_body = len(body)
-        parts += (pack_head(22 + n_body + n_raw, 0, 0, m.flag, n_body), body, pack_len(n_raw), raw)
+        flag = m.flag
+        if (n_body, flag, n_raw) == p_fixed[0]:
+            fixed, raw_len = p_fixed[1], p_fixed[2]
+        else:
+            fixed, raw_len = pack_head(22 + n_body + n_raw, 0, 0, flag, n_body), pack_len(n_raw)
+            p_fixed = ((n_body, flag, n_raw), fixed, raw_len)
+        parts += (fixed, body, raw_len, raw)
         uniqs.append(key)
-        size += n_body + len(text)
+        size += n_body + n_text
     return b"".join(parts), ",".join(uniqs), size + 23 * len(uniqs)   # 20 + 2 + the last separator each
 
 

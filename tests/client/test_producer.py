@@ -97,6 +97,41 @@ def test_send_new_topic_round_robin_and_read_back(producer, mq_broker):
         assert m.queue_id == r.queue.queue_id
 
 
+def test_sync_sends_from_threads_use_connections_of_their_own_closed_on_shutdown(mq_broker):
+    """Sends from user threads go over the blocking pool (remoting/blocking.py), the broker's answers read by
+    the sending thread; the heartbeat connection stays the loop's; shutdown closes every connection."""
+    import threading
+
+    p = Producer(uniq("capi_pool"), namesrv=mq_broker.namesrv_addr, instance_name=uniq("pool"))
+    topic = uniq("CapiPool")
+    results: list = []
+    with p:
+        results.append((p.send(topic, b"first"), b"first"))   # no route yet: sent by the loop
+        pool = p.instance.api.blocking
+        assert pool is not None and pool.open_count() == 0
+
+        def worker(k: int) -> None:
+            for i in range(5):
+                results.append((p.send(topic, b"t%d-%d" % (k, i)), b"t%d-%d" % (k, i)))
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert 1 <= pool.open_count() <= 3
+        assert p.instance.api.open_channel(p.instance.broker_addr(results[0][0].queue.broker_name)) is not None
+    assert pool.closed and pool.open_count() == 0
+    assert len(results) == 16 and all(r.status is SendStatus.SEND_OK for r, _ in results)
+    got = {m.msg_id: m.body for m in pull_all(mq_broker, topic, expect=16)}
+    assert got == {r.msg_id: body for r, body in results}
+
+
+def test_tls_producers_keep_the_loops_connection():
+    assert MQClientAPI("127.0.0.1:9876", tls=True).blocking is None
+    assert MQClientAPI("127.0.0.1:9876", blocking_sends=False).blocking is None
+    assert MQClientAPI("127.0.0.1:9876").blocking is not None
+
+
 def test_big_body_compressed_like_java(producer, mq_broker):
     topic = uniq("CapiZip")
     body = (b"0123456789abcdef" * 300)   # 4800 bytes >= 4096
