@@ -69,6 +69,37 @@ def test_narrow_schema(spark, stores):
                                                       for r in want.to_pylist())
 
 
+def test_a_daemon_worker_freezes_its_heap_once_after_its_first_task(stores, monkeypatch):
+    """PySpark's daemon runs gc.collect() after every task of a reused worker (pyspark/daemon.py): a worker
+    moves what outlives its first task to the permanent generation, once; other processes are left alone."""
+    import importlib.machinery
+    import sys
+    import types
+
+    from rocketstream.spark import tasks as tasks_mod
+
+    calls: list[str] = []
+    monkeypatch.setattr(tasks_mod.gc, "collect", lambda *a: calls.append("collect") or 0)
+    monkeypatch.setattr(tasks_mod.gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(tasks_mod, "_heap_frozen", False)
+    opts = parse_options({"path": str(stores["a"]), "topic": TOPIC}, streaming=False)
+    reader = batch_mod.RocketMQBatchReader(opts, projection_for(None))
+    task = reader.partitions()[0]
+    assert sum(b.num_rows for b in reader.read(task)) > 0
+    assert calls == []  # this test process is no PySpark daemon worker
+    daemon_main = types.ModuleType("__main__")
+    daemon_main.__spec__ = importlib.machinery.ModuleSpec("pyspark.daemon", None)
+    monkeypatch.setitem(sys.modules, "__main__", daemon_main)
+    batches = reader.read(task)
+    next(batches)
+    assert calls == []  # not before the task's last batch
+    for _ in batches:
+        pass
+    assert calls == ["collect", "freeze"]
+    assert sum(b.num_rows for b in reader.read(task)) > 0
+    assert calls == ["collect", "freeze"]  # once per process
+
+
 def test_narrow_schema_is_what_executors_read(stores):
     opts = parse_options({"path": str(stores["a"]), "topic": TOPIC}, streaming=False)
     from pyspark.sql.types import IntegerType, StructField, StructType
