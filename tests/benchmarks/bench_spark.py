@@ -9,6 +9,10 @@ store and the same rows (all columns) into a Parquet file, then times on local[2
   * parquet:   spark.read.parquet of the same rows
   * synthetic: a Python data source yielding prebuilt Arrow batches of the same schema (the API's ceiling)
   ours and synthetic also print the least CPU per query of the JVM and of PySpark's Python processes (/proc).
+  Both are warmed up before either is timed and their repeats alternate (ours, synthetic, synthetic, ours,
+  ...): the JVM's JIT compilers keep working through a session's first queries (their threads took 0.4-0.5 s
+  of a query's 1.4 s of JVM CPU at the start, 0.1-0.2 s ten queries later), which timing one source's
+  repeats before the other's charged to the first.
   * tag 1 %:   our source with subExpression=TagRare (ConsumeQueue tagsCode filter) vs our full scan, and vs
                "floor": the synthetic source reading 100 rows (what any query of a few rows costs; goal <= 1.5x)
   Our source plans its tasks itself (``--partitions default``: by bytes, issue 21) or with numPartitions=N;
@@ -38,7 +42,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -177,19 +183,26 @@ def tree_cpu() -> float:
     return sum(tree_cpu_split())
 
 
-def best_time_and_split(fn, repeat: int) -> tuple[float, float, float, object]:
-    """``best_time`` plus the least CPU of the JVM and of the Python processes (``tree_cpu_split``) over the
-    same runs (a Python worker that exits during a run takes its CPU with it: the least is a lower bound)."""
-    fn()
-    times, jvm, python, value = [], [], [], None
-    for _ in range(repeat):
-        (j0, p0), t0 = tree_cpu_split(), time.perf_counter()
-        value = fn()
-        times.append(time.perf_counter() - t0)
-        j1, p1 = tree_cpu_split()
-        jvm.append(j1 - j0)
-        python.append(p1 - p0)
-    return min(times), min(jvm), min(python), value
+def alternating_time_and_split(fns: dict[str, Callable[[], Any]],
+                               repeat: int) -> dict[str, tuple[float, float, float, Any]]:
+    """Several queries timed in turn: each is warmed up once before any is timed, then ``repeat`` rounds
+    run them in alternating order (A B, B A, ...), so JIT warm-up and the machine's other load fall on all
+    alike. name -> (best time, least CPU of the JVM and of the Python processes (``tree_cpu_split``; a
+    Python worker that exits during a run takes its CPU with it: the least is a lower bound), last value)."""
+    for fn in fns.values():
+        fn()
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in fns}
+    values: dict[str, object] = {}
+    names = list(fns)
+    for i in range(repeat):
+        for name in (names if i % 2 == 0 else names[::-1]):
+            (j0, p0), t0 = tree_cpu_split(), time.perf_counter()
+            values[name] = fns[name]()
+            t = time.perf_counter() - t0
+            j1, p1 = tree_cpu_split()
+            runs[name].append((t, j1 - j0, p1 - p0))
+    return {name: (min(r[0] for r in rows), min(r[1] for r in rows), min(r[2] for r in rows), values[name])
+            for name, rows in runs.items()}
 
 
 def best_time_and_cpu(fn, repeat: int) -> tuple[float, float, object]:
@@ -344,14 +357,16 @@ def main() -> None:
                       .options(**partitions).load())
                 return df.selectExpr("count(*) AS n", "sum(length(body)) AS b").collect()[0]
 
-            t_ours, jvm_ours, py_ours, r_ours = best_time_and_split(ours, args.repeat)
+            timed = alternating_time_and_split({"ours": ours} if args.no_reference else
+                                               {"ours": ours, "synthetic": synthetic}, args.repeat)
+            t_ours, jvm_ours, py_ours, r_ours = timed["ours"]
             tasks_full, tasks_tag = ours_df().rdd.getNumPartitions(), ours_df("TagRare").rdd.getNumPartitions()
             print(f"[{body_size} B] local mode {t_ours:.2f} s, {tasks_full} tasks (tag 1 %: {tasks_tag}); CPU per "
                   f"query: JVM {jvm_ours:.2f} s, Python workers {py_ours:.2f} s", flush=True)
             assert r_ours["n"] == args.messages, r_ours
             if not args.no_reference:
                 t_pq, r_pq = best_time(parquet_q, args.repeat)
-                t_syn, jvm_syn, py_syn, r_syn = best_time_and_split(synthetic, args.repeat)
+                t_syn, jvm_syn, py_syn, r_syn = timed["synthetic"]
                 print(f"[{body_size} B] synthetic {t_syn:.2f} s (ours at {t_syn / t_ours:.2f}x of it); CPU per query: "
                       f"JVM {jvm_syn:.2f} s, Python workers {py_syn:.2f} s", flush=True)
                 t_tag, r_tag = best_time(lambda: ours("TagRare"), args.repeat)
