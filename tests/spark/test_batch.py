@@ -100,6 +100,27 @@ def test_a_daemon_worker_freezes_its_heap_once_after_its_first_task(stores, monk
     assert calls == ["collect", "freeze"]  # once per process
 
 
+def test_an_executor_read_does_not_import_pandas(stores):
+    """pyarrow's pa.array / pa.scalar / BooleanArray.to_numpy import pandas on first use (~0.3 s of CPU in
+    every fresh Spark worker); a task's read, with and without a tag filter, uses none of them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from rocketstream.spark.source import RocketMQDataSource\n"
+        "for sub in ('*', 'TagA'):\n"
+        f"    reader = RocketMQDataSource({{'path': {str(stores['a'])!r}, 'topic': {TOPIC!r},"
+        " 'subExpression': sub}).reader(None)\n"
+        "    rows = sum(b.num_rows for t in reader.partitions() for b in reader.read(t))\n"
+        "    assert rows > 0, (sub, rows)\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
 def test_narrow_schema_is_what_executors_read(stores):
     opts = parse_options({"path": str(stores["a"]), "topic": TOPIC}, streaming=False)
     from pyspark.sql.types import IntegerType, StructField, StructType
