@@ -8,7 +8,8 @@ store and the same rows (all columns) into a Parquet file, then times on local[2
   * ours:      spark.read.format("rocketmq") over the store
   * parquet:   spark.read.parquet of the same rows
   * synthetic: a Python data source yielding prebuilt Arrow batches of the same schema (the API's ceiling)
-  ours and synthetic also print the least CPU per query of the JVM and of PySpark's Python processes (/proc).
+  ours and synthetic also print the least CPU per query of the JVM and of PySpark's Python processes (/proc),
+  and synthetic's JVM + Python CPU over ours' (the wall ratio's counterpart that a loaded machine moves less).
   Both are warmed up before either is timed and their repeats alternate (ours, synthetic, synthetic, ours,
   ...): the JVM's JIT compilers keep working through a session's first queries (their threads took 0.4-0.5 s
   of a query's 1.4 s of JVM CPU at the start, 0.1-0.2 s ten queries later), which timing one source's
@@ -367,8 +368,13 @@ def main() -> None:
             if not args.no_reference:
                 t_pq, r_pq = best_time(parquet_q, args.repeat)
                 t_syn, jvm_syn, py_syn, r_syn = timed["synthetic"]
+                # the CPU both sides' processes spend per query, a steadier figure than wall time on a shared
+                # machine (a worker that exited during a run took its CPU with it: no figure then)
+                cpu_ratio = (f"{(jvm_syn + py_syn) / (jvm_ours + py_ours):.2f}x" if min(py_syn, py_ours) > 0
+                             else "n/a (a Python worker exited during the runs)")
                 print(f"[{body_size} B] synthetic {t_syn:.2f} s (ours at {t_syn / t_ours:.2f}x of it); CPU per query: "
-                      f"JVM {jvm_syn:.2f} s, Python workers {py_syn:.2f} s", flush=True)
+                      f"JVM {jvm_syn:.2f} s, Python workers {py_syn:.2f} s; by JVM + Python CPU ours at {cpu_ratio}",
+                      flush=True)
                 t_tag, r_tag = best_time(lambda: ours("TagRare"), args.repeat)
                 t_floor, r_floor = best_time(lambda: synthetic(100), args.repeat)
                 assert r_floor["n"] == 100, r_floor
