@@ -8,7 +8,7 @@ store and the same rows (all columns) into a Parquet file, then times on local[2
   * ours:      spark.read.format("rocketmq") over the store
   * parquet:   spark.read.parquet of the same rows
   * synthetic: a Python data source yielding prebuilt Arrow batches of the same schema (the API's ceiling)
-  ours and synthetic also print the least CPU per query of the JVM and of PySpark's Python processes (/proc),
+  ours and synthetic also print the median CPU per query of the JVM and of PySpark's Python processes (/proc),
   and synthetic's JVM + Python CPU over ours' (the wall ratio's counterpart that a loaded machine moves less).
   Both are warmed up before either is timed and their repeats alternate (ours, synthetic, synthetic, ours,
   ...): the JVM's JIT compilers keep working through a session's first queries (their threads took 0.4-0.5 s
@@ -39,6 +39,7 @@ import argparse
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -188,8 +189,9 @@ def alternating_time_and_split(fns: dict[str, Callable[[], Any]],
                                repeat: int) -> dict[str, tuple[float, float, float, Any]]:
     """Several queries timed in turn: each is warmed up once before any is timed, then ``repeat`` rounds
     run them in alternating order (A B, B A, ...), so JIT warm-up and the machine's other load fall on all
-    alike. name -> (best time, least CPU of the JVM and of the Python processes (``tree_cpu_split``; a
-    Python worker that exits during a run takes its CPU with it: the least is a lower bound), last value)."""
+    alike. name -> (best time, median CPU of the JVM and of the Python processes (``tree_cpu_split``; the
+    median, as a Python worker that exits during a run takes its CPU with it: that run's figure is too low,
+    even below zero), last value)."""
     for fn in fns.values():
         fn()
     runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in fns}
@@ -202,7 +204,8 @@ def alternating_time_and_split(fns: dict[str, Callable[[], Any]],
             t = time.perf_counter() - t0
             j1, p1 = tree_cpu_split()
             runs[name].append((t, j1 - j0, p1 - p0))
-    return {name: (min(r[0] for r in rows), min(r[1] for r in rows), min(r[2] for r in rows), values[name])
+    return {name: (min(r[0] for r in rows), statistics.median(r[1] for r in rows),
+                   statistics.median(r[2] for r in rows), values[name])
             for name, rows in runs.items()}
 
 
@@ -369,7 +372,7 @@ def main() -> None:
                 t_pq, r_pq = best_time(parquet_q, args.repeat)
                 t_syn, jvm_syn, py_syn, r_syn = timed["synthetic"]
                 # the CPU both sides' processes spend per query, a steadier figure than wall time on a shared
-                # machine (a worker that exited during a run took its CPU with it: no figure then)
+                # machine (a worker that exited during most runs took its CPU with it: no figure then)
                 cpu_ratio = (f"{(jvm_syn + py_syn) / (jvm_ours + py_ours):.2f}x" if min(py_syn, py_ours) > 0
                              else "n/a (a Python worker exited during the runs)")
                 print(f"[{body_size} B] synthetic {t_syn:.2f} s (ours at {t_syn / t_ours:.2f}x of it); CPU per query: "
