@@ -315,10 +315,19 @@ def main() -> None:
                     help="skip the Parquet, synthetic and tag-filter queries (local mode and network only)")
     ap.add_argument("--partitions", default="default",
                     help="our source's numPartitions, or 'default' (planned by bytes, issue 21)")
+    ap.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                    help="another option of our source for every query of it (repeatable), e.g. "
+                         "maxPartitionBytes=268435456; numPartitions=2 alone still cuts a share above "
+                         "maxPartitionBytes (128 MiB) into more tasks")
     ap.add_argument("--queue-counts", default="",
                     help="also time a batch query over N queues of one message each, e.g. 8,1024")
     args = ap.parse_args()
     partitions = {} if args.partitions == "default" else {"numPartitions": str(int(args.partitions))}
+    for item in args.option:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            ap.error(f"--option {item!r}: expected NAME=VALUE")
+        partitions[name] = value
     cases = [] if args.network == "none" else [c.strip() for c in args.network.split(",") if c.strip()]
     bad = [c for c in cases if c not in NETWORK_CASES]
     if bad:
