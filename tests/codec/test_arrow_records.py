@@ -326,6 +326,22 @@ def test_the_tag_filter_checks_the_tags_string() -> None:
     assert decode(body, columns=["queueOffset"], tags=set()).column(0).to_pylist() == [0, 1, 2, 3, 4]
 
 
+def test_bool_values_unpacks_every_slice_with_null_as_false() -> None:
+    mask = pa.array([True, None, False, True, True, None, True, False, True, True] * 2, pa.bool_())
+    for offset in range(len(mask)):
+        for length in range(len(mask) - offset + 1):
+            part = mask.slice(offset, length)
+            got = ar.bool_values(part)
+            assert got.dtype == np.bool_ and got.tolist() == [bool(v) for v in part.to_pylist()], (offset, length)
+
+
+def test_string_array_is_the_strings_utf8() -> None:
+    values = ["TopicTest", "", "t\u00e9st-\u4e2d", "%RETRY%g"]
+    got = ar.string_array(values)
+    assert got.type == pa.string() and got.null_count == 0 and got.to_pylist() == values
+    assert ar.string_array([]).to_pylist() == []
+
+
 def test_bodies_from_a_receive_buffer_decode_alike() -> None:
     body = _body([{"queue_id": 0, "queue_offset": i, "compress": i % 2 == 0, "body": b"xyz" * i}
                   for i in range(8)])

@@ -69,6 +69,58 @@ def test_narrow_schema(spark, stores):
                                                       for r in want.to_pylist())
 
 
+def test_a_daemon_worker_freezes_its_heap_once_after_its_first_task(stores, monkeypatch):
+    """PySpark's daemon runs gc.collect() after every task of a reused worker (pyspark/daemon.py): a worker
+    moves what outlives its first task to the permanent generation, once; other processes are left alone."""
+    import importlib.machinery
+    import sys
+    import types
+
+    from rocketstream.spark import tasks as tasks_mod
+
+    calls: list[str] = []
+    monkeypatch.setattr(tasks_mod.gc, "collect", lambda *a: calls.append("collect") or 0)
+    monkeypatch.setattr(tasks_mod.gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(tasks_mod, "_heap_frozen", False)
+    opts = parse_options({"path": str(stores["a"]), "topic": TOPIC}, streaming=False)
+    reader = batch_mod.RocketMQBatchReader(opts, projection_for(None))
+    task = reader.partitions()[0]
+    assert sum(b.num_rows for b in reader.read(task)) > 0
+    assert calls == []  # this test process is no PySpark daemon worker
+    daemon_main = types.ModuleType("__main__")
+    daemon_main.__spec__ = importlib.machinery.ModuleSpec("pyspark.daemon", None)
+    monkeypatch.setitem(sys.modules, "__main__", daemon_main)
+    batches = reader.read(task)
+    next(batches)
+    assert calls == []  # not before the task's last batch
+    for _ in batches:
+        pass
+    assert calls == ["collect", "freeze"]
+    assert sum(b.num_rows for b in reader.read(task)) > 0
+    assert calls == ["collect", "freeze"]  # once per process
+
+
+def test_an_executor_read_does_not_import_pandas(stores):
+    """pyarrow's pa.array / pa.scalar / BooleanArray.to_numpy import pandas on first use (~0.3 s of CPU in
+    every fresh Spark worker); a task's read, with and without a tag filter, uses none of them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from rocketstream.spark.source import RocketMQDataSource\n"
+        "for sub in ('*', 'TagA'):\n"
+        f"    reader = RocketMQDataSource({{'path': {str(stores['a'])!r}, 'topic': {TOPIC!r},"
+        " 'subExpression': sub}).reader(None)\n"
+        "    rows = sum(b.num_rows for t in reader.partitions() for b in reader.read(t))\n"
+        "    assert rows > 0, (sub, rows)\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
 def test_narrow_schema_is_what_executors_read(stores):
     opts = parse_options({"path": str(stores["a"]), "topic": TOPIC}, streaming=False)
     from pyspark.sql.types import IntegerType, StructField, StructType

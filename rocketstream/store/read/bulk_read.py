@@ -206,7 +206,7 @@ class _BatchReader:
         self.check_crc = check_crc
         self.columns = ColumnBuilder(schema, broker_name, tag_set)
         topics = sorted({r.topic for r in ranges})
-        self.topic_values = pa.array(topics, pa.string())
+        self.topic_values = ar.string_array(topics)
         self.topic_of_range = np.array([topics.index(r.topic) for r in ranges], dtype=np.int32) \
             if len(topics) > 1 else None
         self.queue_id_of_range = np.array([r.queue_id for r in ranges], dtype=np.int32)
