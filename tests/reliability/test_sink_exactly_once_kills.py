@@ -39,7 +39,7 @@ from tests.realbroker import peers  # noqa: E402
 TX_CONF = {"transactionCheckInterval": "1000", "transactionTimeOut": "1000", "transactionCheckMax": "1000",
            "autoCreateTopicEnable": "true", "autoCreateSubscriptionGroup": "true", "flushDiskType": "ASYNC_FLUSH"}
 KILL_POINTS = ("before_commit", "after_intent", "mid_end", "after_end", "task")
-FILES, ROWS_PER_FILE = 3, 40
+FILES, ROWS_PER_FILE = 2, 40   # two micro-batches: the default run kills in the second (after_intent@1)
 DRIVER_KILLS = int(os.environ.get("ROCKETSTREAM_EOS_DRIVER_KILLS", "4"))   # per broker: each driver kill point
 TASK_KILL_BATCHES = int(os.environ.get("ROCKETSTREAM_EOS_TASK_KILL_BATCHES", "4"))   # x 2 tasks each
 

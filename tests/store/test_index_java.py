@@ -61,7 +61,9 @@ def java_over_our_store(tmp_path_factory):
         yield c, home, ids
 
 
-@pytest.mark.parametrize("key", ["single-3", "shared", "batch-0", "batch-49"])
+# an mqadmin JVM per key (~4 s each): the default run asks for a single message's key, a key two messages
+# share and the last of a batch; the first of the batch runs with -m slow
+@pytest.mark.parametrize("key", ["single-3", "shared", pytest.param("batch-0", marks=pytest.mark.slow), "batch-49"])
 def test_mqadmin_query_msg_by_key_finds_our_messages(java_over_our_store, key):
     c, home, ids = java_over_our_store
     out = _mqadmin(home, "queryMsgByKey", "-n", c.namesrv_addr, "-t", TOPIC, "-k", key)
