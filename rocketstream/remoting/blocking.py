@@ -42,6 +42,7 @@ MAX_IDLE_S = 60.0      # an idle connection older than this is closed, not reuse
 IDLE_CHECK_S = 1.0     # a connection idle longer than this is checked for a close by the peer before reuse
 MAX_PER_ADDR = 16      # connections to one address at most: more threads at once use the event loop's one
 _RECV = 65536
+_RECV_MAX = 1 << 20   # the most one read asks for (a 16 MiB frame arrives in several)
 _INT32 = struct.Struct(">i")
 _TIMEVAL = struct.Struct("@ll")   # struct timeval for SO_RCVTIMEO / SO_SNDTIMEO
 
@@ -231,10 +232,12 @@ class BlockingPool:
             except OSError as exc:
                 raise RemotingConnectError(f"write failed: {exc}", addr=addr) from exc
 
-        def more(buf: bytes, want: int) -> bytes:
+        def more(buf: bytearray, want: int) -> bytearray:
+            """``buf`` with what the socket has next appended in place (a frame read in pieces is copied once,
+            and a read asks for at most _RECV_MAX: what is allocated follows what arrives)."""
             while True:
                 try:
-                    chunk = sock.recv(max(want, _RECV))
+                    chunk = sock.recv(min(max(want, _RECV), _RECV_MAX))
                     break
                 except BlockingIOError:   # SO_RCVTIMEO ran out: the deadline, or a timeout armed shorter
                     arm()
@@ -243,7 +246,8 @@ class BlockingPool:
             if not chunk:
                 what = f" in the middle of a frame ({len(buf)} bytes)" if buf else ""
                 raise RemotingConnectError(f"peer closed the connection{what}", addr=addr)
-            return buf + chunk
+            buf += chunk
+            return buf
 
         try:   # the usual answer: one whole frame in the first read
             buf = sock.recv(_RECV)
@@ -260,19 +264,20 @@ class BlockingPool:
                     return cmd, True
                 buf = b""   # (dropped below, as any other frame that is not the answer)
                 self._not_the_answer(cmd, addr)
+        pending = bytearray(buf)
         while True:
-            while len(buf) < 4:
-                buf = more(buf, 4 - len(buf))
-            end = 4 + frame_body_length(buf[:4], max_frame=self.max_frame, addr=addr)
-            while len(buf) < end:
-                buf = more(buf, end - len(buf))
-            cmd = decode_frame(buf[4:end], addr=addr)
-            buf = buf[end:]
+            while len(pending) < 4:
+                pending = more(pending, 4 - len(pending))
+            end = 4 + frame_body_length(bytes(pending[:4]), max_frame=self.max_frame, addr=addr)
+            while len(pending) < end:
+                pending = more(pending, end - len(pending))
+            cmd = decode_frame(bytes(pending[4:end]), addr=addr)
+            del pending[:end]
             if cmd.is_response and cmd.opaque == opaque:
-                if buf:   # nothing should follow: the connection carries one request at a time
-                    log.warning("%d unexpected bytes after the answer from %s: the connection is closed", len(buf),
-                                addr)
-                return cmd, not buf
+                if pending:   # nothing should follow: the connection carries one request at a time
+                    log.warning("%d unexpected bytes after the answer from %s: the connection is closed",
+                                len(pending), addr)
+                return cmd, not pending
             self._not_the_answer(cmd, addr)
 
     @staticmethod

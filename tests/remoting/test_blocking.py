@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from rocketstream.errors import RemotingConnectError, RemotingTimeoutError
+from rocketstream.errors import FrameError, RemotingConnectError, RemotingTimeoutError
 from rocketstream.remoting import RemotingCommand, decode_frame, encode_frame, next_opaque
 from rocketstream.remoting.blocking import BlockingPool
 
@@ -271,3 +271,29 @@ def test_at_most_max_per_addr_connections(peer_factory):
         release.set()
         pool.close()
     assert pool.open_count() == 0
+
+
+def test_an_answer_in_small_pieces_and_a_frame_over_the_limit(peer_factory):
+    """A 3 MiB answer arriving 1,000 bytes at a time is read whole (appended in place, not re-copied per piece);
+    a frame whose length is over max_frame is refused, naming the address, before its body is read."""
+    def pieces(req: RemotingCommand) -> list[tuple[float, bytes | None]]:
+        resp = req.response(0, None)
+        resp.flag |= 1
+        resp.body = bytes(range(256)) * (3 * 4096)
+        frame = encode_frame(resp)
+        return [(0.0005 if i % 512 == 0 else 0, frame[i:i + 1000]) for i in range(0, len(frame), 1000)]
+    peer = peer_factory(pieces)
+    pool = BlockingPool()
+    try:
+        opaque, frame = request("big")
+        resp = pool.invoke(peer.addr, opaque, frame, 30.0, 1000)
+        assert resp.opaque == opaque and resp.body == bytes(range(256)) * (3 * 4096)
+    finally:
+        pool.close()
+    small = BlockingPool(max_frame=1 << 20)
+    try:
+        with pytest.raises(FrameError, match=r"exceeds the 1048576-byte limit.*" + peer.addr.replace(".", r"\.")):
+            small.invoke(peer.addr, *request("too big"), 30.0, 1000)
+        assert small.open_count() == 0   # the connection is not kept
+    finally:
+        small.close()
