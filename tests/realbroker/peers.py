@@ -98,8 +98,21 @@ def _is5(dist: Path) -> bool:
     return (dist_version(dist) or "").startswith("5.")
 
 
+# find_java's answers by JAVA_HOME: every JVM command line asks, and each ask ran `java -version` (a JVM start)
+_JAVA_FOUND: dict[str | None, tuple[Path, Path]] = {}
+
+
 def find_java() -> tuple[Path, Path]:
-    """(java, javac) of a Java 11+ JDK; the distribution was only tested with 17 (its README)."""
+    """(java, javac) of a Java 11+ JDK; the distribution was only tested with 17 (its README). Found once
+    per ``$JAVA_HOME`` value and process (a failure is not remembered: it is raised again on the next ask)."""
+    key = os.environ.get("JAVA_HOME") or None
+    found = _JAVA_FOUND.get(key)
+    if found is None:
+        found = _JAVA_FOUND[key] = _find_java()
+    return found
+
+
+def _find_java() -> tuple[Path, Path]:
     homes = [os.environ["JAVA_HOME"]] if os.environ.get("JAVA_HOME") else []
     homes.append("/usr/lib/jvm/java-17-openjdk-amd64")
     for home in homes:
@@ -121,12 +134,47 @@ def find_java() -> tuple[Path, Path]:
     return java, javac
 
 
+JAVA_DIR = REPO / "tests" / "java"
+# every tests/java source compiled once per process against the 4.9.x distribution (one javac start instead of
+# one per fixture: each costs ~3 s of CPU); None: that compile failed, so sources are compiled one set at a time.
+# Not for 5.x: only some sources build against its client API.
+_ALL_CLASSES: dict[Path, Path | None] = {}
+
+
 def compile_java(outdir: Path, *sources: Path, dist: Path | None = None) -> Path:
     """Compile the Java ``sources`` (tests/java/...) against ``dist``'s lib/ (default: the 4.9.8 distribution)
-    into ``outdir``; PeerError with javac's output when it fails."""
-    dist = find_dist() if dist is None else dist
-    _, javac = find_java()
+    into ``outdir``; PeerError with javac's output when it fails. Sources from tests/java are compiled all
+    together once per process against the 4.9.x distribution, and the classes copied into ``outdir`` (it
+    may then hold the other sources' classes too)."""
+    default: Path | None = None
+    with contextlib.suppress(JavaUnavailable):
+        default = find_dist()
+    dist = (find_dist() if dist is None else dist).resolve()
     outdir.mkdir(parents=True, exist_ok=True)
+    if dist == default and all(Path(s).resolve().parent == JAVA_DIR for s in sources):
+        if dist not in _ALL_CLASSES:
+            every = _compiled_together(dist)
+            _ALL_CLASSES[dist] = every
+        every = _ALL_CLASSES[dist]
+        if every is not None and all((every / (Path(s).stem + ".class")).is_file() for s in sources):
+            shutil.copytree(every, outdir, dirs_exist_ok=True)
+            return outdir
+    return _javac(outdir, sources, dist)
+
+
+def _compiled_together(dist: Path) -> Path | None:
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="rocketstream-java-"))
+    atexit.register(shutil.rmtree, where, True)
+    try:
+        return _javac(where, tuple(sorted(JAVA_DIR.glob("*.java"))), dist)
+    except PeerError:
+        return None   # e.g. a source that needs another distribution's API: compile per fixture instead
+
+
+def _javac(outdir: Path, sources: tuple[Path, ...], dist: Path) -> Path:
+    _, javac = find_java()
     res = subprocess.run([str(javac), "-nowarn", "-encoding", "UTF-8", "-d", str(outdir), "-cp", f"{dist}/lib/*",
                           *map(str, sources)], capture_output=True, text=True)
     if res.returncode != 0:
