@@ -416,11 +416,32 @@ def broker_command(bhome: Path, port: int, namesrv_addr: str, *, name: str = "br
             *(jvm_opts or []), "-cp", _classpath(dist), "org.apache.rocketmq.broker.BrokerStartup", "-c", str(conf)]
 
 
+MQADMIN_LAUNCHER = JAVA_DIR / "MqadminThenExit.java"
+_LAUNCHER_CLASSES: list[Path] = []
+
+
+def _mqadmin_launcher() -> Path:
+    """tests/java/MqadminThenExit.java compiled once per process (it uses no RocketMQ class: no classpath)."""
+    if not _LAUNCHER_CLASSES:
+        import tempfile
+
+        where = Path(tempfile.mkdtemp(prefix="rocketstream-mqadmin-"))
+        atexit.register(shutil.rmtree, where, True)
+        _, javac = find_java()
+        res = subprocess.run([str(javac), "-nowarn", "-encoding", "UTF-8", "-d", str(where), str(MQADMIN_LAUNCHER)],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            raise PeerError(f"javac {MQADMIN_LAUNCHER.name} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+        _LAUNCHER_CLASSES.append(where)
+    return _LAUNCHER_CLASSES[0]
+
+
 def mqadmin_command(home: Path, *args: str, jvm_opts: list[str] | None = None,
                     dist: Path | None = None) -> list[str]:
     """``bin/mqadmin ARGS``: the MQAdminStartup command line, its logs under ``home``. mqadmin signs with
     the AK/SK of ``<rocketmq.home.dir>/conf/tools.yml`` when that file exists (``-Drocketmq.home.dir=`` in
-    ``jvm_opts`` points it at another)."""
+    ``jvm_opts`` points it at another). MQAdminStartup runs under tests/java/MqadminThenExit.java, which ends
+    the JVM when mqadmin's main returns instead of waiting out its Netty threads' 2 s graceful shutdown."""
     dist = dist or find_dist()
     java, _ = find_java()
     log_dir = home.resolve() / "mqadmin-logs"
@@ -431,8 +452,8 @@ def mqadmin_command(home: Path, *args: str, jvm_opts: list[str] | None = None,
         if (dist / "conf" / "rmq.tools.logback.xml").is_file():
             logging.append(f"-Dlogback.configurationFile={dist}/conf/rmq.tools.logback.xml")
     return [str(java), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-            *_jvm_flags(dist, log_dir, BIND), *logging, *(jvm_opts or []), "-cp", _classpath(dist),
-            "org.apache.rocketmq.tools.command.MQAdminStartup", *args]
+            *_jvm_flags(dist, log_dir, BIND), *logging, *(jvm_opts or []),
+            "-cp", f"{_mqadmin_launcher()}:{_classpath(dist)}", MQADMIN_LAUNCHER.stem, *args]
 
 
 def mqadmin(home: Path, *args: str, jvm_opts: list[str] | None = None, dist: Path | None = None,
