@@ -127,9 +127,24 @@ def pair(tmp_path_factory):
     assert codes == [0] * len(codes), f"brokers exited with {codes}"
 
 
+_READERS: list[RocketMQStreamReader] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_readers():
+    """Every stream reader a test made is stopped after it (as Spark stops a query's: its views' clients,
+    connections and threads closed), whether the test passed or not."""
+    yield
+    readers, _READERS[:] = list(_READERS), []
+    for r in readers:
+        r.stop()
+
+
 def reader(namesrv: str, topic: str, **extra: str) -> RocketMQStreamReader:
     options = {"nameServer": namesrv, "topic": topic, "consumerGroup": unique("FollowG"), **FOLLOW, **extra}
-    return RocketMQStreamReader(parse_options(options, streaming=True), projection_for(None))
+    r = RocketMQStreamReader(parse_options(options, streaming=True), projection_for(None))
+    _READERS.append(r)
+    return r
 
 
 def spark_json(offset):
@@ -326,6 +341,7 @@ def test_local_stream_reads_queues_added_to_the_store(tmp_path):
     fill(root, 8, queues=4)
     r = RocketMQStreamReader(parse_options({"path": str(root), "topic": TOPIC, **FOLLOW}, streaming=True),
                              projection_for(None))
+    _READERS.append(r)
     start = spark_json(r.initialOffset())
     end, ranges = trigger(r, start)
     assert ranges == [("broker-a", TOPIC, q, 0, 2) for q in range(4)]
