@@ -244,6 +244,7 @@ class ConsumeThreadPool:
         self._idle = 0            # threads done with a task and not yet handed another (under _lock)
         self._lock = threading.Lock()
         self._shutdown = False
+        self.tasks = 0            # tasks submitted (under _lock)
 
     def submit(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on a consume thread; RuntimeError after :meth:`shutdown`."""
@@ -251,6 +252,7 @@ class ConsumeThreadPool:
         with self._lock:
             if self._shutdown:
                 raise RuntimeError(f"{self.name}: cannot submit after shutdown")
+            self.tasks += 1
             if self._idle:
                 self._idle -= 1   # that thread takes this task
             elif len(self._threads) < self.max_threads:
