@@ -30,7 +30,7 @@ def _full(group, topic, queue_id, offset, max_nums, sys_flag, commit, suspend, s
     return encode_frame(req)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(group=_TEXT, topic=_TEXT, sub=st.none() | _TEXT, etype=st.sampled_from(["TAG", "SQL92"]) | _TEXT,
        queue_id=st.integers(0, 2**31 - 1), offset=_INT64, max_nums=_INT32, sys_flag=_INT32, commit=_INT64,
        suspend=_INT64, sub_version=_INT64, opaque=_INT32)
