@@ -142,6 +142,8 @@ def _mq_from_json(doc: object, addr: str) -> MessageQueue:
 
 # pull_tiles' request templates kept per client (queues x groups x filters of the queries running)
 _PULL_TEMPLATES = 4096
+# PULL_MESSAGE's extFields a push consumer's pulls of one queue vary (MQClientAPI.pull), in _pull_fields' order
+_PULL_VARYING = ("queueOffset", "maxMsgNums", "sysFlag", "commitOffset", "suspendTimeoutMillis", "subVersion")
 
 
 class _TileRound:
@@ -227,6 +229,7 @@ class MQClientAPI:
         self._connecting: dict[str, asyncio.Lock] = {}
         self.broker_versions: dict[str, int] = {}   # MQClientInstance.brokerVersionTable (per address)
         self._pull_templates: dict[tuple[str, str, int, int, str], RequestTemplate | None] = {}
+        self._pull_request_templates: dict[tuple[str, str, int, str | None, str], RequestTemplate | None] = {}
         self._send_templates: dict[tuple[object, ...], RequestTemplate | None] = {}
         # invoke_from_thread's connections, one per calling thread at a time (plain TCP; TLS stays on the loop)
         self.blocking: BlockingPool | None = None if self.tls is not None or not blocking_sends else \
@@ -575,11 +578,62 @@ class MQClientAPI:
         """PULL_MESSAGE (11). Codes 0/19/20/21 become a PullResult; any other raises BrokerResponseError.
         ``body_buffer``: a large body may come as ``PullResult.body_buffer`` (the bytearray it was received
         into) instead of a ``bytes`` copy in ``body``."""
-        fields = self._pull_fields(group, topic, queue_id, offset, max_nums, sys_flag, commit_offset, suspend_ms,
-                                   subscription, sub_version, expression_type)
-        req = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=fields)
-        resp = await self.invoke(addr, req, timeout, body_buffer=body_buffer)
+        ch = self._channels.get(addr)
+        template = None
+        if ch is not None and not ch.closed and self.credentials is None and not log.isEnabledFor(logging.DEBUG):
+            template = self._pull_request_template(group, topic, queue_id, subscription, expression_type)
+        if template is None:   # signed (the signature covers every field), not connected yet, or logged in full
+            fields = self._pull_fields(group, topic, queue_id, offset, max_nums, sys_flag, commit_offset, suspend_ms,
+                                       subscription, sub_version, expression_type)
+            req = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=fields)
+            resp = await self.invoke(addr, req, timeout, body_buffer=body_buffer)
+        else:
+            assert ch is not None
+            opaque = next_opaque()
+            frame = template.frame(opaque, offset, max_nums, sys_flag, commit_offset, suspend_ms, sub_version)
+            resp = await self._invoke_frame(ch, RequestCode.PULL_MESSAGE, opaque, frame, timeout, body_buffer)
         return self._pull_result(resp, addr, f"pull {topic}:{queue_id}@{offset} for {group}")
+
+    def _pull_request_template(self, group: str, topic: str, queue_id: int, subscription: str | None,
+                               expression_type: str) -> RequestTemplate | None:
+        """The PULL_MESSAGE frame :meth:`pull` sends for one queue and subscription, with queueOffset, maxMsgNums,
+        sysFlag, commitOffset, suspendTimeoutMillis and subVersion (:data:`_PULL_VARYING`, in the header's order)
+        left to fill in: a push consumer's pull costs a string format instead of a JSON encode (None when
+        :meth:`RequestTemplate.make` cannot make one that writes encode_frame's bytes)."""
+        key = (group, topic, queue_id, subscription, expression_type)
+        templates = self._pull_request_templates
+        template: RequestTemplate | None = templates.get(key, _NO_TEMPLATE)
+        if template is _NO_TEMPLATE:
+            if len(templates) >= _PULL_TEMPLATES:
+                templates.clear()
+            req = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=self._pull_fields(
+                group, topic, queue_id, 0, 0, 0, 0, 0, subscription, 0, expression_type))
+            template = templates[key] = RequestTemplate.make(req, _PULL_VARYING)
+        return template
+
+    async def _invoke_frame(self, ch: Channel, code: int, opaque: int, frame: bytes, timeout: float,
+                            body_buffer: bool) -> RemotingCommand:
+        """``Channel.invoke`` of a request already encoded with ``opaque`` in it (on the loop): the frame goes
+        out with this loop iteration's writes (``Channel.start_request``), the answer completes a future;
+        RemotingTimeoutError after ``timeout`` and RemotingConnectError on a lost connection as ``invoke``
+        raises them."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        # an asyncio future has what start_request asks of a ResponseWaiter (done, set_result, set_exception)
+        ch.start_request(opaque, frame, fut, body_buffer=body_buffer)   # type: ignore[arg-type]
+
+        def expire() -> None:
+            if not fut.done():
+                fut.set_exception(RemotingTimeoutError(
+                    f"no response to {code_name(code)} (opaque {opaque}) within {timeout:g} s", addr=ch.addr,
+                    code=code, timeout_s=timeout))
+
+        timer = loop.call_later(timeout, expire)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            ch.forget(opaque)
 
     def _pull_template(self, group: str, topic: str, queue_id: int, sys_flag: int,
                        subscription: str) -> RequestTemplate | None:

@@ -3,16 +3,18 @@
 A pull body is the stored records back to back (``MessageDecoder.decodes``). :func:`decode_pull_body` decodes a
 whole body at once:
 
-1. one walk over the records: the fixed 88-byte header of each (TOTALSIZE .. BODY length, two IPv4 hosts)
-   read by one ``struct.unpack_from`` of ``codec.HEADER_V4`` (the struct form of the one header layout,
-   ``constants.HEADER_V4_FIELDS``, whose numpy form the batch decoder gathers with; a C call per record,
+1. one walk over the records: of the fixed 88-byte header of each (TOTALSIZE .. BODY length, two IPv4 hosts)
+   the fields the walk needs (size, magic, queue offset, sysFlag, ports, body length) read by one
+   ``struct.unpack_from`` of ``codec.HEADER_V4`` with the other fields skipped (the struct form of the one header
+   layout, ``constants.HEADER_V4_FIELDS``, whose numpy form the batch decoder gathers with; a C call per record,
    measured faster than gathering the headers with numpy first for the 32-record bodies consumers pull),
-   TOTALSIZE giving the next record's start;
+   TOTALSIZE giving the next record's start; the header's 88 bytes are kept for the other fields;
 2. per record only what depends on the body length: the TOPIC and PROPERTIES lengths, the checks of
    ``record.check_record`` (sizes, ports, the length formula), the body slice (decompressed when the sysFlag
    says so), the topic and hosts from small caches (a pull body holds one topic and a few hosts);
-3. a :class:`MessageExt` whose properties stay encoded until first used (:attr:`MessageExt.properties`):
-   consumers that only look at bodies never decode them.
+3. a :class:`MessageExt` whose properties stay encoded until first used (:attr:`MessageExt.properties`) and
+   whose header fields the walk skipped are unpacked from the kept header bytes on the first read of any of
+   them: consumers that only look at bodies and offsets never decode them.
 
 Records with an IPv6 born or store host (sysFlag bits 0x10 / 0x20) have a longer header; they are decoded
 one by one with :func:`rocketstream.codec.decode_record`. A body that fails any check is handed to the
@@ -23,6 +25,7 @@ position and the problem; so both decoders give equal messages and the same erro
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Collection
 
 from rocketstream.client.api import decode_messages, process_pull_result
@@ -40,6 +43,7 @@ from rocketstream.codec import (
     FLAG_COMPRESSED,
     FLAG_STOREHOST_V6,
     HEADER_V4,
+    HEADER_V4_FIELDS,
     INT32_PAIR,
     MAGIC_V1,
     MAGIC_V2,
@@ -57,6 +61,13 @@ __all__ = ["decode_pull_body", "process_pull_result_fast"]
 _HEAD_SIZE = HEADER_V4.size   # 88
 _V6_BITS = FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6
 _MIN_V4_RECORD = _HEAD_SIZE + 1 + 2   # empty body, topic and properties (V1 topic length byte)
+# The header fields the walk reads (the record's size and kind, the checks of check_record, the queue offset
+# every consumer reads): HEADER_V4 with the others skipped as pad bytes, whose values a lazy MessageExt gets
+# from its header bytes when first read (_filler). One C call per record as HEADER_V4's, a 7-tuple not a 17-tuple.
+_WALKED = ("total_size", "magic", "queue_offset", "sys_flag", "born_port", "store_port", "body_len")
+_HEADER_WALK = struct.Struct(">" + "".join(code if name in _WALKED else f"{struct.calcsize(code)}x"
+                                           for name, code in HEADER_V4_FIELDS))
+assert _HEADER_WALK.size == _HEAD_SIZE and [n for n, _ in HEADER_V4_FIELDS if n in _WALKED] == list(_WALKED)
 
 
 class _Fallback(Exception):
@@ -90,14 +101,15 @@ def decode_pull_body(body: bytes, *, broker_name: str = "", addr: str | None = N
         return msgs
 
 
-def _filler(broker_name: str) -> Callable[[tuple[int, ...]], tuple[object, ...]]:
+def _filler(broker_name: str) -> Callable[[bytes], tuple[object, ...]]:
     """The ``fill`` of the lazy MessageExt of one pull body (MessageExt's docstring): a record's
-    :data:`LAZY_FIELDS` from its ``HEADER_V4`` tuple (the hosts from a cache: a body holds a few)."""
+    :data:`LAZY_FIELDS` from its 88 ``HEADER_V4`` bytes (the hosts from a cache: a body holds a few)."""
     hosts: dict[tuple[int, int], HostAddress] = {}
+    unpack = HEADER_V4.unpack
 
-    def fill(h: tuple[int, ...]) -> tuple[object, ...]:
+    def fill(head: bytes) -> tuple[object, ...]:
         (size, _magic, crc, qid, flag, _qoff, poff, sys_flag, bts, bip, bport, sts, sip, sport, rtimes, pto,
-         _blen) = h
+         _blen) = unpack(head)
         return (flag, qid, poff, sys_flag, bts, _v4_host(bip, bport, hosts), sts, _v4_host(sip, sport, hosts),
                 rtimes, pto, crc, size, broker_name)
     return fill
@@ -117,7 +129,7 @@ def _decode(body: bytes, broker_name: str, addr: str | None,
     cls = MessageExt
     new = cls.__new__
     fill = _filler(broker_name)
-    unpack = HEADER_V4.unpack_from
+    unpack = _HEADER_WALK.unpack_from
     last_traw = b""
     last_tl = -1
     topic = ""
@@ -126,9 +138,7 @@ def _decode(body: bytes, broker_name: str, addr: str | None,
     while start < n:
         if start + head > n:
             raise _Fallback   # a truncated record: the per-record decoder names the position
-        h = unpack(body, start)
-        (size, magic, crc, qid, flag, qoff, poff, sys_flag, bts, bip, bport, sts, sip, sport, rtimes, pto,
-         blen) = h
+        size, magic, qoff, sys_flag, bport, sport, blen = unpack(body, start)
         end = start + size
         if (magic != v1 and magic != v2) or size < _MIN_V4_RECORD or end > n:
             raise _Fallback
@@ -182,7 +192,7 @@ def _decode(body: bytes, broker_name: str, addr: str | None,
         m._raw_props = body[pp + 2:end]
         m._props = None
         m._pending = put
-        m._src = (fill, h)
+        m._src = (fill, body[start:bp])
         append(m)
         if prepared is not None and sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED:
             prepared.append(m)

@@ -185,13 +185,17 @@ def push(args) -> dict:
     c.start()
     done.wait(args.timeout_s)
     end = last[0] or time.perf_counter()
+    handoffs = getattr(c.consume_service, "handoffs", None)   # consume-thread tasks for pulled batches
     c.shutdown()
     secs = end - first[0] if first[0] else 0
+    tasks = getattr(c.consume_service.executor, "tasks", None)
     return {"msgs": got[0], "expected": args.count, "seconds": round(secs, 3), "wall_seconds": round(end - t0, 3),
+            "flow_control_times": c.flow_control_times, "consume_tasks": tasks,
+            "msgs_per_consume_task": round(got[0] / tasks, 1) if tasks else None,
             "msgs_per_s": round(got[0] / secs, 1) if secs else 0, "rss_mib": round(rss_mib(), 1),
             "drain_cpu_us_per_msg": round(1e6 * (cpu[1] - cpu[0]) / got[0], 2) if cpu[1] else None,
             "drain_thread_cpu_us_per_msg": thread_cpu_us(*threads, got[0]) if cpu[1] else None,
-            "ok": got[0] >= args.count}
+            "consume_handoffs": handoffs, "ok": got[0] >= args.count}
 
 
 def lite(args) -> dict:

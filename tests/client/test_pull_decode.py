@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketstream.client.api import decode_messages, process_pull_result
-from rocketstream.client.common import MessageExt, PullResult, PullStatus
+from rocketstream.client.common import LAZY_FIELDS, MessageExt, PullResult, PullStatus
 from rocketstream.client.pull_decode import decode_pull_body, process_pull_result_fast
 from rocketstream.client.subscription import SubscriptionData
 from rocketstream.codec import (
@@ -273,6 +273,20 @@ def test_lazy_fields_read_as_given_and_keep_what_was_assigned_before() -> None:
     assert third._src is not None   # an unknown name fills nothing
     third.properties = {"X": "1"}
     assert third.properties == {"X": "1"} and third.flag == 0   # assigned properties stay over the record's
+
+
+def test_a_lazy_message_keeps_its_header_bytes_not_the_pull_body() -> None:
+    """What a lazy message keeps for its unread fields is its own 88 header bytes (a pulled message kept by the
+    listener does not keep the whole pull body alive), and every such field reads as the per-record decoder's."""
+    body = body_of(5)
+    msgs = decode_pull_body(body, broker_name="bn")
+    slows = decode_messages(body, broker_name="bn")
+    for m, slow in zip(msgs, slows, strict=True):
+        _fill, head = m._src
+        assert type(head) is bytes and len(head) == 88
+        assert body.find(head) == slow.commit_log_offset   # body_of's records sit at their commit log offsets
+        assert [getattr(m, f) for f in LAZY_FIELDS] == [getattr(slow, f) for f in LAZY_FIELDS]
+        assert m._src is None
 
 
 def test_a_lazy_field_read_by_another_thread_while_the_first_fills_reads_its_value() -> None:
