@@ -5,6 +5,7 @@ field); retries on another broker; bad input (names, sizes, an unreachable name 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -29,6 +30,7 @@ from rocketstream.errors import (
     RemotingTimeoutError,
     SendFailedError,
 )
+from rocketstream.remoting import RequestCode
 from tests.client.test_api import uniq
 from tests.realbroker import peers
 
@@ -142,6 +144,50 @@ def test_big_body_compressed_like_java(producer, mq_broker):
     assert got[r1.msg_id].body == body and got[r1.msg_id].sys_flag & 0x701 == 0x301
     assert got[r2.msg_id].body == small and got[r2.msg_id].sys_flag & 0x1 == 0
     assert got[r1.msg_id].store_size < 1000
+
+
+def test_plain_sends_write_the_general_paths_frames(mq_broker, monkeypatch):
+    """A send of topic + bytes (+ tags / keys strings) takes the producer's plain lane (the per-topic template
+    filled in, no RemotingCommand): its frames are, byte for byte, those encode_frame makes of the request the
+    general path builds (send_request with the same UNIQ_KEY, queue, sysFlag and bornTimestamp), in a
+    namespace and compressed too; what it sends is read back as sent."""
+    from rocketstream.codec import compress_body
+    from rocketstream.remoting.command import decode_frame, encode_frame
+
+    sent: list[tuple[int, bytes]] = []
+    real = MQClientAPI.invoke_frame_from_thread
+
+    def spy(self, addr, opaque, code, frame, timeout, call_soon):
+        sent.append((code, frame))
+        return real(self, addr, opaque, code, frame, timeout, call_soon)
+    monkeypatch.setattr(MQClientAPI, "invoke_frame_from_thread", spy)
+    p = Producer(uniq("capi_plain"), namesrv=mq_broker.namesrv_addr, instance_name=uniq("plain"), namespace="nsP")
+    topic = uniq("CapiPlain")
+    big = b"0123456789abcdef" * 300   # compressed (>= 4096)
+    cases = [(b"first", None, None), (b"p1", "TagP", None), (b"p2", "TagP", "k1 k2"), (b"p3", None, "k3"),
+             (big, "TagZ", None), (b"p4", "", "")]
+    with p:
+        results = [p.send(topic, body, tags=tags, keys=keys) for body, tags, keys in cases]
+        api = p.instance.api
+    assert all(r.status is SendStatus.SEND_OK and r.queue.topic == topic for r in results)
+    assert len(sent) == len(cases) - 1   # the first went by the loop (no route yet)
+    assert p._plain and all(wire == "nsP%" + topic for wire, _ in p._plain.values())
+    for (body, tags, keys), r, (code, frame) in zip(cases[1:], results[1:], sent, strict=True):
+        assert code == RequestCode.SEND_MESSAGE_V2
+        cmd = decode_frame(frame[4:])
+        wire_body, sys_flag = compress_body(body, p.compress_level) if len(body) >= 4096 else (body, 0)
+        msg = Message("nsP%" + topic, body, tags=tags, keys=keys)
+        props = msg.wire_properties()
+        props["UNIQ_KEY"] = r.msg_id
+        want, _ = api.send_request(msg, r.queue.queue_id, producer_group=p.group, body=wire_body, sys_flag=sys_flag,
+                                   properties=props)
+        want.ext_fields["g"] = cmd.ext_fields["g"]   # (the clock's)
+        want.opaque = cmd.opaque
+        assert frame == encode_frame(want)
+    got = {m.msg_id: m for m in pull_all(mq_broker, "nsP%" + topic, expect=len(cases))}
+    for (body, tags, keys), r in zip(cases, results, strict=True):
+        m = got[r.msg_id]
+        assert m.body == body and m.tags == (tags or None) and m.keys == (keys or None)
 
 
 def test_selector_sharding_key_and_queue(producer, mq_broker):
@@ -425,6 +471,39 @@ def test_one_pass_batch_encoding_is_the_full_encoders(items):
     assert uniq_text == ",".join(p["UNIQ_KEY"] for p in want_props)
     assert size == sum(20 + len(m.body) + 2 + len(t) + 1 for m, t in zip(msgs, texts, strict=True))
     assert [e.properties for e in decode_batch_body(body)] == want_props
+
+
+@settings(max_examples=100, deadline=None)
+@given(n_body=st.integers(1, 64), count=st.integers(1, 40), flag=st.integers(-(2**31), 2**31 - 1),
+       tags=st.one_of(st.sampled_from([None, "", "TagA", "TägB"]), _TEXT),
+       keys=st.one_of(st.sampled_from([None, "", "k1", "k1 k2"]), _TEXT), wait=st.booleans(),
+       one_body=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_uniform_batches_encode_as_the_one_pass_encoder(n_body, count, flag, tags, keys, wait, one_body, seed):
+    """A batch whose messages differ only in their bodies (of one length) is encoded a column range at a time
+    (producer._encode_uniform over new_uniq_key_block's keys): byte for byte _encode_batch's body, msgId text and
+    size with the same keys; _uniform finds such batches and no other."""
+    import random
+
+    from rocketstream.client.producer import _encode_batch, _encode_uniform, _uniform, _uniq_head
+    from rocketstream.codec.ids import new_uniq_key_block
+
+    rnd = random.Random(seed)
+    shared = rnd.randbytes(n_body)
+    msgs = [Message("T", shared if one_body else rnd.randbytes(n_body), tags=tags, keys=keys, flag=flag,
+                    wait_store_msg_ok=wait) for _ in range(count)]
+    bodies = _uniform(msgs)
+    assert bodies == [m.body for m in msgs]
+    head = _uniq_head({}, msgs[0])
+    block = new_uniq_key_block(count)
+    assert _encode_uniform(bodies, flag, head, block) == _encode_batch(msgs, [bytes(r).decode() for r in block])
+    if count > 1:   # one message unlike the others: not uniform
+        k = rnd.randrange(1, count)
+        for change in ({"body": msgs[k].body + b"x"}, {"body": bytearray(msgs[k].body)}, {"tags": "Other"},
+                       {"keys": "other"}, {"flag": flag ^ 1}, {"wait_store_msg_ok": not wait},
+                       {"delay_level": 2}, {"properties": {"A": "1"}}, {"topic": "U"}):
+            other = list(msgs)
+            other[k] = dataclasses.replace(msgs[k], **change)
+            assert _uniform(other) is None, change
 
 
 @settings(max_examples=150, deadline=None)
