@@ -354,6 +354,39 @@ def test_retries_on_another_broker(producer):
         fake.restore(producer)
 
 
+@pytest.mark.parametrize("mq_broker", ["ours"], indirect=True)
+def test_plain_send_failed_from_the_thread_is_retried_on_the_loop(producer, monkeypatch):
+    """A plain send whose first attempt (from the caller's thread) fails with a retry code is retried on the
+    loop on another broker, with the same UNIQ_KEY, properties text and body."""
+    from rocketstream.client.common import SendResult
+
+    topic = uniq("CapiPlainRetry")
+    fake = _FakeProducerBrokers(producer, topic, [])
+    api = producer.instance.api
+    first: list[tuple[str, str]] = []
+    on_loop: list[tuple] = []
+
+    def from_thread(addr, broker_name, topic_, opaque, code, frame, uniq_, timeout, call_soon):
+        first.append((broker_name, uniq_))
+        raise BrokerResponseError(14, "busy", addr=addr)
+
+    async def send(addr, broker_name, msg, queue_id, **kw):
+        on_loop.append((broker_name, kw["uniq"], kw["properties_text"], msg.body, kw["body"]))
+        return SendResult(SendStatus.SEND_OK, kw["uniq"], "X", MessageQueue(msg.topic, broker_name, queue_id), 0)
+    monkeypatch.setattr(api, "connected", lambda addr: True)
+    monkeypatch.setattr(api, "send_frame_from_thread", from_thread)
+    api.send = send
+    try:
+        r = producer.send(topic, b"y", tags="T1")
+    finally:
+        fake.restore(producer)
+    assert r.status is SendStatus.SEND_OK and len(first) == 1 and len(on_loop) == 1
+    (broker1, uniq1), (broker2, uniq2, text, msg_body, wire_body) = first[0], on_loop[0]
+    assert broker1 != broker2 and r.msg_id == uniq1 == uniq2
+    assert text == properties_string({"TAGS": "T1", "WAIT": "true", "UNIQ_KEY": r.msg_id})
+    assert msg_body == wire_body == b"y"
+
+
 # ------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("topic", ["", "  ", "a b", "topic/x", "t" * 128, "中文"])
 def test_invalid_topics_rejected(topic):
