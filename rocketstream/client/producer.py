@@ -119,6 +119,7 @@ def _uniq_head(cache: dict[tuple[str | None, str | None, bool, int], str], msg: 
 
 
 _NOTHING = object()
+_NOT_KEPT: Any = object()
 _SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2
 
 
@@ -301,7 +302,8 @@ class Producer:
         self._publish: dict[str, TopicPublishInfo] = {}
         self._instance: MQClientInstance | None = None
         self._heads: dict[tuple[str | None, str | None, bool, int], str] = {}   # _wire_text's
-        self._plain: dict[str, tuple[str, RequestTemplate]] = {}   # _send_plain's: topic -> (on the broker, template)
+        # _send_plain's: topic -> (its name on the broker, its request template), None: the general path
+        self._plain: dict[str, tuple[str, RequestTemplate] | None] = {}
 
     # ------------------------------------------------------------------------- lifecycle
     def start(self) -> Producer:
@@ -506,11 +508,11 @@ class Producer:
         template (:meth:`MQClientAPI.send_template`). None (nothing sent) for anything :meth:`send` does
         otherwise: a topic that is not valid, a retry topic, a body empty or too large, or no template
         (credentials)."""
-        plain = self._plain.get(topic)
-        if plain is None:
+        plain = self._plain.get(topic, _NOT_KEPT)   # (one look-up: another thread may empty it meanwhile)
+        if plain is _NOT_KEPT:
             plain = self._plain_topic(topic)
-            if plain is None:
-                return None
+        if plain is None:
+            return None
         wire_topic, template = plain
         n = len(body)
         if not 0 < n <= self.max_message_size:
@@ -551,28 +553,26 @@ class Producer:
 
     def _plain_topic(self, topic: str) -> tuple[str, RequestTemplate] | None:
         """:attr:`_plain`'s entry for ``topic``: its name on the broker (in the namespace) and the template of
-        its SEND_MESSAGE_V2 requests, once the checks of :meth:`send` pass; None (not kept) when they do
-        not, or for a retry topic, or when there is no template."""
+        its SEND_MESSAGE_V2 requests, once the checks of :meth:`send` pass; None for a topic :meth:`send`
+        refuses (not kept: it raises there), and None kept for a topic whose sends take the general path (a
+        retry topic, no template: credentials)."""
         try:
             check_topic(topic)
-        except OptionError:
-            return None
-        wire_topic = wrap(self.namespace, topic) if self.namespace else topic
-        if topic in NOT_ALLOWED_SEND_TOPICS or wire_topic.startswith(RETRY_GROUP_TOPIC_PREFIX) \
-                or self._instance is None:
-            return None
-        try:
+            wire_topic = wrap(self.namespace, topic) if self.namespace else topic
             check_topic(wire_topic)
         except OptionError:
             return None
-        template = self._instance.api.send_template(_SEND_MESSAGE_V2, wire_topic, self.group, self.create_topic_key,
-                                                    self.default_topic_queue_nums)
-        if template is None:
+        if topic in NOT_ALLOWED_SEND_TOPICS or self._instance is None:
             return None
+        plain: tuple[str, RequestTemplate] | None = None
+        if not wire_topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            template = self._instance.api.send_template(_SEND_MESSAGE_V2, wire_topic, self.group,
+                                                        self.create_topic_key, self.default_topic_queue_nums)
+            plain = None if template is None else (wire_topic, template)
         if len(self._plain) >= 1024:   # a producer of ever new topics: start over
             self._plain.clear()
-        self._plain[topic] = (wire_topic, template)
-        return wire_topic, template
+        self._plain[topic] = plain
+        return plain
 
     def _user_selector(self, selector: MessageQueueSelector, user_msg: Message) -> MessageQueueSelector:
         """``sendSelectImpl`` with a namespace: the selector sees the queues and the message without it, and

@@ -387,6 +387,30 @@ def test_plain_send_failed_from_the_thread_is_retried_on_the_loop(producer, monk
     assert msg_body == wire_body == b"y"
 
 
+def test_plain_lane_per_topic_entries():
+    """What the plain lane keeps per topic: the name on the broker and the template; None kept for a topic
+    whose sends take the general path (credentials: signed in full; a retry topic), nothing kept for a topic
+    send refuses (it raises there)."""
+    import types
+
+    from rocketstream.client.credentials import Credentials
+
+    def producer_over(api: MQClientAPI, **kw) -> Producer:
+        p = Producer("plain_pg", namesrv="127.0.0.1:1", **kw)
+        p._instance = types.SimpleNamespace(api=api)   # (only its api is asked)
+        return p
+    p = producer_over(MQClientAPI("127.0.0.1:1"), namespace="nsQ")
+    wire, template = p._plain_topic("T1")
+    assert wire == "nsQ%T1" and p._plain == {"T1": (wire, template)}
+    assert p._plain_topic("bad topic") is None and "bad topic" not in p._plain
+    assert p._plain_topic("SCHEDULE_TOPIC_XXXX") is None and "SCHEDULE_TOPIC_XXXX" not in p._plain
+    p = producer_over(MQClientAPI("127.0.0.1:1"))
+    assert p._plain_topic("%RETRY%g1") is None and p._plain == {"%RETRY%g1": None}
+    signed = producer_over(MQClientAPI("127.0.0.1:1", credentials=Credentials("ak", "sk12345678")))
+    assert signed._plain_topic("T1") is None and signed._plain == {"T1": None}
+    assert signed._send_plain("T1", b"x", None, None, None) is None   # the general path sends it
+
+
 # ------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("topic", ["", "  ", "a b", "topic/x", "t" * 128, "中文"])
 def test_invalid_topics_rejected(topic):
