@@ -91,6 +91,7 @@ RETRY_RESPONSE_CODES = frozenset({
 _SEND_KEYS = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "m")
 _SEND_VARYING = ("e", "f", "g", "h", "i")
 _NO_TEMPLATE: Any = object()
+_TEMPLATE_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 
 # PullSysFlag
 PULL_SYS_FLAG_COMMIT_OFFSET = 0x1
@@ -307,44 +308,74 @@ class MQClientAPI:
     def invoke_from_thread(self, addr: str, request: RemotingCommand, timeout: float,
                            call_soon: Callable[..., None]) -> RemotingCommand | None:
         """``invokeSync`` from a thread that is not the loop's, when the loop has an open connection to ``addr``
-        (the one the broker knows from heartbeats): the request is encoded (and signed) here. Plain TCP: this
-        thread writes it on a connection of its own from :attr:`blocking` and reads the answer itself
-        (remoting/blocking.py: no loop hop). TLS, ``blocking_sends=False``, or more threads at once than the
-        pool's ``max_per_addr``: the loop's connection carries
-        it (the frame written by this thread when the socket takes it at once, else by the loop:
-        ``call_soon``, the instance's) and the loop completes the waiter this thread blocks on. None when
-        ``addr`` has no open connection (use :meth:`invoke` on the loop). RemotingTimeoutError /
+        (the one the broker knows from heartbeats): the request is encoded (and signed) here
+        (:meth:`thread_frame`) and sent by :meth:`invoke_frame_from_thread`. None when ``addr`` has no open
+        connection (use :meth:`invoke` on the loop)."""
+        if not self.connected(addr):
+            return None
+        opaque, frame = self.thread_frame(request)
+        return self.invoke_frame_from_thread(addr, opaque, request.code, frame, timeout, call_soon)
+
+    def thread_frame(self, request: RemotingCommand) -> tuple[int, bytes]:
+        """(opaque, frame) of ``request`` as :meth:`invoke_frame_from_thread` sends it: :meth:`signed`, a new
+        opaque, not oneway, encoded (a SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE request of :meth:`_send_request`
+        through its :class:`RequestTemplate`). Any thread; ``request`` gets the opaque."""
+        request = self.signed(request)
+        request.opaque = next_opaque()
+        request.flag &= ~ONEWAY_FLAG
+        frame = self._send_frame(request) if request.code in _TEMPLATE_CODES else encode_frame(request)
+        return request.opaque, frame
+
+    def invoke_frame_from_thread(self, addr: str, opaque: int, code: int, frame: bytes, timeout: float,
+                                 call_soon: Callable[..., None]) -> RemotingCommand | None:
+        """Send ``frame`` (an encoded request with ``opaque`` and ``code``, :meth:`thread_frame` or
+        :meth:`send_template`'s) from this thread and wait for its answer. Plain TCP: this thread writes it
+        on a connection of its own from :attr:`blocking` and reads the answer itself (remoting/blocking.py: no
+        loop hop). TLS, ``blocking_sends=False``, or more threads at once than the pool's ``max_per_addr``:
+        the loop's connection carries it (the frame written by this thread when the socket takes it at once,
+        else by the loop: ``call_soon``, the instance's) and the loop completes the waiter this thread blocks
+        on. None when ``addr`` has no open connection (nothing sent). RemotingTimeoutError /
         RemotingConnectError as :meth:`invoke` raises them."""
         ch = self._channels.get(addr)
         if ch is None or ch.closed:
             return None
-        request = self.signed(request)
-        request.opaque = next_opaque()
-        request.flag &= ~ONEWAY_FLAG
-        frame = self._send_frame(request) if request.code == RequestCode.SEND_MESSAGE_V2 else encode_frame(request)
         if self.blocking is not None:   # this thread writes and reads the answer itself (remoting/blocking.py)
-            response = self.blocking.invoke(addr, request.opaque, frame, timeout, request.code)
+            response = self.blocking.invoke(addr, opaque, frame, timeout, code)
             if response is not None:
                 return response   # (else every connection of the pool to addr is in use: the loop's takes it)
         waiter = ResponseWaiter()
-        if not ch.write_from_thread(request.opaque, frame, waiter):   # else the loop writes it
-            call_soon(ch.start_request, request.opaque, frame, waiter)
+        if not ch.write_from_thread(opaque, frame, waiter):   # else the loop writes it
+            call_soon(ch.start_request, opaque, frame, waiter)
         response = waiter.wait(timeout)
         if response is None:
-            call_soon(ch.forget, request.opaque)
+            call_soon(ch.forget, opaque)
             raise RemotingTimeoutError(
-                f"no response to {code_name(request.code)} (opaque {request.opaque}) within {timeout:g} s",
-                addr=ch.addr, code=request.code, timeout_s=timeout)
+                f"no response to {code_name(code)} (opaque {opaque}) within {timeout:g} s",
+                addr=ch.addr, code=code, timeout_s=timeout)
         return response
 
     def _send_frame(self, request: RemotingCommand) -> bytes:
-        """``encode_frame(request)`` of a SEND_MESSAGE_V2 request as :meth:`_send_request` makes them (not
-        signed: a signed one has more fields and is encoded in full), through a :class:`RequestTemplate` per
-        (group, topic, ...) with queueId, sysFlag, bornTimestamp, flag and properties left to fill in."""
+        """``encode_frame(request)`` of a SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE request as :meth:`_send_request`
+        makes them (not signed: a signed one has more fields and is encoded in full), through a
+        :class:`RequestTemplate` per (group, topic, ...) with queueId, sysFlag, bornTimestamp, flag and
+        properties left to fill in."""
+        template = self._template(request)
+        if template is None:
+            return encode_frame(request)
+        f = request.ext_fields
+        assert f is not None   # (_template checked it)
+        try:
+            return template.frame(request.opaque, f["e"], f["f"], f["g"], f["h"], f["i"], body=request.body)
+        except UnicodeEncodeError:   # a lone surrogate: encode_frame escapes it as JSON does
+            return encode_frame(request)
+
+    def _template(self, request: RemotingCommand) -> RequestTemplate | None:
+        """The :class:`RequestTemplate` of a send request of :meth:`_send_request` (made once per group, topic,
+        default topic, ...); None for any other request, or one its template cannot make."""
         f = request.ext_fields
         if f is None or request.remark is not None or tuple(f) != _SEND_KEYS:
-            return encode_frame(request)
-        key = (f["a"], f["b"], f["c"], f["d"], f["j"], f["k"], f["m"], request.flag, request.language,
+            return None
+        key = (request.code, f["a"], f["b"], f["c"], f["d"], f["j"], f["k"], f["m"], request.flag, request.language,
                request.version)
         templates = self._send_templates
         template: RequestTemplate | None = templates.get(key, _NO_TEMPLATE)
@@ -353,12 +384,31 @@ class MQClientAPI:
                 templates.clear()
             template = templates[key] = RequestTemplate.make(request, _SEND_VARYING, texts=_SEND_VARYING,
                                                              body=True)
-        if template is None:
-            return encode_frame(request)
-        try:
-            return template.frame(request.opaque, f["e"], f["f"], f["g"], f["h"], f["i"], body=request.body)
-        except UnicodeEncodeError:   # a lone surrogate: encode_frame escapes it as JSON does
-            return encode_frame(request)
+        return template
+
+    def send_template(self, code: int, topic: str, producer_group: str, default_topic: str,
+                      default_topic_queue_nums: int) -> RequestTemplate | None:
+        """The template of :meth:`send_request` (``code`` SEND_MESSAGE_V2) / :meth:`send_batch_request`
+        (SEND_BATCH_MESSAGE) requests to ``topic`` (not a retry topic) without credentials:
+        ``frame(opaque, queueId, sysFlag, bornTimestamp, flag, properties, body=...)`` (the first four
+        integers, the properties as :func:`properties_string` writes them) is byte for byte the frame
+        :meth:`thread_frame` makes of such a request. None with credentials (a signed request is encoded in
+        full) or when no template can be made; then use :meth:`thread_frame`."""
+        if self.credentials is not None:
+            return None
+        probe = self._send_request(code, topic, 0, 0, 0, "", producer_group, default_topic,
+                                   default_topic_queue_nums, code == RequestCode.SEND_BATCH_MESSAGE, b"\x00")
+        f = probe.ext_fields
+        assert f is not None
+        key = ("numbers", code, producer_group, topic, default_topic, f["d"], probe.flag, probe.language,
+               probe.version)
+        templates = self._send_templates
+        template: RequestTemplate | None = templates.get(key, _NO_TEMPLATE)
+        if template is _NO_TEMPLATE:
+            if len(templates) >= 256:
+                templates.clear()
+            template = templates[key] = RequestTemplate.make(probe, _SEND_VARYING, texts=("i",), body=True)
+        return template
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand, timeout: float | None = None) -> None:
         """``invokeOneway`` (signed as :meth:`invoke`: Java's hook runs for oneway requests too)."""
@@ -496,6 +546,14 @@ class MQClientAPI:
         if resp is None:
             return None
         return self._send_result(resp, addr, broker_name, topic, uniq, request.code)
+
+    def send_frame_from_thread(self, addr: str, broker_name: str, topic: str, opaque: int, code: int, frame: bytes,
+                               uniq: str, timeout: float, call_soon: Callable[..., None]) -> SendResult | None:
+        """:meth:`send_from_thread` of a request already encoded (:meth:`send_template`, :meth:`thread_frame`)."""
+        resp = self.invoke_frame_from_thread(addr, opaque, code, frame, timeout, call_soon)
+        if resp is None:
+            return None
+        return self._send_result(resp, addr, broker_name, topic, uniq, code)
 
     async def send_batch(self, addr: str, broker_name: str, msgs: list[Message], queue_id: int, *,
                          producer_group: str, timeout: float | None = None,

@@ -20,19 +20,25 @@ before the route is known, run on the event loop.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
+import operator
 import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
-from rocketstream.client.api import RETRY_RESPONSE_CODES, properties_string
+import numpy as np
+import numpy.typing as npt
+
+from rocketstream.client.api import RETRY_RESPONSE_CODES, MQClientAPI, properties_string
 from rocketstream.client.common import (
     AUTO_CREATE_TOPIC_KEY,
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_PRODUCER_GROUP,
     MAX_PROPERTIES_LENGTH,
+    NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
     Message,
     MessageQueue,
@@ -56,7 +62,7 @@ from rocketstream.codec import (
     java_hash,
     new_uniq_key,
 )
-from rocketstream.codec.ids import new_uniq_keys
+from rocketstream.codec.ids import new_uniq_key_block, new_uniq_keys
 from rocketstream.errors import (
     BrokerResponseError,
     MQClientError,
@@ -65,7 +71,9 @@ from rocketstream.errors import (
     RemotingTimeoutError,
     SendFailedError,
 )
-from rocketstream.remoting import RemotingCommand
+from rocketstream.remoting import RemotingCommand, RequestCode
+from rocketstream.remoting.channel import next_opaque
+from rocketstream.remoting.command import RequestTemplate
 
 __all__ = ["Producer", "select_by_hash", "MessageQueueSelector"]
 
@@ -111,6 +119,8 @@ def _uniq_head(cache: dict[tuple[str | None, str | None, bool, int], str], msg: 
 
 
 _NOTHING = object()
+_NOT_KEPT: Any = object()
+_SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2
 
 
 def _encode_batch(msgs: Sequence[Message], uniq_keys: Sequence[str]) -> tuple[bytes, str, int]:
@@ -180,6 +190,59 @@ def _encode_batch(msgs: Sequence[Message], uniq_keys: Sequence[str]) -> tuple[by
     return b"".join(parts), ",".join(uniqs), size + 23 * len(uniqs)   # 20 + 2 + the last separator each
 
 
+_KEY_BYTES = 32   # a UNIQ_KEY's length (codec.ids: 20 prefix + 12 hex digits)
+
+
+def _uniform(msgs: Sequence[Message]) -> list[bytes] | None:
+    """The bodies of ``msgs`` when every message is the first one but for its body, a ``bytes`` of the same
+    length: the same topic, tags, keys, delay level, WAIT and flag objects, no user properties; else None."""
+    m0 = msgs[0]
+    topic, tags, keys, delay, wait, flag = m0.topic, m0.tags, m0.keys, m0.delay_level, m0.wait_store_msg_ok, m0.flag
+    n = len(m0.body)
+    for m in msgs:
+        if m.topic is not topic or m.tags is not tags or m.keys is not keys or m.delay_level is not delay \
+                or m.wait_store_msg_ok is not wait or m.flag is not flag or m.properties or type(m.body) is not bytes \
+                or len(m.body) != n:
+            return None
+    return [m.body for m in msgs]
+
+
+def _encode_uniform(bodies: list[bytes], flag: int, head: str, keys: npt.NDArray[np.uint8]) -> tuple[bytes, str, int]:
+    """:func:`_encode_batch` of messages that differ only in their bodies, all of one length (:func:`_uniform`),
+    whose properties text before the UNIQ_KEY is ``head`` (:func:`_uniq_head`), with the UNIQ_KEYs ``keys``
+    (``new_uniq_key_block``: one row of ASCII each): every record one row of a 2-D array, filled a column
+    range at a time (``MessageDecoder.encodeMessage``: TOTALSIZE, MAGICCODE 0, BODYCRC 0, FLAG, BODY length,
+    body, PROPERTIES length, properties). Byte for byte what :func:`_encode_batch` writes; the caller checks
+    that the properties fit (``len(head) + 32 < MAX_PROPERTIES_LENGTH`` bytes)."""
+    count, n_body = len(bodies), len(bodies[0])
+    head_b = head.encode("utf-8")
+    n_raw = len(head_b) + _KEY_BYTES
+    width = 22 + n_body + n_raw
+    out = np.empty((count, width), dtype=np.uint8)
+    out[:, :20] = np.frombuffer(_BATCH_HEAD.pack(width, 0, 0, flag, n_body), dtype=np.uint8)
+    first = bodies[0]
+    if all(map(operator.is_, bodies, itertools.repeat(first))):   # one body object sent count times
+        out[:, 20:20 + n_body] = np.frombuffer(first, dtype=np.uint8)
+    else:
+        out[:, 20:20 + n_body] = np.frombuffer(b"".join(bodies), dtype=np.uint8).reshape(count, n_body)
+    at = 20 + n_body
+    out[:, at:at + 2 + len(head_b)] = np.frombuffer(_PROPS_LEN.pack(n_raw) + head_b, dtype=np.uint8)
+    out[:, width - _KEY_BYTES:] = keys
+    joined = np.empty((count, _KEY_BYTES + 1), dtype=np.uint8)   # the keys comma-joined: one row each + ","
+    joined[:, :_KEY_BYTES] = keys
+    joined[:, _KEY_BYTES] = ord(",")
+    uniq = joined.tobytes()[:-1].decode("ascii")
+    return out.tobytes(), uniq, count * (n_body + len(head) + _KEY_BYTES + 23)
+
+
+def _request_frame(api: MQClientAPI, built: tuple[RemotingCommand, str]) -> tuple[int, int, bytes, str]:
+    """(opaque, code, frame, UNIQ_KEY(s)) of a request of ``MQClientAPI.send_request`` / ``send_batch_request``
+    (:meth:`MQClientAPI.thread_frame`), as :meth:`Producer._send_from_thread` sends it."""
+    request, uniq = built
+    opaque, frame = api.thread_frame(request)
+    return opaque, request.code, frame, uniq
+
+
 def _java_rem(a: int, b: int) -> int:
     """Java's ``%`` (sign of the dividend)."""
     r = abs(a) % b
@@ -239,6 +302,8 @@ class Producer:
         self._publish: dict[str, TopicPublishInfo] = {}
         self._instance: MQClientInstance | None = None
         self._heads: dict[tuple[str | None, str | None, bool, int], str] = {}   # _wire_text's
+        # _send_plain's: topic -> (its name on the broker, its request template), None: the general path
+        self._plain: dict[str, tuple[str, RequestTemplate] | None] = {}
 
     # ------------------------------------------------------------------------- lifecycle
     def start(self) -> Producer:
@@ -366,6 +431,13 @@ class Producer:
              timeout: float | None = None) -> SendResult:
         """Send one message synchronously; ``queue`` / ``selector`` (+ ``arg``) / ``sharding_key`` choose the
         queue (ordered messages), else round robin with retries on another broker."""
+        if type(topic_or_msg) is str and type(body) is bytes and not properties and type(delay_level) is int \
+                and not delay_level and type(flag) is int and not flag and queue is None and selector is None \
+                and sharding_key is None and (tags is None or type(tags) is str) \
+                and (keys is None or type(keys) is str):
+            result = self._send_plain(topic_or_msg, body, tags, keys, timeout)
+            if result is not None:
+                return result
         msg = self._as_message(topic_or_msg, body, tags, keys, properties, delay_level, flag)
         check_message(msg, self.max_message_size)
         chosen = [x for x in (queue, selector, sharding_key) if x is not None]
@@ -393,30 +465,114 @@ class Producer:
             else:
                 wire_body, sys_flag, text, uniq = wired
             t0 = time.monotonic()
+            api = inst.api
             fast = self._send_from_thread(
-                msg.topic, t, t0, lambda mq: inst.api.send_request(
+                msg.topic, t, t0, lambda mq: _request_frame(api, api.send_request(
                     msg, mq.queue_id, producer_group=self.group, body=wire_body, sys_flag=sys_flag, properties=props,
                     default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums,
-                    properties_text=text, uniq=uniq))
-            if fast is not None:
-                result, failed = fast
-                if result is not None:
-                    return self._user_result(result)
-
-                async def attempt(mq: MessageQueue, left: float) -> SendResult:
-                    addr = await self._broker_addr(mq, left)
-                    return await inst.api.send(addr, mq.broker_name, msg, mq.queue_id, producer_group=self.group,
-                                               timeout=left, body=wire_body, sys_flag=sys_flag, properties=props,
-                                               default_topic=self.create_topic_key,
-                                               default_topic_queue_nums=self.default_topic_queue_nums,
-                                               properties_text=text, uniq=uniq)
-                return self._user_result(inst.run(self._with_retries(msg.topic, attempt, t, t0, failed), t + 1.0))
-            if props is None:   # the loop sends it all (no route or connection yet): the properties as a map
-                wire_body, sys_flag, props = self._wire(msg, compress=True, uniq_key=uniq)
-        else:
-            wire_body, sys_flag, props = self._wire(msg, compress=True)
+                    properties_text=text, uniq=uniq)))
+            return self._send_rest(msg, wire_body, sys_flag, props, text, uniq, t, t0, fast)
+        wire_body, sys_flag, props = self._wire(msg, compress=True)
         return self._user_result(
             inst.run(self._send_async(msg, wire_body, sys_flag, props, queue, selector, arg, t), t + 1.0))
+
+    def _send_rest(self, msg: Message, wire_body: bytes, sys_flag: int, props: dict[str, str] | None,
+                   text: str | None, uniq: str | None, t: float, t0: float,
+                   fast: tuple[SendResult | None, tuple[str, Exception] | None] | None) -> SendResult:
+        """What is left of a round-robin send after :meth:`_send_from_thread`'s answer ``fast``: its result,
+        the retries on the loop after its failure, or (None: not sent) the whole send on the loop."""
+        inst = self.instance
+        if fast is not None:
+            result, failed = fast
+            if result is not None:
+                return self._user_result(result)
+
+            async def attempt(mq: MessageQueue, left: float) -> SendResult:
+                addr = await self._broker_addr(mq, left)
+                return await inst.api.send(addr, mq.broker_name, msg, mq.queue_id, producer_group=self.group,
+                                           timeout=left, body=wire_body, sys_flag=sys_flag, properties=props,
+                                           default_topic=self.create_topic_key,
+                                           default_topic_queue_nums=self.default_topic_queue_nums,
+                                           properties_text=text, uniq=uniq)
+            return self._user_result(inst.run(self._with_retries(msg.topic, attempt, t, t0, failed), t + 1.0))
+        if props is None:   # the loop sends it all (no route or connection yet): the properties as a map
+            wire_body, sys_flag, props = self._wire(msg, compress=True, uniq_key=uniq)
+        return self._user_result(
+            inst.run(self._send_async(msg, wire_body, sys_flag, props, None, None, None, t), t + 1.0))
+
+    def _send_plain(self, topic: str, body: bytes, tags: str | None, keys: str | None,
+                    timeout: float | None) -> SendResult | None:
+        """:meth:`send` of ``topic`` + ``body`` (+ ``tags`` / ``keys`` strings) and nothing else, round robin:
+        what is per topic (its checks, its name in the namespace, its request template) is looked up in
+        :attr:`_plain`, the properties text as :meth:`_wire_text` makes it, and the frame filled in from the
+        template (:meth:`MQClientAPI.send_template`). None (nothing sent) for anything :meth:`send` does
+        otherwise: a topic that is not valid, a retry topic, a body empty or too large, or no template
+        (credentials)."""
+        plain = self._plain.get(topic, _NOT_KEPT)   # (one look-up: another thread may empty it meanwhile)
+        if plain is _NOT_KEPT:
+            plain = self._plain_topic(topic)
+        if plain is None:
+            return None
+        wire_topic, template = plain
+        n = len(body)
+        if not 0 < n <= self.max_message_size:
+            return None
+        head = self._heads.get((tags, keys, True, 0))
+        if head is None:
+            head = _uniq_head(self._heads, Message(wire_topic, body, tags=tags, keys=keys))
+            if head is None:
+                return None
+        uniq = new_uniq_key()
+        text = head + uniq
+        if len(text) + 1 > MAX_PROPERTIES_LENGTH:   # (_wire_text raises it)
+            return None
+        wire_body, sys_flag = body, 0
+        if n >= self.compress_msg_body_over_howmuch:   # tryToCompressMessage
+            wire_body, sys_flag = compress_body(body, self.compress_level)
+        t = self.send_msg_timeout if timeout is None else timeout
+        t0 = time.monotonic()
+        inst = self.instance
+        api = inst.api
+
+        def build(mq: MessageQueue) -> tuple[int, int, bytes, str]:
+            opaque = next_opaque()
+            try:   # SendMessageRequestHeaderV2: queueId, sysFlag, bornTimestamp, flag, properties
+                return opaque, _SEND_MESSAGE_V2, template.frame(opaque, mq.queue_id, sys_flag,
+                                                                int(time.time() * 1000), 0, text,
+                                                                body=wire_body), uniq
+            except UnicodeEncodeError:   # a lone surrogate: encoded in full (JSON escapes it)
+                return _request_frame(api, api.send_request(
+                    Message(wire_topic, body, tags=tags, keys=keys), mq.queue_id, producer_group=self.group,
+                    body=wire_body, sys_flag=sys_flag, default_topic=self.create_topic_key,
+                    default_topic_queue_nums=self.default_topic_queue_nums, properties_text=text, uniq=uniq))
+        fast = self._send_from_thread(wire_topic, t, t0, build)
+        if fast is not None and fast[0] is not None:
+            return self._user_result(fast[0])
+        return self._send_rest(Message(wire_topic, body, tags=tags, keys=keys), wire_body, sys_flag, None, text,
+                               uniq, t, t0, fast)
+
+    def _plain_topic(self, topic: str) -> tuple[str, RequestTemplate] | None:
+        """:attr:`_plain`'s entry for ``topic``: its name on the broker (in the namespace) and the template of
+        its SEND_MESSAGE_V2 requests, once the checks of :meth:`send` pass; None for a topic :meth:`send`
+        refuses (not kept: it raises there), and None kept for a topic whose sends take the general path (a
+        retry topic, no template: credentials)."""
+        try:
+            check_topic(topic)
+            wire_topic = wrap(self.namespace, topic) if self.namespace else topic
+            check_topic(wire_topic)
+        except OptionError:
+            return None
+        if topic in NOT_ALLOWED_SEND_TOPICS or self._instance is None:
+            return None
+        plain: tuple[str, RequestTemplate] | None = None
+        if not wire_topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            template = self._instance.api.send_template(_SEND_MESSAGE_V2, wire_topic, self.group,
+                                                        self.create_topic_key, self.default_topic_queue_nums)
+            plain = None if template is None else (wire_topic, template)
+        if len(self._plain) >= 1024:   # a producer of ever new topics: start over
+            self._plain.clear()
+        self._plain[topic] = plain
+        return plain
 
     def _user_selector(self, selector: MessageQueueSelector, user_msg: Message) -> MessageQueueSelector:
         """``sendSelectImpl`` with a namespace: the selector sees the queues and the message without it, and
@@ -427,24 +583,26 @@ class Producer:
         return select
 
     def _send_from_thread(self, topic: str, timeout: float, t0: float,
-                          build: Callable[[MessageQueue], tuple[RemotingCommand, str]],
+                          build: Callable[[MessageQueue], tuple[int, int, bytes, str]],
                           ) -> tuple[SendResult | None, tuple[str, Exception] | None] | None:
         """``sendDefaultImpl``'s first attempt from the caller's thread when the topic's route and the broker's
-        connection are known (the request is built and encoded here, the loop only writes it): (result, None),
-        or (None, (broker name, error)) after a failure to retry on the loop (:meth:`_with_retries`); None
-        when the loop must do it all (no route yet, not connected)."""
+        connection are known (``build(mq)``: the request's opaque, code, frame and UNIQ_KEY(s), encoded here;
+        the loop only writes it when the pool cannot): (result, None), or (None, (broker name, error)) after a
+        failure to retry on the loop (:meth:`_with_retries`); None when the loop must do it all (no route
+        yet, not connected)."""
         info = self._publish.get(topic)
         inst = self.instance
         if info is None or not info.ok or not inst.running or inst.in_loop_thread():
             return None   # (from the loop thread inst.run raises the error)
         mq = info.select(None)
         addr = inst.broker_addr(mq.broker_name)
-        if addr is None or not inst.api.connected(addr):
+        api = inst.api
+        if addr is None or not api.connected(addr):
             return None
-        request, uniq = build(mq)
+        opaque, code, frame, uniq = build(mq)
         try:
-            result = inst.api.send_from_thread(addr, mq.broker_name, topic, request, uniq,
-                                               max(timeout - (time.monotonic() - t0), 0.001), inst.call_soon)
+            result = api.send_frame_from_thread(addr, mq.broker_name, topic, opaque, code, frame, uniq,
+                                                max(timeout - (time.monotonic() - t0), 0.001), inst.call_soon)
         except BrokerResponseError as exc:
             if exc.code not in RETRY_RESPONSE_CODES:
                 raise
@@ -471,7 +629,8 @@ class Producer:
             raise OptionError("messages", "a batch needs at least one message")
         msgs = [m if isinstance(m, Message) else Message(topic, bytes(m), tags=tags, keys=keys) for m in messages]
         wait, max_size = msgs[0].wait_store_msg_ok, self.max_message_size
-        for i, m in enumerate(msgs):
+        bodies = _uniform(msgs) if len(msgs) > 1 else None   # then the first message's checks are every one's
+        for i, m in enumerate(msgs if bodies is None else msgs[:1]):
             if i and m.topic == topic and type(m.body) is bytes and 0 < len(m.body) <= max_size \
                     and not m.properties and m.delay_level == 0 and type(m.delay_level) is int \
                     and type(m.flag) is int and -_INT32 <= m.flag < _INT32 and m.wait_store_msg_ok == wait:
@@ -494,17 +653,21 @@ class Producer:
             check_topic(topic)
             if queue is not None:
                 queue = self._wrap_queue(queue)
-        body, uniq, size = _encode_batch(msgs, new_uniq_keys(len(msgs)))
+        head = None if bodies is None else _uniq_head(self._heads, msgs[0])
+        if head is not None and bodies is not None and len(head.encode("utf-8")) + _KEY_BYTES < MAX_PROPERTIES_LENGTH:
+            body, uniq, size = _encode_uniform(bodies, msgs[0].flag, head, new_uniq_key_block(len(msgs)))
+        else:
+            body, uniq, size = _encode_batch(msgs, new_uniq_keys(len(msgs)))
         if size > self.max_message_size:
             raise OptionError("messages", f"the batch body size {size} is over the max value {self.max_message_size}")
         t = self.send_msg_timeout if timeout is None else timeout
         inst = self.instance
         if queue is None:
             t0 = time.monotonic()
-            fast = self._send_from_thread(
-                topic, t, t0, lambda mq: inst.api.send_batch_request(
-                    msgs, mq.queue_id, producer_group=self.group, body=body, uniq=uniq,
-                    default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums))
+            api = inst.api
+            fast = self._send_from_thread(topic, t, t0, lambda mq: _request_frame(api, api.send_batch_request(
+                msgs, mq.queue_id, producer_group=self.group, body=body, uniq=uniq,
+                default_topic=self.create_topic_key, default_topic_queue_nums=self.default_topic_queue_nums)))
             if fast is not None:
                 result, failed = fast
                 if result is not None:

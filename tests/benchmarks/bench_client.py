@@ -18,7 +18,9 @@ Per broker (fresh store, tests/benchmarks/bench_broker.py's start_java/start_our
   4. flow     our PushConsumer with a listener sleeping 10 ms on a backlog of ``--flow-backlog`` messages for
               ``--flow-seconds``: the largest ProcessQueue seen (messages, bytes) against pullThresholdForQueue
               (+ one pull batch, since the check is made before each pull) and the RSS series (flat = bounded).
-Every client runs in its own process. ``--full`` is the issue's setting: a 1 M x 1 KiB drain (200,000 sends,
+For send and batch also each client process's CPU (user + sys) per message, start-up included (the JVM's,
+our imports): a figure the machine's load hardly moves, unlike msgs/s. Every client runs in its own process.
+``--full`` is the issue's setting: a 1 M x 1 KiB drain (200,000 sends,
 800,000 batched). Goals (issue 9): producer >= 0.5x Java, push consumer >= 0.5x, lite pull >= 1.0x.
 
 The default sizes are a smoke run (a few minutes): the JVM is still warming up, so its numbers, and the ratios,
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -72,6 +75,20 @@ def worker(*args: str, timeout: float) -> dict:
     return out
 
 
+def _with_cpu(fn) -> dict:
+    """``fn()`` (a loadgen / worker call: one child process, waited for) with that process's CPU (user + sys,
+    RUSAGE_CHILDREN) per message it sent, start-up (JVM / imports) included: ``cpu_us_per_msg``. Unlike msgs/s,
+    CPU time hardly moves with the machine's load, so the Java client and ours compare on a shared machine."""
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = fn()
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    msgs = out.get("msgs", 0) + out.get("warmup_msgs", 0)
+    if msgs:
+        cpu = ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime
+        out["cpu_us_per_msg"] = round(1e6 * cpu / msgs, 1)
+    return out
+
+
 def _safe(fn, what: str) -> dict:
     try:
         return fn()
@@ -92,15 +109,16 @@ def run_side(name: str, classes: Path, home: Path, args: argparse.Namespace) -> 
     r: dict = {}
     try:
         print(f"[{name}] send {args.send} (java, then ours) ...", file=sys.stderr)
-        r["send_java"] = _safe(lambda: loadgen(classes, side_home, "send", ns, "CBSendJ", "--count", str(args.send),
-                                               *common, timeout=to), "java send")
-        r["send_ours"] = _safe(lambda: worker("send", ns, "CBSendP", "--count", str(args.send), *common, timeout=to),
-                               "our send")
+        r["send_java"] = _safe(lambda: _with_cpu(lambda: loadgen(classes, side_home, "send", ns, "CBSendJ", "--count",
+                                                                 str(args.send), *common, timeout=to)), "java send")
+        r["send_ours"] = _safe(lambda: _with_cpu(lambda: worker("send", ns, "CBSendP", "--count", str(args.send),
+                                                                *common, timeout=to)), "our send")
         print(f"[{name}] batch {args.batch} ...", file=sys.stderr)
-        r["batch_java"] = _safe(lambda: loadgen(classes, side_home, "batch", ns, "CBBatchJ", "--count",
-                                                str(args.batch), "--batch", "32", *common, timeout=to), "java batch")
-        r["batch_ours"] = _safe(lambda: worker("batch", ns, "CBBatchP", "--count", str(args.batch), "--batch", "32",
-                                               *common, timeout=to), "our batch")
+        r["batch_java"] = _safe(lambda: _with_cpu(lambda: loadgen(classes, side_home, "batch", ns, "CBBatchJ",
+                                                                  "--count", str(args.batch), "--batch", "32", *common,
+                                                                  timeout=to)), "java batch")
+        r["batch_ours"] = _safe(lambda: _with_cpu(lambda: worker("batch", ns, "CBBatchP", "--count", str(args.batch),
+                                                                 "--batch", "32", *common, timeout=to)), "our batch")
         print(f"[{name}] filling the drain topic with {args.drain} ...", file=sys.stderr)
         fill = loadgen(classes, side_home, "batch", ns, "CBDrain", "--count", str(args.drain), "--batch", "32",
                        *common, timeout=to)
@@ -133,7 +151,9 @@ ROWS = [
     ("send msgs/s (sync 1 KiB)", "send_java", "send_ours", "msgs_per_s", 0.5),
     ("send rt p50 µs", "send_java", "send_ours", "rt_us_p50", None),
     ("send rt p99 µs", "send_java", "send_ours", "rt_us_p99", None),
+    ("send client CPU µs/msg (lower)", "send_java", "send_ours", "cpu_us_per_msg", None),
     ("batch msgs/s (32 x 1 KiB)", "batch_java", "batch_ours", "msgs_per_s", 0.5),
+    ("batch client CPU µs/msg (lower)", "batch_java", "batch_ours", "cpu_us_per_msg", None),
     ("push drain msgs/s", "drain_java", "drain_push", "msgs_per_s", 0.5),
     ("lite-pull drain msgs/s", "drain_java", "drain_lite", "msgs_per_s", 1.0),
     ("lite-pull, pullBatchSize 10", "drain_java", "drain_lite10", "msgs_per_s", None),

@@ -5,6 +5,7 @@ field); retries on another broker; bad input (names, sizes, an unreachable name 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -29,6 +30,7 @@ from rocketstream.errors import (
     RemotingTimeoutError,
     SendFailedError,
 )
+from rocketstream.remoting import RequestCode
 from tests.client.test_api import uniq
 from tests.realbroker import peers
 
@@ -142,6 +144,50 @@ def test_big_body_compressed_like_java(producer, mq_broker):
     assert got[r1.msg_id].body == body and got[r1.msg_id].sys_flag & 0x701 == 0x301
     assert got[r2.msg_id].body == small and got[r2.msg_id].sys_flag & 0x1 == 0
     assert got[r1.msg_id].store_size < 1000
+
+
+def test_plain_sends_write_the_general_paths_frames(mq_broker, monkeypatch):
+    """A send of topic + bytes (+ tags / keys strings) takes the producer's plain lane (the per-topic template
+    filled in, no RemotingCommand): its frames are, byte for byte, those encode_frame makes of the request the
+    general path builds (send_request with the same UNIQ_KEY, queue, sysFlag and bornTimestamp), in a
+    namespace and compressed too; what it sends is read back as sent."""
+    from rocketstream.codec import compress_body
+    from rocketstream.remoting.command import decode_frame, encode_frame
+
+    sent: list[tuple[int, bytes]] = []
+    real = MQClientAPI.invoke_frame_from_thread
+
+    def spy(self, addr, opaque, code, frame, timeout, call_soon):
+        sent.append((code, frame))
+        return real(self, addr, opaque, code, frame, timeout, call_soon)
+    monkeypatch.setattr(MQClientAPI, "invoke_frame_from_thread", spy)
+    p = Producer(uniq("capi_plain"), namesrv=mq_broker.namesrv_addr, instance_name=uniq("plain"), namespace="nsP")
+    topic = uniq("CapiPlain")
+    big = b"0123456789abcdef" * 300   # compressed (>= 4096)
+    cases = [(b"first", None, None), (b"p1", "TagP", None), (b"p2", "TagP", "k1 k2"), (b"p3", None, "k3"),
+             (big, "TagZ", None), (b"p4", "", "")]
+    with p:
+        results = [p.send(topic, body, tags=tags, keys=keys) for body, tags, keys in cases]
+        api = p.instance.api
+    assert all(r.status is SendStatus.SEND_OK and r.queue.topic == topic for r in results)
+    assert len(sent) == len(cases) - 1   # the first went by the loop (no route yet)
+    assert p._plain and all(wire == "nsP%" + topic for wire, _ in p._plain.values())
+    for (body, tags, keys), r, (code, frame) in zip(cases[1:], results[1:], sent, strict=True):
+        assert code == RequestCode.SEND_MESSAGE_V2
+        cmd = decode_frame(frame[4:])
+        wire_body, sys_flag = compress_body(body, p.compress_level) if len(body) >= 4096 else (body, 0)
+        msg = Message("nsP%" + topic, body, tags=tags, keys=keys)
+        props = msg.wire_properties()
+        props["UNIQ_KEY"] = r.msg_id
+        want, _ = api.send_request(msg, r.queue.queue_id, producer_group=p.group, body=wire_body, sys_flag=sys_flag,
+                                   properties=props)
+        want.ext_fields["g"] = cmd.ext_fields["g"]   # (the clock's)
+        want.opaque = cmd.opaque
+        assert frame == encode_frame(want)
+    got = {m.msg_id: m for m in pull_all(mq_broker, "nsP%" + topic, expect=len(cases))}
+    for (body, tags, keys), r in zip(cases, results, strict=True):
+        m = got[r.msg_id]
+        assert m.body == body and m.tags == (tags or None) and m.keys == (keys or None)
 
 
 def test_selector_sharding_key_and_queue(producer, mq_broker):
@@ -308,6 +354,63 @@ def test_retries_on_another_broker(producer):
         fake.restore(producer)
 
 
+@pytest.mark.parametrize("mq_broker", ["ours"], indirect=True)
+def test_plain_send_failed_from_the_thread_is_retried_on_the_loop(producer, monkeypatch):
+    """A plain send whose first attempt (from the caller's thread) fails with a retry code is retried on the
+    loop on another broker, with the same UNIQ_KEY, properties text and body."""
+    from rocketstream.client.common import SendResult
+
+    topic = uniq("CapiPlainRetry")
+    fake = _FakeProducerBrokers(producer, topic, [])
+    api = producer.instance.api
+    first: list[tuple[str, str]] = []
+    on_loop: list[tuple] = []
+
+    def from_thread(addr, broker_name, topic_, opaque, code, frame, uniq_, timeout, call_soon):
+        first.append((broker_name, uniq_))
+        raise BrokerResponseError(14, "busy", addr=addr)
+
+    async def send(addr, broker_name, msg, queue_id, **kw):
+        on_loop.append((broker_name, kw["uniq"], kw["properties_text"], msg.body, kw["body"]))
+        return SendResult(SendStatus.SEND_OK, kw["uniq"], "X", MessageQueue(msg.topic, broker_name, queue_id), 0)
+    monkeypatch.setattr(api, "connected", lambda addr: True)
+    monkeypatch.setattr(api, "send_frame_from_thread", from_thread)
+    api.send = send
+    try:
+        r = producer.send(topic, b"y", tags="T1")
+    finally:
+        fake.restore(producer)
+    assert r.status is SendStatus.SEND_OK and len(first) == 1 and len(on_loop) == 1
+    (broker1, uniq1), (broker2, uniq2, text, msg_body, wire_body) = first[0], on_loop[0]
+    assert broker1 != broker2 and r.msg_id == uniq1 == uniq2
+    assert text == properties_string({"TAGS": "T1", "WAIT": "true", "UNIQ_KEY": r.msg_id})
+    assert msg_body == wire_body == b"y"
+
+
+def test_plain_lane_per_topic_entries():
+    """What the plain lane keeps per topic: the name on the broker and the template; None kept for a topic
+    whose sends take the general path (credentials: signed in full; a retry topic), nothing kept for a topic
+    send refuses (it raises there)."""
+    import types
+
+    from rocketstream.client.credentials import Credentials
+
+    def producer_over(api: MQClientAPI, **kw) -> Producer:
+        p = Producer("plain_pg", namesrv="127.0.0.1:1", **kw)
+        p._instance = types.SimpleNamespace(api=api)   # (only its api is asked)
+        return p
+    p = producer_over(MQClientAPI("127.0.0.1:1"), namespace="nsQ")
+    wire, template = p._plain_topic("T1")
+    assert wire == "nsQ%T1" and p._plain == {"T1": (wire, template)}
+    assert p._plain_topic("bad topic") is None and "bad topic" not in p._plain
+    assert p._plain_topic("SCHEDULE_TOPIC_XXXX") is None and "SCHEDULE_TOPIC_XXXX" not in p._plain
+    p = producer_over(MQClientAPI("127.0.0.1:1"))
+    assert p._plain_topic("%RETRY%g1") is None and p._plain == {"%RETRY%g1": None}
+    signed = producer_over(MQClientAPI("127.0.0.1:1", credentials=Credentials("ak", "sk12345678")))
+    assert signed._plain_topic("T1") is None and signed._plain == {"T1": None}
+    assert signed._send_plain("T1", b"x", None, None, None) is None   # the general path sends it
+
+
 # ------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("topic", ["", "  ", "a b", "topic/x", "t" * 128, "中文"])
 def test_invalid_topics_rejected(topic):
@@ -425,6 +528,39 @@ def test_one_pass_batch_encoding_is_the_full_encoders(items):
     assert uniq_text == ",".join(p["UNIQ_KEY"] for p in want_props)
     assert size == sum(20 + len(m.body) + 2 + len(t) + 1 for m, t in zip(msgs, texts, strict=True))
     assert [e.properties for e in decode_batch_body(body)] == want_props
+
+
+@settings(max_examples=100, deadline=None)
+@given(n_body=st.integers(1, 64), count=st.integers(1, 40), flag=st.integers(-(2**31), 2**31 - 1),
+       tags=st.one_of(st.sampled_from([None, "", "TagA", "TägB"]), _TEXT),
+       keys=st.one_of(st.sampled_from([None, "", "k1", "k1 k2"]), _TEXT), wait=st.booleans(),
+       one_body=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_uniform_batches_encode_as_the_one_pass_encoder(n_body, count, flag, tags, keys, wait, one_body, seed):
+    """A batch whose messages differ only in their bodies (of one length) is encoded a column range at a time
+    (producer._encode_uniform over new_uniq_key_block's keys): byte for byte _encode_batch's body, msgId text and
+    size with the same keys; _uniform finds such batches and no other."""
+    import random
+
+    from rocketstream.client.producer import _encode_batch, _encode_uniform, _uniform, _uniq_head
+    from rocketstream.codec.ids import new_uniq_key_block
+
+    rnd = random.Random(seed)
+    shared = rnd.randbytes(n_body)
+    msgs = [Message("T", shared if one_body else rnd.randbytes(n_body), tags=tags, keys=keys, flag=flag,
+                    wait_store_msg_ok=wait) for _ in range(count)]
+    bodies = _uniform(msgs)
+    assert bodies == [m.body for m in msgs]
+    head = _uniq_head({}, msgs[0])
+    block = new_uniq_key_block(count)
+    assert _encode_uniform(bodies, flag, head, block) == _encode_batch(msgs, [bytes(r).decode() for r in block])
+    if count > 1:   # one message unlike the others: not uniform
+        k = rnd.randrange(1, count)
+        for change in ({"body": msgs[k].body + b"x"}, {"body": bytearray(msgs[k].body)}, {"tags": "Other"},
+                       {"keys": "other"}, {"flag": flag ^ 1}, {"wait_store_msg_ok": not wait},
+                       {"delay_level": 2}, {"properties": {"A": "1"}}, {"topic": "U"}):
+            other = list(msgs)
+            other[k] = dataclasses.replace(msgs[k], **change)
+            assert _uniform(other) is None, change
 
 
 @settings(max_examples=150, deadline=None)
