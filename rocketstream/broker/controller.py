@@ -121,6 +121,13 @@ class BrokerController:
         queue, on the next loop iteration (after the put's own response is on its way)."""
         asyncio.get_running_loop().call_soon(self.pull_holds.notify_message_arriving, topic, queue_id, max_offset)
 
+    def _index_pending(self) -> None:
+        """A put left index keys waiting (``MessageStore.defer_index``): they are written two loop steps on,
+        after the answers to the requests read in this iteration (queued after the put) are written, with
+        the keys of every put made meanwhile - ``ReputMessageService``'s index build after the answer."""
+        loop = asyncio.get_running_loop()
+        loop.call_soon(loop.call_soon, self.store.drain_index)
+
     # --- start / stop -----------------------------------------------------------------------------
     async def start(self) -> BrokerController:
         await self.server.start()
@@ -142,6 +149,7 @@ class BrokerController:
             self.subscription_groups = SubscriptionGroupManager(self.store.root)
             self.subscription_groups.load()
             self.store.put_listeners.append(self.on_put)
+            self.store.defer_index(self._index_pending)
             self.flusher = FlushService(self.store, interval_ms=self.config.flush_interval_commit_log,
                                         sync_timeout_ms=self.config.sync_flush_timeout)
             for module in (send, pull, queries, client_manager, locks):

@@ -357,6 +357,7 @@ class MessageStore:
     def query_message(self, topic: str, key: str, *, max_num: int = index_file.MAX_MSGS_NUM_BATCH,
                       begin_ms: int = 0, end_ms: int = index_file.MAX_TIMESTAMP,
                       uniq_key: bool = False) -> list[MessageRecord]:
+        self.drain_index()   # keys of deferred dispatch first (dispatch.py)
         return self._queries.query_message(topic, key, max_num=max_num, begin_ms=begin_ms, end_ms=end_ms,
                                            uniq_key=uniq_key)
 
@@ -376,6 +377,7 @@ class MessageStore:
                                    "the broker.conf of this store", path=self.root)
         hours = self.config.reserved_hours if reserved_hours is None else reserved_hours
         with self._lock:
+            self._drain_index_locked()
             deleted = delete_expired_files(self.commit_log, list(self._queues.values()), hours, now_ms)
             if deleted and self.index is not None:   # IndexService.deleteExpiredFile(commit-log min offset)
                 deleted += self.index.delete_expired(self.commit_log.queue.min_offset())
@@ -571,6 +573,7 @@ class MessageStore:
         their roll and at ``close()``, as IndexService flushes them)."""
         self._check_writable()
         with self._lock:
+            self._drain_index_locked()
             self.commit_log.flush()
             for cq in self._queues.values():
                 cq.flush()
@@ -580,6 +583,28 @@ class MessageStore:
                 self.checkpoint.physic_msg_timestamp = ts
                 self.checkpoint.logics_msg_timestamp = ts
             self.checkpoint.flush()
+
+    def defer_index(self, on_pending: Callable[[], None] | None) -> None:
+        """Writer: build the index after the put rather than in it (``ReputMessageService`` builds it after
+        the answer, in its own thread): ``on_pending()`` is called when a put leaves keys waiting and must
+        see to it that :meth:`drain_index` runs soon (the broker: on the loop, after this iteration's
+        answers are written). Queries, flushes, retention and ``close`` drain first. None: each put
+        writes its keys again."""
+        self._check_writable()
+        assert self._dispatcher is not None   # made by _start_writer
+        with self._lock:
+            self._dispatcher.defer_index(on_pending)
+
+    def drain_index(self) -> None:
+        """Write the index keys waiting since the last drain (:meth:`defer_index`); nothing when none wait."""
+        if self._dispatcher is None or self._closed:
+            return
+        with self._lock:
+            self._drain_index_locked()
+
+    def _drain_index_locked(self) -> None:
+        if self._dispatcher is not None:
+            self._dispatcher.drain_index()
 
     def plan_flush(self, *, consume_queues: bool = True, checkpoint: bool = True) -> FlushPlan:
         """Step 1 of a background flush (module docstring), on the writer's thread: the dirty files of

@@ -23,7 +23,9 @@ Goals (issue 11): send and consume ≥ 0.5× the Java broker's; p50 latency ≤ 
 
 The two brokers never run at the same time. Each server's CPU time (user+sys) over the whole run is
 reported, since the load generator and the broker share this machine's cores, and per message of each
-phase for the servers and for the load generator (its process's rusage).
+phase for the servers and for the load generator (its process's rusage). "server run wait" is how long
+the server's threads waited runnable for a core over the batch phase (/proc/PID/task/*/schedstat): on a shared
+machine a one-loop broker whose wait exceeds its CPU time is starved by the load, not slow by its own work.
 """
 
 from __future__ import annotations
@@ -86,6 +88,22 @@ def cpu_seconds(pid: int) -> float:
         return float("nan")
     ticks = os.sysconf("SC_CLK_TCK")
     return sum(int(f) for f in fields[11:15]) / ticks
+
+
+def run_delay_seconds(pid: int) -> float:
+    """Seconds the process's threads have waited runnable for a CPU (/proc/PID/task/*/schedstat, second field):
+    a server that waits long for a core is starved by the machine's load, not slow on its own."""
+    total = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return float("nan")
+    for task in tasks:
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue   # a thread that ended meanwhile
+    return total / 1e9
 
 
 def rss_mib(pid: int) -> float:
@@ -212,15 +230,18 @@ def run_side(name: str, classes: Path, home: Path, args: argparse.Namespace) -> 
             print(f"[{name}] {key} {argv[argv.index('--count') + 1]} ...", file=sys.stderr)
             spy = start_py_spy(running, args.py_spy, key)
             before = sum(cpu_seconds(p.pid) for p in running.procs)
+            waited = sum(run_delay_seconds(p.pid) for p in running.procs)
             children = resource.getrusage(resource.RUSAGE_CHILDREN)
             try:
                 res[key] = out = loadgen(classes, side_home, key, ns, *argv, timeout=timeout)
             finally:
                 used = sum(cpu_seconds(p.pid) for p in running.procs) - before
+                waited = sum(run_delay_seconds(p.pid) for p in running.procs) - waited
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 stop_py_spy(spy)
             client = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
             out["server_cpu_s"], out["client_cpu_s"] = round(used, 2), round(client, 2)
+            out["server_run_delay_s"] = round(waited, 2)
             msgs = (out.get("msgs") or 0) + (out.get("warmup_msgs") or 0)
             if msgs:
                 out["server_cpu_us_per_msg"] = round(1e6 * used / msgs, 1)
@@ -248,11 +269,15 @@ ROWS = [
     ("latency p99 ms", "latency", "p99_ms", False),
     ("send rt p50 µs", "send", "rt_us_p50", False),
     ("send rt p99 µs", "send", "rt_us_p99", False),
+    ("batch rt p50 µs", "batch", "rt_us_p50", False),
+    ("batch rt p99 µs", "batch", "rt_us_p99", False),
     ("server CPU µs/msg send", "send", "server_cpu_us_per_msg", False),
     ("server CPU µs/msg batch", "batch", "server_cpu_us_per_msg", False),
     ("server CPU µs/msg consume", "consume", "server_cpu_us_per_msg", False),
     ("LoadGen CPU µs/msg send", "send", "client_cpu_us_per_msg", False),
     ("LoadGen CPU µs/msg batch", "batch", "client_cpu_us_per_msg", False),
+    ("server CPU s batch", "batch", "server_cpu_s", False),
+    ("server run wait s batch", "batch", "server_run_delay_s", False),
 ]
 
 

@@ -347,3 +347,44 @@ def test_reopen_after_clean_close_indexes_nothing_twice(tmp_path, n):
                 s.put_message(Message("T", b"x", keys=f"k{i}"))
     with MessageStore.open(root, config=_config(root)) as s:
         assert _entries(root) == _expected(s)
+
+
+# --- deferred dispatch (MessageStore.defer_index: the broker builds the index after its answers) -------------
+def test_deferred_index_writes_the_same_files_as_dispatch_in_each_put_and_queries_see_every_key(
+        tmp_path, monkeypatch):
+    from rocketstream.store import message_store
+
+    def fill(root: Path, defer: bool) -> tuple[list[bytes], list[int]]:
+        clock = iter(range(T0, T0 + 10**9, 700))   # store times in steps of 0.7 s: several per index second
+        monkeypatch.setattr(message_store, "_now_ms", lambda: next(clock))
+        calls: list[int] = []
+        found: list[int] = []
+        with MessageStore.open(root, config=_config(root)) as s:
+            if defer:
+                s.defer_index(lambda: calls.append(len(calls)))
+            for i in range(40):
+                if i % 3 == 0:
+                    s.put_message(Message("T", b"x", keys=f"k{i} other{i}", properties={"UNIQ_KEY": f"u{i}"}), 0)
+                else:
+                    s.put_messages([Message("T", b"y" * j, keys=f"k{i}" if j else None,
+                                            properties={"UNIQ_KEY": f"u{i}.{j}"}) for j in range(i % 5 + 1)], i % 2)
+                if defer and i % 7 == 6:
+                    # a query drains what waits: the key of the put just made is found
+                    found.append(len(s.query_message("T", f"k{i}")))
+                elif defer and i % 4 == 3:
+                    s.drain_index()
+            if defer:
+                s.defer_index(None)   # back to dispatch in each put: what waits is written first
+            s.put_message(Message("T", b"z", keys="last", properties={"UNIQ_KEY": "u"}), 0)
+            found.append(len(s.query_message("T", "last")))
+        return [p.read_bytes() for p in index_files(root)], [len(calls), *found]
+
+    plain, _ = fill(tmp_path / "plain", False)
+    deferred, counts = fill(tmp_path / "deferred", True)
+    assert len(plain) > 2   # the puts roll the index file (50 entries each)
+    assert deferred == plain
+    # on_pending once per put that found nothing waiting: the first, and the first after each drain but the last
+    # (drained after puts 3, 6, 7, 11, 13, 15, 19, 20, 23, 27, 31, 34, 35, 39: queries at 6, 13, 20, 27, 34)
+    assert counts[0] == 14
+    # 5 queries while deferred (each finds every message of the put just made with that key), the last after
+    assert counts[1:] == [1 if i % 3 == 0 else i % 5 for i in (6, 13, 20, 27, 34)] + [1] == [1, 3, 0, 1, 4, 1]

@@ -4,6 +4,12 @@
 The put path dispatches synchronously right after the commit-log bytes are in the mapping, so there
 is no reput thread; recovery replays records through ``dispatch_head`` (idempotent, as
 ``ConsumeQueue.putMessagePositionInfo`` is) and rebuilds the index separately (recovery.py).
+
+A broker may defer the index part (:meth:`Dispatcher.defer_index`): a put's keys then wait in a list,
+and :meth:`Dispatcher.drain_index` writes the keys of every put since the last drain with one
+``IndexWriter.put`` - as ``ReputMessageService`` builds the index after the put was answered, in its own
+thread. The broker drains once its answers are written; the store drains before anything reads or closes
+the index (``MessageStore.drain_index``), so a query never misses a key that was put.
 PREPARED and ROLLBACK records get no unit; ROLLBACK records are not indexed (PREPARED ones are, as
 ``IndexService.buildIndex`` does).
 """
@@ -19,7 +25,7 @@ from rocketstream.codec import CQ_DTYPE
 from rocketstream.store.files.checkpoint import StoreCheckpoint
 from rocketstream.store.files.commit_log import AppendResult, EncodedBatch, RecordHead
 from rocketstream.store.files.consume_queue import ConsumeQueue
-from rocketstream.store.files.index_writer import IndexWriter
+from rocketstream.store.files.index_writer import IndexRecords, IndexWriter
 
 
 def is_dispatchable(sys_flag: int) -> bool:
@@ -42,6 +48,22 @@ class Dispatcher:
         self.index = index   # None: messageIndexEnable=false
         self._checkpoint = checkpoint
         self._delay_levels = delay_levels
+        self._pending: list[IndexRecords] = []   # deferred index keys, put order (defer_index)
+        self._on_pending: Callable[[], None] | None = None
+
+    def defer_index(self, on_pending: Callable[[], None] | None) -> None:
+        """Deferred index dispatch: ``on_pending()`` is called when a put leaves keys waiting (the first
+        since the last drain) and must see to it that :meth:`drain_index` runs soon; None: the keys are
+        written by each put again (after a drain of what waits)."""
+        if on_pending is None:
+            self.drain_index()
+        self._on_pending = on_pending
+
+    def drain_index(self) -> None:
+        """Write the keys waiting since the last drain, in put order."""
+        pending, self._pending = self._pending, []
+        if pending and self.index is not None:
+            self.index.put_many_records(pending)
 
     def tags_code(self, topic: str, properties: dict[str, str], store_timestamp: int) -> int:
         return tags_code_of(topic, properties, store_timestamp, self._delay_levels)
@@ -54,7 +76,12 @@ class Dispatcher:
             uniq, keys = batch.index_keys()
             offsets = (np.add(result.starts, result.physical_offset).tolist() if batch.count > 1
                        else [result.physical_offset])
-            self.index.put_records(batch.topic, uniq, keys, offsets, result.store_timestamp)
+            if self._on_pending is None:
+                self.index.put_records(batch.topic, uniq, keys, offsets, result.store_timestamp)
+                return
+            self._pending.append((batch.topic, uniq, keys, offsets, result.store_timestamp))
+            if len(self._pending) == 1:
+                self._on_pending()
 
     def _put_units(self, batch: EncodedBatch, result: AppendResult) -> None:
         ts = result.store_timestamp

@@ -13,15 +13,18 @@ its place; with the same value that changes nothing, a different value is left t
 returns None whenever the general path is needed (it also words the refusals), so both write the same
 bytes (tests/store/test_put_raw.py compares them on random batches).
 
-The records are assembled as ``put_columns`` assembles its own: the fixed headers are rows of a numpy
-array filled column by column (TOTALSIZE, BODYCRC, FLAG, offsets, BODY length), the topic part with the
-properties length another, and ``encode`` joins rows, bodies (views into the request, not copies) and
-properties strings.
+The records are assembled record by record: ``encode`` packs each fixed header with one struct call (the
+offsets known only at the append), and joins it with the body (a view into the request, not a copy), the
+topic part with the properties length (one bytes object per distinct length) and the properties strings. A
+broker batch is a few dozen records: numpy's per-call costs (``put_columns`` fills its headers column by
+column) were more than the packing.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
+import struct
 from collections.abc import Mapping
 from typing import TypeAlias
 
@@ -33,7 +36,6 @@ from rocketstream.codec import HostAddress
 from rocketstream.errors import OptionError
 from rocketstream.store.files.commit_log import TagsCodeOf
 from rocketstream.store.write.messages import valid_topic
-from rocketstream.store.write.put_columns import _head_dtype, _int16_at
 
 Int64Array: TypeAlias = npt.NDArray[np.int64]
 
@@ -47,6 +49,8 @@ _TAGS = codec.PROPERTY_TAGS.encode()
 _DELAY = codec.PROPERTY_DELAY.encode()
 _OWN = (codec.PROPERTY_UNIQ_KEY, codec.PROPERTY_KEYS, codec.PROPERTY_TAGS, codec.PROPERTY_DELAY)
 _CRC_MASK = 0x7FFFFFFF
+_PROPS_LEN = struct.Struct(">h")
+crc32 = codec.crc32
 
 
 class RawBatch:
@@ -54,24 +58,27 @@ class RawBatch:
 
     dispatch = True   # no transaction bits in a batch
 
-    def __init__(self, topic: str, queue_id: int, rows: npt.NDArray[np.uint8], heads: npt.NDArray[np.void],
-                 bodies: list[memoryview], middles: list[bytes], props: list[bytes], extras: list[bytes],
-                 sizes: Int64Array, uniq: list[str | None], keys: list[str | None] | None,
-                 tags_codes: Int64Array) -> None:
+    def __init__(self, topic: str, queue_id: int, fixed: struct.Struct, constants: tuple[object, ...],
+                 crcs: list[int], flags: list[int], body_lens: list[int], bodies: list[memoryview],
+                 middles: list[bytes], props: list[bytes], extras: list[bytes], sizes: list[int],
+                 uniq: list[str | None], keys: list[str | None] | None, tags_codes: Int64Array) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.count = len(bodies)
-        self._rows = rows
-        self._heads = heads
+        self._fixed = fixed
+        self._constants = constants
+        self._crcs = crcs
+        self._flags = flags
+        self._body_lens = body_lens
         self._bodies = bodies
         self._middles = middles
         self._props = props
         self._extras = extras
-        self.sizes = sizes
-        # array methods and ufuncs, not numpy's module-level wrappers: a batch is a few dozen records
-        ends = sizes.cumsum()
-        self.total = int(ends[-1])
-        self.starts = ends - sizes
+        self._size_list = sizes
+        self._start_list = list(itertools.accumulate(sizes, initial=0))
+        self.total = self._start_list.pop()
+        self.sizes = np.array(sizes, dtype=np.int64)
+        self.starts = np.array(self._start_list, dtype=np.int64)
         self._uniq = uniq
         self._keys = keys
         self._tags_codes = tags_codes
@@ -87,17 +94,17 @@ class RawBatch:
         return self._tags_codes
 
     def encode(self, physical_offset: int, queue_offset: int, store_timestamp: int) -> bytes:
-        n = self.count
-        heads = self._heads
-        heads["queue_offset"] = np.arange(queue_offset, queue_offset + n, dtype=np.int64)
-        heads["physical_offset"] = self.starts + physical_offset
-        heads["store_ts"] = store_timestamp
-        parts: list[bytes | memoryview] = [b""] * (5 * n)
-        parts[0::5] = self._rows.view(f"V{self._rows.shape[1]}").ravel().tolist()
-        parts[1::5] = self._bodies
-        parts[2::5] = self._middles
-        parts[3::5] = self._props
-        parts[4::5] = self._extras
+        """Each record's fixed header packed whole (one struct call: a batch is a few dozen records, fewer than
+        numpy's per-call costs repay), then its body, topic + properties length, properties."""
+        magic, queue_id, sys_flag, born_ts, born_ip, born_port, store_ip, store_port, reconsume = self._constants
+        pack = self._fixed.pack
+        parts: list[bytes | memoryview] = []
+        add = parts.extend
+        for i, (size, start, crc, flag, body_len) in enumerate(zip(self._size_list, self._start_list, self._crcs,
+                                                                   self._flags, self._body_lens, strict=True)):
+            add((pack(size, magic, crc, queue_id, flag, queue_offset + i, physical_offset + start, sys_flag, born_ts,
+                      born_ip, born_port, store_timestamp, store_ip, store_port, reconsume, 0, body_len),
+                 self._bodies[i], self._middles[i], self._props[i], self._extras[i]))
         return b"".join(parts)
 
 
@@ -143,35 +150,27 @@ def build_raw_batch(topic: str, queue_id: int, raw: bytes, *, batch_properties: 
     born_v6, store_v6 = len(born_ip) == 16, len(store_ip) == 16
     fixed = codec.record.FIXED_HEADER[born_v6, store_v6]
     flag_bits = sys_flag | (codec.FLAG_BORNHOST_V6 if born_v6 else 0) | (codec.FLAG_STOREHOST_V6 if store_v6 else 0)
-    head = fixed.pack(0, codec.MAGIC_V1, 0, queue_id, 0, 0, 0, flag_bits, born_timestamp, born_ip, born_host[1], 0,
-                      store_ip, store_host[1], reconsume_times, 0, 0)
     topic_part = codec.record.encode_topic(topic, False)
     assert topic_part is not None   # valid_topic: at most 127 ASCII characters
-    body_lens = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
-    props_lens = np.fromiter(map(len, props), dtype=np.int64, count=n) \
-        + np.fromiter(map(len, extra_of), dtype=np.int64, count=n)
-    if int(np.maximum.reduce(props_lens)) > codec.MAX_PROPERTIES_LENGTH:
+    body_lens = list(map(len, bodies))
+    props_lens = [len(p) + len(e) for p, e in zip(props, extra_of, strict=True)]
+    if max(props_lens) > codec.MAX_PROPERTIES_LENGTH:
         return None
-    sizes = body_lens + props_lens + (fixed.size + len(topic_part) + 2)
-    rows = np.empty((n, fixed.size), dtype=np.uint8)
-    rows[:] = np.frombuffer(head, dtype=np.uint8)
-    heads = rows.view(_head_dtype(born_v6, store_v6, 0, fixed.size))[:, 0]
-    heads["total"] = sizes
-    heads["crc"] = np.fromiter(map(codec.crc32, bodies), dtype=np.int64, count=n) & _CRC_MASK
-    heads["flag"] = flags
-    heads["body_len"] = body_lens
-    width = len(topic_part) + 2
-    middle = np.empty((n, width), dtype=np.uint8)
-    middle[:, :-2] = np.frombuffer(topic_part, dtype=np.uint8)
-    middle.view(_int16_at(width, width - 2))["v"][:, 0] = props_lens
+    fixed_part = fixed.size + len(topic_part) + 2
+    sizes = [fixed_part + b + p for b, p in zip(body_lens, props_lens, strict=True)]
+    crcs = [crc32(b) & _CRC_MASK for b in bodies]
+    # topic + PROPERTIES length: one bytes object per distinct length (a batch's are mostly equal)
+    middle_of = {length: topic_part + _PROPS_LEN.pack(length) for length in set(props_lens)}
     if tags is None:
         tags_codes = np.zeros(n, dtype=np.int64)
     else:
         codes: dict[bytes | None, int] = {t: codec.java_hash(t.decode("utf-8")) for t in set(tags) if t}
         codes[None] = 0
         tags_codes = np.fromiter(map(codes.__getitem__, tags), dtype=np.int64, count=n)
-    return RawBatch(topic, queue_id, rows, heads, bodies, middle.view(f"V{width}").ravel().tolist(), props,
-                    extra_of, sizes, uniq, keys, tags_codes)
+    constants = (codec.MAGIC_V1, queue_id, flag_bits, born_timestamp, born_ip, born_host[1], store_ip, store_host[1],
+                 reconsume_times)
+    return RawBatch(topic, queue_id, fixed, constants, crcs, flags, body_lens, bodies,
+                    list(map(middle_of.__getitem__, props_lens)), props, extra_of, sizes, uniq, keys, tags_codes)
 
 
 def _split(raw: bytes, max_message_size: int) -> tuple[list[memoryview], list[bytes], list[int]] | None:
