@@ -29,6 +29,8 @@ store and the same rows (all columns) into a Parquet file, then times on local[2
     getMessage transfer limits (maxTransferCountOnMessageInMemory 32, maxTransferBytesOnMessageInMemory
     256 KiB; on disk 8 / 64 KiB); "raised" sets them (memory and disk) to RAISED_CONF. Each network time is
     compared with "ours" (local mode on the same store files) measured in this run; goal >= 0.7x.
+``--data DIR`` keeps the store and the Parquet rows of each size in DIR and reuses them in a later run with the
+same ``--messages`` (A/B runs of two checkouts, one after the other, over the same rows).
 Each query runs ``--repeat`` times after one warm-up; the best time counts. Ratios are computed
 from numbers measured in this run. Data lives under a temporary directory removed at the end.
 """
@@ -309,6 +311,9 @@ def main() -> None:
     ap.add_argument("--sizes", default="256,1024,4096")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--data", type=Path, default=None,
+                    help="keep the written store and Parquet rows in DATA and reuse them in later runs with the same "
+                         "--messages (A/B runs of two checkouts on the same rows; not removed at the end)")
     ap.add_argument("--network", default=",".join(NETWORK_CASES),
                     help=f"network cases to run, comma-separated from {', '.join(NETWORK_CASES)}; 'none' for none")
     ap.add_argument("--no-reference", action="store_true",
@@ -338,15 +343,24 @@ def main() -> None:
     spark = spark_session("rocketstream-bench")
     spark.dataSource.register(SyntheticSource)
     base = Path(tempfile.mkdtemp(prefix="rs-spark-bench-", dir=args.dir))
+    kept = args.data.resolve() if args.data is not None else None
     results, net_results = [], []
     try:
         for body_size in (int(s) for s in args.sizes.split(",")):
-            root, parquet = base / f"store-{body_size}", base / f"rows-{body_size}.parquet"
+            data = base if kept is None else kept / f"{args.messages}x{body_size}"
+            root, parquet = data / f"store-{body_size}", data / f"rows-{body_size}.parquet"
+            done = data / "complete"   # written last: a run stopped while writing leaves no reusable data
             t0 = time.perf_counter()
-            produce(root, args.messages, body_size)
-            if not args.no_reference:
-                write_parquet(root, parquet)
-            print(f"[{body_size} B] data written in {time.perf_counter() - t0:.1f} s", flush=True)
+            if not (done.exists() and (args.no_reference or parquet.exists())):
+                shutil.rmtree(root, ignore_errors=True)
+                produce(root, args.messages, body_size)
+                if not args.no_reference:
+                    write_parquet(root, parquet)
+                if kept is not None:
+                    done.touch()
+                print(f"[{body_size} B] data written in {time.perf_counter() - t0:.1f} s", flush=True)
+            else:
+                print(f"[{body_size} B] reusing the data in {data}", flush=True)
 
             # the queries below run within this iteration of the loop (B023 noted on each)
             def ours_df(sub: str = "*"):
@@ -394,7 +408,8 @@ def main() -> None:
                 assert r_ours["b"] == r_pq["b"], (r_ours, r_pq)
                 assert r_tag["n"] == (args.messages + 99) // 100, r_tag
                 results.append((body_size, args.messages, t_ours, t_pq, t_syn, t_tag, t_floor, tasks_full, tasks_tag))
-                parquet.unlink()
+                if kept is None:
+                    parquet.unlink()
             for case in cases:
                 kind, limits = case.split("-")
                 extra = dict(RAISED_CONF) if limits == "raised" else {}
@@ -410,7 +425,8 @@ def main() -> None:
                 print(f"[{body_size} B] {case} {t_net:.2f} s = {t_ours / t_net:.2f}x local", flush=True)
                 net_results.append((body_size, case, t_net, t_ours))
                 shutil.rmtree(home, ignore_errors=True)
-            shutil.rmtree(root)
+            if kept is None:
+                shutil.rmtree(root)
         queue_results = []
         for count in (int(c) for c in args.queue_counts.split(",") if c.strip()):
             root = base / f"queues-{count}"
