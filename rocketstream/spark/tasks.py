@@ -7,7 +7,6 @@ driver, and reading a task's ranges as Arrow batches in executors.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
 import sys
@@ -57,7 +56,6 @@ def read_task(task: ReadTask, projection: Projection) -> Iterator[pa.RecordBatch
     view at once (``read_ranges``: a network view pulls several of them at a time), brokers in the order
     the task first names them; a range below the queue's min follows failOnDataLoss (at planning time
     and while reading)."""
-    tune_worker_memory()
     columns = list(task.columns)
     need_time = task.store_time_us is not None and "storeTimestamp" not in columns
     read_columns = columns + (["storeTimestamp"] if need_time else [])
@@ -80,47 +78,6 @@ def read_task(task: ReadTask, projection: Projection) -> Iterator[pa.RecordBatch
 
 # True once this process moved its heap to the permanent generation (freeze_worker_heap)
 _heap_frozen = False
-# True once this process chose where its Arrow and numpy buffers come from (tune_worker_memory)
-_memory_tuned = False
-# glibc mallopt parameters (malloc.h) and the values a worker sets: every allocation up to 32 MiB (glibc's
-# largest mmap threshold on 64 bits) from the heap, whose top is given back to the system above 256 MiB
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-WORKER_MMAP_THRESHOLD = 32 << 20
-WORKER_TRIM_THRESHOLD = 256 << 20
-
-
-def _in_daemon_worker() -> bool:
-    """True in a PySpark daemon worker (forked from pyspark/daemon.py, which is its ``__main__``)."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return getattr(spec, "name", None) == "pyspark.daemon"
-
-
-def tune_worker_memory() -> None:
-    """In a PySpark daemon worker, once per process, before its first batch: Arrow buffers from the system
-    allocator (``pa.system_memory_pool``) and glibc's malloc told (``mallopt``) to serve blocks up to 32 MiB
-    from its heap and keep freed memory below 256 MiB. A batch's buffers are megabytes, freed as soon as
-    PySpark has written the batch to the JVM: Arrow's default mimalloc pool gives such pages back to the
-    system between batches and glibc maps each block above its mmap threshold afresh, so every batch faulted
-    its pages in again. Measured on 1 M messages of 256 B (tests/benchmarks/bench_spark.py's store): outside
-    Spark, reading 168 k rows with a 30 ms pause per batch (a worker waiting on the JVM), 5,000-6,200 minor faults
-    untuned and 1,200-3,200 tuned (what is left is the mapped commit log's), CPU lower in most rounds; in
-    Spark, three interleaved rounds of the full scan, the Python workers' faults per query 15-24 k untuned
-    and 12 k tuned, their system CPU 0.31-0.44 s and 0.25-0.32 s. A worker's heap then holds its largest
-    batches' worth between tasks. A process that is not a PySpark daemon worker (the driver, tests, a service)
-    is left alone, as is a libc without ``mallopt`` (its malloc keeps its own policy)."""
-    global _memory_tuned
-    if _memory_tuned or not _in_daemon_worker():
-        return
-    _memory_tuned = True
-    pa.set_memory_pool(pa.system_memory_pool())
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is None:
-        log.debug("no mallopt in this libc: malloc thresholds left as they are")
-        return
-    for param, value in ((_M_MMAP_THRESHOLD, WORKER_MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, WORKER_TRIM_THRESHOLD)):
-        if mallopt(param, value) != 1:
-            log.warning("mallopt(%d, %d) refused: malloc thresholds left as they are", param, value)
 
 
 def freeze_worker_heap() -> None:
@@ -132,7 +89,11 @@ def freeze_worker_heap() -> None:
     need not walk them again; objects created later are collected as usual, and freed by reference counting
     as before. A process that is not a PySpark daemon worker (the driver, tests) is left alone."""
     global _heap_frozen
-    if _heap_frozen or not _in_daemon_worker():
+    if _heap_frozen:
+        return
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if getattr(spec, "name", None) != "pyspark.daemon":
         return
     _heap_frozen = True
     gc.collect()

@@ -82,7 +82,6 @@ def test_a_daemon_worker_freezes_its_heap_once_after_its_first_task(stores, monk
     monkeypatch.setattr(tasks_mod.gc, "collect", lambda *a: calls.append("collect") or 0)
     monkeypatch.setattr(tasks_mod.gc, "freeze", lambda: calls.append("freeze"))
     monkeypatch.setattr(tasks_mod, "_heap_frozen", False)
-    monkeypatch.setattr(tasks_mod, "_memory_tuned", True)  # tune_worker_memory has its own test
     opts = parse_options({"path": str(stores["a"]), "topic": TOPIC}, streaming=False)
     reader = batch_mod.RocketMQBatchReader(opts, projection_for(None))
     task = reader.partitions()[0]
@@ -99,44 +98,6 @@ def test_a_daemon_worker_freezes_its_heap_once_after_its_first_task(stores, monk
     assert calls == ["collect", "freeze"]
     assert sum(b.num_rows for b in reader.read(task)) > 0
     assert calls == ["collect", "freeze"]  # once per process
-
-
-def test_a_daemon_worker_tunes_its_memory_once_before_its_first_batch(stores, monkeypatch):
-    """A PySpark daemon worker takes Arrow buffers from the system allocator and raises glibc's mmap and trim
-    thresholds (tasks.tune_worker_memory), once, before its first batch; other processes are left alone."""
-    import importlib.machinery
-    import sys
-    import types
-
-    from rocketstream.spark import tasks as tasks_mod
-
-    calls: list[object] = []
-
-    class FakeLibc:
-        def mallopt(self, param: int, value: int) -> int:
-            calls.append((param, value))
-            return 1
-
-    monkeypatch.setattr(tasks_mod.pa, "set_memory_pool", lambda pool: calls.append(pool.backend_name))
-    monkeypatch.setattr(tasks_mod.ctypes, "CDLL", lambda name: FakeLibc())
-    monkeypatch.setattr(tasks_mod, "_memory_tuned", False)
-    opts = parse_options({"path": str(stores["a"]), "topic": TOPIC}, streaming=False)
-    reader = batch_mod.RocketMQBatchReader(opts, projection_for(None))
-    task = reader.partitions()[0]
-    assert sum(b.num_rows for b in reader.read(task)) > 0
-    assert calls == []  # this test process is no PySpark daemon worker
-    daemon_main = types.ModuleType("__main__")
-    daemon_main.__spec__ = importlib.machinery.ModuleSpec("pyspark.daemon", None)
-    monkeypatch.setitem(sys.modules, "__main__", daemon_main)
-    monkeypatch.setattr(tasks_mod, "_heap_frozen", True)  # freeze_worker_heap has its own test
-    batches = reader.read(task)
-    assert next(batches).num_rows > 0
-    tuned = ["system", (-3, 32 << 20), (-1, 256 << 20)]  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD (malloc.h)
-    assert calls == tuned
-    for _ in batches:
-        pass
-    assert sum(b.num_rows for b in reader.read(task)) > 0
-    assert calls == tuned  # once per process
 
 
 def test_an_executor_read_does_not_import_pandas(stores):
