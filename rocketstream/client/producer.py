@@ -20,17 +20,12 @@ before the route is known, run on the event loop.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
-import operator
 import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
-
-import numpy as np
-import numpy.typing as npt
 
 from rocketstream.client.api import RETRY_RESPONSE_CODES, MQClientAPI, properties_string
 from rocketstream.client.common import (
@@ -62,7 +57,7 @@ from rocketstream.codec import (
     java_hash,
     new_uniq_key,
 )
-from rocketstream.codec.ids import new_uniq_key_block, new_uniq_keys
+from rocketstream.codec.ids import new_uniq_keys
 from rocketstream.errors import (
     BrokerResponseError,
     MQClientError,
@@ -188,51 +183,6 @@ def _encode_batch(msgs: Sequence[Message], uniq_keys: Sequence[str]) -> tuple[by
         uniqs.append(key)
         size += n_body + n_text
     return b"".join(parts), ",".join(uniqs), size + 23 * len(uniqs)   # 20 + 2 + the last separator each
-
-
-_KEY_BYTES = 32   # a UNIQ_KEY's length (codec.ids: 20 prefix + 12 hex digits)
-
-
-def _uniform(msgs: Sequence[Message]) -> list[bytes] | None:
-    """The bodies of ``msgs`` when every message is the first one but for its body, a ``bytes`` of the same
-    length: the same topic, tags, keys, delay level, WAIT and flag objects, no user properties; else None."""
-    m0 = msgs[0]
-    topic, tags, keys, delay, wait, flag = m0.topic, m0.tags, m0.keys, m0.delay_level, m0.wait_store_msg_ok, m0.flag
-    n = len(m0.body)
-    for m in msgs:
-        if m.topic is not topic or m.tags is not tags or m.keys is not keys or m.delay_level is not delay \
-                or m.wait_store_msg_ok is not wait or m.flag is not flag or m.properties or type(m.body) is not bytes \
-                or len(m.body) != n:
-            return None
-    return [m.body for m in msgs]
-
-
-def _encode_uniform(bodies: list[bytes], flag: int, head: str, keys: npt.NDArray[np.uint8]) -> tuple[bytes, str, int]:
-    """:func:`_encode_batch` of messages that differ only in their bodies, all of one length (:func:`_uniform`),
-    whose properties text before the UNIQ_KEY is ``head`` (:func:`_uniq_head`), with the UNIQ_KEYs ``keys``
-    (``new_uniq_key_block``: one row of ASCII each): every record one row of a 2-D array, filled a column
-    range at a time (``MessageDecoder.encodeMessage``: TOTALSIZE, MAGICCODE 0, BODYCRC 0, FLAG, BODY length,
-    body, PROPERTIES length, properties). Byte for byte what :func:`_encode_batch` writes; the caller checks
-    that the properties fit (``len(head) + 32 < MAX_PROPERTIES_LENGTH`` bytes)."""
-    count, n_body = len(bodies), len(bodies[0])
-    head_b = head.encode("utf-8")
-    n_raw = len(head_b) + _KEY_BYTES
-    width = 22 + n_body + n_raw
-    out = np.empty((count, width), dtype=np.uint8)
-    out[:, :20] = np.frombuffer(_BATCH_HEAD.pack(width, 0, 0, flag, n_body), dtype=np.uint8)
-    first = bodies[0]
-    if all(map(operator.is_, bodies, itertools.repeat(first))):   # one body object sent count times
-        out[:, 20:20 + n_body] = np.frombuffer(first, dtype=np.uint8)
-    else:
-        out[:, 20:20 + n_body] = np.frombuffer(b"".join(bodies), dtype=np.uint8).reshape(count, n_body)
-    at = 20 + n_body
-    out[:, at:at + 2 + len(head_b)] = np.frombuffer(_PROPS_LEN.pack(n_raw) + head_b, dtype=np.uint8)
-    out[:, width - _KEY_BYTES:] = keys
-    joined = np.empty((count, _KEY_BYTES + 1), dtype=np.uint8)   # the keys comma-joined: one row each + ","
-    joined[:, :_KEY_BYTES] = keys
-    joined[:, _KEY_BYTES] = ord(",")
-    uniq = joined.tobytes()[:-1].decode("ascii")
-    return out.tobytes(), uniq, count * (n_body + len(head) + _KEY_BYTES + 23)
 
 
 def _request_frame(api: MQClientAPI, built: tuple[RemotingCommand, str]) -> tuple[int, int, bytes, str]:
@@ -629,8 +579,7 @@ class Producer:
             raise OptionError("messages", "a batch needs at least one message")
         msgs = [m if isinstance(m, Message) else Message(topic, bytes(m), tags=tags, keys=keys) for m in messages]
         wait, max_size = msgs[0].wait_store_msg_ok, self.max_message_size
-        bodies = _uniform(msgs) if len(msgs) > 1 else None   # then the first message's checks are every one's
-        for i, m in enumerate(msgs if bodies is None else msgs[:1]):
+        for i, m in enumerate(msgs):
             if i and m.topic == topic and type(m.body) is bytes and 0 < len(m.body) <= max_size \
                     and not m.properties and m.delay_level == 0 and type(m.delay_level) is int \
                     and type(m.flag) is int and -_INT32 <= m.flag < _INT32 and m.wait_store_msg_ok == wait:
@@ -653,11 +602,7 @@ class Producer:
             check_topic(topic)
             if queue is not None:
                 queue = self._wrap_queue(queue)
-        head = None if bodies is None else _uniq_head(self._heads, msgs[0])
-        if head is not None and bodies is not None and len(head.encode("utf-8")) + _KEY_BYTES < MAX_PROPERTIES_LENGTH:
-            body, uniq, size = _encode_uniform(bodies, msgs[0].flag, head, new_uniq_key_block(len(msgs)))
-        else:
-            body, uniq, size = _encode_batch(msgs, new_uniq_keys(len(msgs)))
+        body, uniq, size = _encode_batch(msgs, new_uniq_keys(len(msgs)))
         if size > self.max_message_size:
             raise OptionError("messages", f"the batch body size {size} is over the max value {self.max_message_size}")
         t = self.send_msg_timeout if timeout is None else timeout

@@ -5,7 +5,6 @@ field); retries on another broker; bad input (names, sizes, an unreachable name 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import json
 import os
@@ -528,39 +527,6 @@ def test_one_pass_batch_encoding_is_the_full_encoders(items):
     assert uniq_text == ",".join(p["UNIQ_KEY"] for p in want_props)
     assert size == sum(20 + len(m.body) + 2 + len(t) + 1 for m, t in zip(msgs, texts, strict=True))
     assert [e.properties for e in decode_batch_body(body)] == want_props
-
-
-@settings(max_examples=100, deadline=None)
-@given(n_body=st.integers(1, 64), count=st.integers(1, 40), flag=st.integers(-(2**31), 2**31 - 1),
-       tags=st.one_of(st.sampled_from([None, "", "TagA", "TägB"]), _TEXT),
-       keys=st.one_of(st.sampled_from([None, "", "k1", "k1 k2"]), _TEXT), wait=st.booleans(),
-       one_body=st.booleans(), seed=st.integers(0, 2**32 - 1))
-def test_uniform_batches_encode_as_the_one_pass_encoder(n_body, count, flag, tags, keys, wait, one_body, seed):
-    """A batch whose messages differ only in their bodies (of one length) is encoded a column range at a time
-    (producer._encode_uniform over new_uniq_key_block's keys): byte for byte _encode_batch's body, msgId text and
-    size with the same keys; _uniform finds such batches and no other."""
-    import random
-
-    from rocketstream.client.producer import _encode_batch, _encode_uniform, _uniform, _uniq_head
-    from rocketstream.codec.ids import new_uniq_key_block
-
-    rnd = random.Random(seed)
-    shared = rnd.randbytes(n_body)
-    msgs = [Message("T", shared if one_body else rnd.randbytes(n_body), tags=tags, keys=keys, flag=flag,
-                    wait_store_msg_ok=wait) for _ in range(count)]
-    bodies = _uniform(msgs)
-    assert bodies == [m.body for m in msgs]
-    head = _uniq_head({}, msgs[0])
-    block = new_uniq_key_block(count)
-    assert _encode_uniform(bodies, flag, head, block) == _encode_batch(msgs, [bytes(r).decode() for r in block])
-    if count > 1:   # one message unlike the others: not uniform
-        k = rnd.randrange(1, count)
-        for change in ({"body": msgs[k].body + b"x"}, {"body": bytearray(msgs[k].body)}, {"tags": "Other"},
-                       {"keys": "other"}, {"flag": flag ^ 1}, {"wait_store_msg_ok": not wait},
-                       {"delay_level": 2}, {"properties": {"A": "1"}}, {"topic": "U"}):
-            other = list(msgs)
-            other[k] = dataclasses.replace(msgs[k], **change)
-            assert _uniform(other) is None, change
 
 
 @settings(max_examples=150, deadline=None)
