@@ -349,9 +349,7 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         self.listener = listener
         # pulled batches submitted on the client loop in its current iteration (handed over together)
         self._ready: list[tuple[list[MessageExt], ProcessQueue, MessageQueue]] = []
-        # the last pulled batch's listener calls took SLOW_BATCH_S or more (at first: a task per batch, as
-        # for a slow listener, until a batch shows the listener fast)
-        self._slow = True
+        self._slow = False   # the last pulled batch's listener calls took SLOW_BATCH_S or more
         self.handoffs = 0    # consume-thread tasks submitted for pulled batches
 
     def consume_message_directly(self, msg: MessageExt, broker_name: str) -> dict[str, object]:
@@ -418,8 +416,8 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         """The pulled batches submitted in one iteration of the client loop (the answers of one read: the pulls
         of every queue of a broker go out together and come back together) to the consume threads: one task for
         all of them while pulled batches are consumed in less than :data:`SLOW_BATCH_S` (a thread hand-off costs
-        more than a batch of a fast listener's calls), else (and until the first batch was that fast) a task
-        each so that the queues are consumed in parallel, as one task per batch always does."""
+        more than a batch of a fast listener's calls), else a task each so that the queues are consumed in
+        parallel, as one task per batch always does."""
         ready, self._ready = self._ready, []
         if len(ready) > 1 and not self._slow:
             self.handoffs += 1
