@@ -28,7 +28,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rocketstream.client.allocate import MessageQueue
@@ -57,9 +56,6 @@ __all__ = [
 log = logging.getLogger("rocketstream.client")
 
 CONSUME_REQUEST_LATER_DELAY_S = 5.0       # submitConsumeRequestLater (concurrent): 5 s
-# a pulled batch whose listener calls took this long or more is "slow": the batches pulled in one loop iteration
-# are then handed to the consume threads a task each (in parallel), not in one task (ours, not RocketMQ's)
-SLOW_BATCH_S = 0.001
 EXPIRED_MSG_DELAY_LEVEL = 3               # cleanExpiredMsg: sendMessageBack(msg, 3)
 MAX_TIME_CONSUME_CONTINUOUSLY_S = 60.0    # ConsumeMessageOrderlyService.MAX_TIME_CONSUME_CONTINUOUSLY
 TRY_LOCK_LATER_NOT_LOCKED_S = 0.010       # tryLockLaterAndReconsume(..., 10) in the consume loop
@@ -347,10 +343,6 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
                  namespace: str | None = None) -> None:
         super().__init__(consumer, consume_thread_max, "ConsumeMessageThread_", namespace)
         self.listener = listener
-        # pulled batches submitted on the client loop in its current iteration (handed over together)
-        self._ready: list[tuple[list[MessageExt], ProcessQueue, MessageQueue]] = []
-        self._slow = False   # the last pulled batch's listener calls took SLOW_BATCH_S or more
-        self.handoffs = 0    # consume-thread tasks submitted for pulled batches
 
     def consume_message_directly(self, msg: MessageExt, broker_name: str) -> dict[str, object]:
         return consume_directly(self.consumer.group, self.listener, msg, broker_name, orderly=False,
@@ -393,54 +385,10 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         The ConsumeRequests of one pulled batch run one after the other in one consume-thread task and the
         messages they finished leave the ProcessQueue together (one ``removeMessage`` and offset update): Java
         submits one task per ConsumeRequest, which in Python costs more thread hand-offs than a no-op listener
-        costs. With many pulled batches waiting (the usual backlog) every consume thread is still busy. On the
-        client loop the batches of one loop iteration are handed over together (:meth:`_hand_over`)."""
+        costs. With many pulled batches waiting (the usual backlog) every consume thread is still busy."""
         batch = list(msgs)
-        if not batch:
-            return
-        loop = self.consumer.loop
-        try:
-            on_loop = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            on_loop = False
-        if not on_loop:   # called from another thread: a task of its own
-            self.handoffs += 1
+        if batch:
             self._submit(lambda: self._run_requests(batch, pq, mq))
-            return
-        ready = self._ready
-        ready.append((batch, pq, mq))
-        if len(ready) == 1:
-            loop.call_soon(self._hand_over)
-
-    def _hand_over(self) -> None:
-        """The pulled batches submitted in one iteration of the client loop (the answers of one read: the pulls
-        of every queue of a broker go out together and come back together) to the consume threads: one task for
-        all of them while pulled batches are consumed in less than :data:`SLOW_BATCH_S` (a thread hand-off costs
-        more than a batch of a fast listener's calls), else a task each so that the queues are consumed in
-        parallel, as one task per batch always does."""
-        ready, self._ready = self._ready, []
-        if len(ready) > 1 and not self._slow:
-            self.handoffs += 1
-            self._submit(lambda: self._run_batches(ready))
-            return
-        for batch, pq, mq in ready:
-            self.handoffs += 1
-            self._submit(partial(self._run_batches, [(batch, pq, mq)]))
-
-    def _run_batches(self, batches: list[tuple[list[MessageExt], ProcessQueue, MessageQueue]]) -> None:
-        """A consume-thread task: :meth:`_run_requests` of each pulled batch in turn, timed; when one took
-        :data:`SLOW_BATCH_S` or more, the batches after it are handed over a task each (in parallel on the other
-        consume threads) and the service hands over a task per batch until a batch is fast again."""
-        clock = time.monotonic
-        for i, (msgs, pq, mq) in enumerate(batches):
-            began = clock()
-            self._run_requests(msgs, pq, mq)
-            self._slow = slow = clock() - began >= SLOW_BATCH_S
-            if slow and i + 1 < len(batches):
-                for rest in batches[i + 1:]:
-                    self.handoffs += 1
-                    self._submit(partial(self._run_batches, [rest]))
-                return
 
     def _run_requests(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         """A consume-thread task: :meth:`ConsumeRequest.run` of each piece of the pulled batch, then the finished

@@ -185,7 +185,6 @@ def push(args) -> dict:
     c.start()
     done.wait(args.timeout_s)
     end = last[0] or time.perf_counter()
-    handoffs = getattr(c.consume_service, "handoffs", None)   # consume-thread tasks for pulled batches
     c.shutdown()
     secs = end - first[0] if first[0] else 0
     tasks = getattr(c.consume_service.executor, "tasks", None)
@@ -195,7 +194,7 @@ def push(args) -> dict:
             "msgs_per_s": round(got[0] / secs, 1) if secs else 0, "rss_mib": round(rss_mib(), 1),
             "drain_cpu_us_per_msg": round(1e6 * (cpu[1] - cpu[0]) / got[0], 2) if cpu[1] else None,
             "drain_thread_cpu_us_per_msg": thread_cpu_us(*threads, got[0]) if cpu[1] else None,
-            "consume_handoffs": handoffs, "ok": got[0] >= args.count}
+            "ok": got[0] >= args.count}
 
 
 def lite(args) -> dict:

@@ -230,55 +230,6 @@ def test_decoded_messages_one_per_call_get_their_own_consume_start_time(loop: as
     assert [m.properties["MINE"] for m in msgs] == [str(i) for i in range(6)]
 
 
-def test_batches_pulled_in_one_loop_iteration_share_a_hand_off_while_the_listener_is_fast(
-        loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pulled batches submitted in one client-loop iteration go to the consume threads in one task while
-    batches are consumed fast (each batch as before: its own calls, removal and offset); once a batch took
-    SLOW_BATCH_S or more, the rest of its group and later groups get a task each, consumed in parallel."""
-    monkeypatch.setattr(consume_service, "SLOW_BATCH_S", 0.1)   # far from both listeners on a loaded machine
-    c = FakeConsumer(loop)
-    queues = [MessageQueue("T", "broker-a", q) for q in range(4)]
-    lock = threading.Lock()
-    threads: list[str] = []
-    running = [0, 0]   # now, most at once
-    sleep_s = [0.0]
-
-    def listener(msgs: list[Any], ctx: Any) -> Any:
-        with lock:
-            threads.append(threading.current_thread().name)
-            running[0] += 1
-            running[1] = max(running)
-        time.sleep(sleep_s[0])
-        with lock:
-            running[0] -= 1
-        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-
-    svc = ConsumeMessageConcurrentlyService(c, listener, 8)
-    pqs = [ProcessQueue() for _ in queues]
-
-    def pull_round(first: int) -> None:   # one read's answers, on the loop
-        def submit_all() -> None:
-            for mq, pq in zip(queues, pqs, strict=True):
-                msgs = [Msg(o) for o in range(first, first + 2)]
-                svc.submit_consume_request(msgs, pq, mq, pq.put_messages(msgs))
-        loop.call_soon_threadsafe(submit_all)
-        wait_until(lambda: all((mq, first + 2) in c.offsets for mq in queues) and all(pq.msg_count == 0 for pq in pqs))
-
-    pull_round(0)
-    assert svc.handoffs == 1 and len(threads) == 8 and len(set(threads)) == 1 and running[1] == 1
-    sleep_s[0] = 0.06   # two calls a batch, slower than SLOW_BATCH_S: the first batch hands over the other three
-    pull_round(2)
-    assert svc.handoffs == 1 + 1 + 3 and running[1] >= 2
-    running[1] = 0
-    pull_round(4)       # slow now: a task per batch
-    assert svc.handoffs == 5 + 4 and running[1] >= 2
-    sleep_s[0] = 0.0
-    pull_round(6)       # the first fast batch of the round switches back; the rest are already handed over
-    pull_round(8)
-    assert svc.handoffs == 9 + 4 + 1 and svc.stats.consumed_ok == 40
-    svc.shutdown(1)
-
-
 def test_a_queue_dropped_during_a_listener_call_ends_the_pulled_batch_uncommitted(
         loop: asyncio.AbstractEventLoop) -> None:
     """ConsumeRequest.run's dropped checks, for every piece of a pulled batch run in one task: the call that
