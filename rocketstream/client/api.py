@@ -321,7 +321,7 @@ class MQClientAPI:
 
     def thread_frame(self, request: RemotingCommand) -> tuple[int, bytes]:
         """(opaque, frame) of ``request`` as :meth:`invoke_frame_from_thread` sends it: :meth:`signed`, a new
-        opaque, not oneway, encoded (a SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE request of :meth:`_send_request`
+        opaque, not oneway, encoded (a SEND_MESSAGE_V2 request of :meth:`_send_request`
         through its :class:`RequestTemplate`). Any thread; ``request`` gets the opaque."""
         request = self.signed(request)
         request.opaque = next_opaque()
@@ -358,7 +358,7 @@ class MQClientAPI:
         return response
 
     def _send_frame(self, request: RemotingCommand) -> bytes:
-        """``encode_frame(request)`` of a SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE request as :meth:`_send_request`
+        """``encode_frame(request)`` of a SEND_MESSAGE_V2 request (:data:`_TEMPLATE_CODES`) as :meth:`_send_request`
         makes them (not signed: a signed one has more fields and is encoded in full), through a
         :class:`RequestTemplate` per (group, topic, ...) with queueId, sysFlag, bornTimestamp, flag and
         properties left to fill in."""

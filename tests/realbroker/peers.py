@@ -173,13 +173,16 @@ def _compiled_together(dist: Path) -> Path | None:
         return None   # e.g. a source that needs another distribution's API: compile per fixture instead
 
 
-def _javac(outdir: Path, sources: tuple[Path, ...], dist: Path) -> Path:
+def _javac(outdir: Path, sources: tuple[Path, ...], dist: Path | None) -> Path:
+    """javac ``sources`` into ``outdir`` against ``dist``'s lib/ (None: no classpath)."""
     _, javac = find_java()
-    res = subprocess.run([str(javac), "-nowarn", "-encoding", "UTF-8", "-d", str(outdir), "-cp", f"{dist}/lib/*",
-                          *map(str, sources)], capture_output=True, text=True)
+    cp = [] if dist is None else ["-cp", f"{dist}/lib/*"]
+    res = subprocess.run([str(javac), "-nowarn", "-encoding", "UTF-8", "-d", str(outdir), *cp, *map(str, sources)],
+                         capture_output=True, text=True)
     if res.returncode != 0:
         names = " ".join(Path(s).name for s in sources)
-        raise PeerError(f"javac {names} against {dist} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+        against = "" if dist is None else f" against {dist}"
+        raise PeerError(f"javac {names}{against} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
     return outdir
 
 
@@ -427,12 +430,7 @@ def _mqadmin_launcher() -> Path:
 
         where = Path(tempfile.mkdtemp(prefix="rocketstream-mqadmin-"))
         atexit.register(shutil.rmtree, where, True)
-        _, javac = find_java()
-        res = subprocess.run([str(javac), "-nowarn", "-encoding", "UTF-8", "-d", str(where), str(MQADMIN_LAUNCHER)],
-                             capture_output=True, text=True)
-        if res.returncode != 0:
-            raise PeerError(f"javac {MQADMIN_LAUNCHER.name} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
-        _LAUNCHER_CLASSES.append(where)
+        _LAUNCHER_CLASSES.append(_javac(where, (MQADMIN_LAUNCHER,), None))
     return _LAUNCHER_CLASSES[0]
 
 
