@@ -389,18 +389,19 @@ class MQClientAPI:
                                                              body=True)
         return template
 
-    def send_template(self, code: int, topic: str, producer_group: str, default_topic: str,
+    def send_template(self, topic: str, producer_group: str, default_topic: str,
                       default_topic_queue_nums: int) -> RequestTemplate | None:
-        """The template of :meth:`send_request` (``code`` SEND_MESSAGE_V2) / :meth:`send_batch_request`
-        (SEND_BATCH_MESSAGE) requests to ``topic`` (not a retry topic) without credentials:
-        ``frame(opaque, queueId, sysFlag, bornTimestamp, flag, properties, body=...)`` (the first four
-        integers, the properties as :func:`properties_string` writes them) is byte for byte the frame
-        :meth:`thread_frame` makes of such a request. None with credentials (a signed request is encoded in
-        full) or when no template can be made; then use :meth:`thread_frame`."""
+        """The template of :meth:`send_request`'s SEND_MESSAGE_V2 requests to ``topic`` (not a retry topic)
+        without credentials: ``frame(opaque, queueId, sysFlag, bornTimestamp, flag, properties, body=...)``
+        (the first four integers, the properties as :func:`properties_string` writes them) is byte for byte
+        the frame :meth:`thread_frame` makes of such a request. None with credentials (a signed request is
+        encoded in full) or when no template can be made; then use :meth:`thread_frame`. Batches have none
+        (:data:`_TEMPLATE_CODES`)."""
         if self.credentials is not None:
             return None
+        code = RequestCode.SEND_MESSAGE_V2
         probe = self._send_request(code, topic, 0, 0, 0, "", producer_group, default_topic,
-                                   default_topic_queue_nums, code == RequestCode.SEND_BATCH_MESSAGE, b"\x00")
+                                   default_topic_queue_nums, False, b"\x00")
         f = probe.ext_fields
         assert f is not None
         key = ("numbers", code, producer_group, topic, default_topic, f["d"], probe.flag, probe.language,
@@ -652,7 +653,7 @@ class MQClientAPI:
             assert ch is not None
             opaque = next_opaque()
             frame = template.frame(opaque, offset, max_nums, sys_flag, commit_offset, suspend_ms, sub_version)
-            resp = await self._invoke_frame(ch, RequestCode.PULL_MESSAGE, opaque, frame, timeout, body_buffer)
+            resp = await ch.invoke_frame(opaque, RequestCode.PULL_MESSAGE, frame, timeout, body_buffer=body_buffer)
         return self._pull_result(resp, addr, f"pull {topic}:{queue_id}@{offset} for {group}")
 
     def _pull_request_template(self, group: str, topic: str, queue_id: int, subscription: str | None,
@@ -671,30 +672,6 @@ class MQClientAPI:
                 group, topic, queue_id, 0, 0, 0, 0, 0, subscription, 0, expression_type))
             template = templates[key] = RequestTemplate.make(req, _PULL_VARYING)
         return template
-
-    async def _invoke_frame(self, ch: Channel, code: int, opaque: int, frame: bytes, timeout: float,
-                            body_buffer: bool) -> RemotingCommand:
-        """``Channel.invoke`` of a request already encoded with ``opaque`` in it (on the loop): the frame goes
-        out with this loop iteration's writes (``Channel.start_request``), the answer completes a future;
-        RemotingTimeoutError after ``timeout`` and RemotingConnectError on a lost connection as ``invoke``
-        raises them."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[RemotingCommand] = loop.create_future()
-        # an asyncio future has what start_request asks of a ResponseWaiter (done, set_result, set_exception)
-        ch.start_request(opaque, frame, fut, body_buffer=body_buffer)   # type: ignore[arg-type]
-
-        def expire() -> None:
-            if not fut.done():
-                fut.set_exception(RemotingTimeoutError(
-                    f"no response to {code_name(code)} (opaque {opaque}) within {timeout:g} s", addr=ch.addr,
-                    code=code, timeout_s=timeout))
-
-        timer = loop.call_later(timeout, expire)
-        try:
-            return await fut
-        finally:
-            timer.cancel()
-            ch.forget(opaque)
 
     def _pull_template(self, group: str, topic: str, queue_id: int, sys_flag: int,
                        subscription: str) -> RequestTemplate | None:

@@ -516,8 +516,8 @@ class Producer:
             return None
         plain: tuple[str, RequestTemplate] | None = None
         if not wire_topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            template = self._instance.api.send_template(_SEND_MESSAGE_V2, wire_topic, self.group,
-                                                        self.create_topic_key, self.default_topic_queue_nums)
+            template = self._instance.api.send_template(wire_topic, self.group, self.create_topic_key,
+                                                        self.default_topic_queue_nums)
             plain = None if template is None else (wire_topic, template)
         if len(self._plain) >= 1024:   # a producer of ever new topics: start over
             self._plain.clear()

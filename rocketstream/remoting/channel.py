@@ -280,28 +280,41 @@ class Channel:
         bytearray it was received into (``response.body_buffer``, ``body`` None) instead of a copy."""
         request.opaque = next_opaque()
         request.flag &= ~ONEWAY_FLAG
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._pending[request.opaque] = fut
         if body_buffer:
             self._keep_buffer.add(request.opaque)
+        return await self._response(fut, request.opaque, request.code, timeout, self.send(request))
 
+    async def invoke_frame(self, opaque: int, code: int, frame: bytes, timeout: float = DEFAULT_TIMEOUT_S, *,
+                           body_buffer: bool = False) -> RemotingCommand:
+        """:meth:`invoke` of a request already encoded with ``opaque`` in it (a request template's frame): it
+        goes out with this loop iteration's writes (:meth:`start_request`), with the same errors."""
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        # an asyncio future has what start_request asks of a ResponseWaiter (done, set_result, set_exception)
+        self.start_request(opaque, frame, fut, body_buffer=body_buffer)   # type: ignore[arg-type]
+        return await self._response(fut, opaque, code, timeout)
+
+    async def _response(self, fut: asyncio.Future[RemotingCommand], opaque: int, code: int, timeout: float,
+                        sending: Awaitable[None] | None = None) -> RemotingCommand:
+        """Await ``sending`` (if any), then the response ``fut`` registered under ``opaque``, failing it with
+        RemotingTimeoutError after ``timeout``; the opaque is forgotten however it ends."""
         def expire() -> None:
             if not fut.done():
                 fut.set_exception(RemotingTimeoutError(
-                    f"no response to {code_name(request.code)} (opaque {request.opaque}) within {timeout:g} s",
-                    addr=self.addr, code=request.code, timeout_s=timeout))
+                    f"no response to {code_name(code)} (opaque {opaque}) within {timeout:g} s",
+                    addr=self.addr, code=code, timeout_s=timeout))
 
         # a timer on the future rather than asyncio.wait_for: on Python 3.10/3.11 wait_for can swallow a
         # cancellation of the caller when the response arrives in the same loop iteration
-        timer = loop.call_later(timeout, expire)
+        timer = asyncio.get_running_loop().call_later(timeout, expire)
         try:
-            await self.send(request)
+            if sending is not None:
+                await sending
             return await fut
         finally:
             timer.cancel()
-            self._pending.pop(request.opaque, None)
-            self._keep_buffer.discard(request.opaque)
+            self.forget(opaque)
 
     def start_request(self, opaque: int, frame: bytes, future: ResponseWaiter, *, body_buffer: bool = False) -> None:
         """On the loop: write an encoded request (opaque already in it) whose response completes ``future``,

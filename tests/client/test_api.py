@@ -585,18 +585,17 @@ def test_signed_sends_are_encoded_in_full():
 @settings(max_examples=150, deadline=None)
 @given(group=_SEND_TEXT, topic=_SEND_TEXT, props=_SEND_TEXT, body=st.binary(min_size=1, max_size=40),
        queue_id=st.integers(0, 2**31 - 1), sys_flag=st.integers(-2**31, 2**31 - 1),
-       flag=st.integers(-2**31, 2**31 - 1), born=st.integers(0, 2**63 - 1), batch=st.booleans())
-def test_send_template_frames_are_the_requests_frames(group, topic, props, body, queue_id, sys_flag, flag, born,
-                                                      batch):
+       flag=st.integers(-2**31, 2**31 - 1), born=st.integers(0, 2**63 - 1))
+def test_send_template_frames_are_the_requests_frames(group, topic, props, body, queue_id, sys_flag, flag, born):
     """MQClientAPI.send_template (the producer's plain sends: numbers filled in as numbers) gives the frame
     thread_frame (and encode_frame) makes of the same request, byte for byte, for any header values."""
     api = MQClientAPI("127.0.0.1:1")
-    code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
-    template = api.send_template(code, topic, group, "TBW102", 4)
+    template = api.send_template(topic, group, "TBW102", 4)
     if template is None:   # (a name no template can hold: such sends are encoded in full)
         return
-    assert api.send_template(code, topic, group, "TBW102", 4) is template   # made once
-    req = api._send_request(code, topic, queue_id, sys_flag, flag, props, group, "TBW102", 4, batch, body)
+    assert api.send_template(topic, group, "TBW102", 4) is template   # made once
+    req = api._send_request(RequestCode.SEND_MESSAGE_V2, topic, queue_id, sys_flag, flag, props, group, "TBW102", 4,
+                            False, body)
     req.ext_fields["g"] = str(born)
     opaque, frame = api.thread_frame(req)
     try:
@@ -610,5 +609,5 @@ def test_send_template_frames_are_the_requests_frames(group, topic, props, body,
 def test_no_send_template_with_credentials():
     """A signed send is encoded in full (its Signature covers every field): no template."""
     api = MQClientAPI("127.0.0.1:1", credentials=Credentials("ak", "sk12345678"))
-    assert api.send_template(RequestCode.SEND_MESSAGE_V2, "T", "g", "TBW102", 4) is None
-    assert MQClientAPI("127.0.0.1:1").send_template(RequestCode.SEND_MESSAGE_V2, "T", "g", "TBW102", 4) is not None
+    assert api.send_template("T", "g", "TBW102", 4) is None
+    assert MQClientAPI("127.0.0.1:1").send_template("T", "g", "TBW102", 4) is not None
