@@ -4,7 +4,6 @@ and none left open after close(). Against a scripted peer on 127.0.0.1 (a thread
 
 from __future__ import annotations
 
-import os
 import select
 import socket
 import struct
@@ -111,14 +110,25 @@ def request(n: str) -> tuple[int, bytes]:
     return req.opaque, encode_frame(req)
 
 
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def established_to(addr: str) -> int:
+    """This host's TCP connections to ``addr`` (a peer's listening address) still open at our end: the kernel's
+    table (/proc/net/tcp), not this process's descriptor count, which the session's background starters
+    (tests/conftest.py Background) change while a test runs. A socket left open by a leaked or dup'ed
+    descriptor stays ESTABLISHED; one closed by us goes to FIN_WAIT at once (the peer's end to CLOSE_WAIT)."""
+    port = int(addr.rsplit(":", 1)[1])
+    count = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            cols = line.split()
+            remote_port, state = int(cols[2].rsplit(":", 1)[1], 16), cols[3]
+            count += remote_port == port and state == "01"   # ESTABLISHED
+    return count
 
 
 def test_answers_by_opaque_connections_reused_and_closed(peer_factory):
     # a stray answer (another opaque) before the real one is dropped, as processResponseCommand drops it
     peer = peer_factory(lambda req: [(0, answer(req, opaque=req.opaque + 1000, remark="stray")), (0, answer(req))])
-    fds = open_fds()
     pool = BlockingPool()
     for i in range(5):
         opaque, frame = request(f"r{i}")
@@ -146,8 +156,9 @@ def test_answers_by_opaque_connections_reused_and_closed(peer_factory):
         t.join(30)
     assert not errors, errors
     assert 1 <= pool.open_count() <= 4
+    assert established_to(peer.addr) == pool.open_count()
     pool.close()
-    assert pool.open_count() == 0 and open_fds() == fds + len(peer.conns)   # only the peer's ends are left
+    assert pool.open_count() == 0 and established_to(peer.addr) == 0   # every connection closed at our end
     with pytest.raises(RemotingConnectError, match="shut down") as ei:
         pool.invoke(peer.addr, *request("after"), 5.0, 1000)
     assert ei.value.addr == peer.addr
@@ -180,7 +191,6 @@ def test_a_late_answer_is_never_the_next_requests(peer_factory):
 def test_peer_close_and_shutdown_while_waiting(peer_factory):
     peer = peer_factory(lambda req: [] if req.field("n") == "never" else [(0, answer(req))])
     pool = BlockingPool()
-    fds = open_fds()
     # a thread waiting for an answer that never comes is woken by close(), with the address
     caught: list[BaseException] = []
 
@@ -199,7 +209,7 @@ def test_peer_close_and_shutdown_while_waiting(peer_factory):
     t.join(10)
     assert not t.is_alive()
     assert len(caught) == 1 and isinstance(caught[0], RemotingConnectError) and caught[0].addr == peer.addr
-    assert pool.open_count() == 0 and open_fds() == fds + len(peer.conns)
+    assert pool.open_count() == 0 and established_to(peer.addr) == 0
 
     # the peer closes the connection: RemotingConnectError, the connection dropped
     pool2 = BlockingPool()
