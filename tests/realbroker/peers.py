@@ -238,6 +238,12 @@ def _ephemeral_low() -> int:
         return 32768   # Linux's default
 
 
+# free_port's own generator: the session's background starters (tests/conftest.py Background) pick ports while
+# hypothesis tests run, and hypothesis warns (HypothesisDeprecationWarning) when the global ``random`` module's
+# state changes during a test's data generation
+_PORTS = random.Random()
+
+
 def free_port(span: tuple[int, ...] = (0,)) -> int:
     """A port P such that P+d is free for every d in ``span`` (a broker binds P-2, P and P+1).
 
@@ -246,7 +252,7 @@ def free_port(span: tuple[int, ...] = (0,)) -> int:
     4.9.8 broker failed with BindException while other tests ran)."""
     high = max(min(_ephemeral_low(), 61000) - 1 - max(span), 12000)
     for _ in range(500):
-        p = random.randint(10000 - min(span), high)
+        p = _PORTS.randint(10000 - min(span), high)
         if all(_port_free(p + d) for d in span):
             return p
     raise PeerError("no free port found")
