@@ -37,10 +37,12 @@ from rocketstream.store.meta.config import (
     resolve_sizes,
 )
 
-__all__ = ["BrokerConfig", "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "PERM_PRIORITY"]
+__all__ = ["BrokerConfig", "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "PERM_PRIORITY", "REGISTER_BROKER_TIMEOUT_S"]
 
 # PermName
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 0x8, 0x4, 0x2, 0x1
+
+REGISTER_BROKER_TIMEOUT_S = 6.0      # BrokerConfig.registerBrokerTimeoutMills
 
 _INT = re.compile(r"[+-]?\d+")
 

@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from rocketstream.broker import acl, admin, client_manager, locks, pull, queries, send, send_back, transaction
-from rocketstream.broker.config import BrokerConfig
+from rocketstream.broker.config import REGISTER_BROKER_TIMEOUT_S, BrokerConfig
 from rocketstream.broker.consumer_manager import ConsumerManager, ProducerManager
 from rocketstream.broker.flush import FlushService
 from rocketstream.broker.hold import PullRequestHoldService
@@ -54,7 +54,6 @@ __all__ = ["BrokerController"]
 
 log = logging.getLogger("rocketstream.broker")
 
-REGISTER_BROKER_TIMEOUT_S = 6.0      # BrokerConfig.registerBrokerTimeoutMills
 BROKER_VERSION_DESC = "V4_9_8"
 
 
@@ -244,15 +243,17 @@ class BrokerController:
             await self.register_now()
 
     # --- name server registration (BrokerOuterAPI) ------------------------------------------------
-    def request_register(self, wrapper: dict[str, Any] | None = None) -> None:
+    def request_register(self, wrapper: dict[str, Any] | None = None) -> asyncio.Task | None:
         """Register with the name servers soon (a topic was created or changed); ``wrapper``: only these
-        topics (``registerIncrementBrokerData``), else the whole table."""
+        topics (``registerIncrementBrokerData``), else the whole table. The registration's task (it logs its
+        failures and does not raise), or None when none was started."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:   # not started yet: start() registers anyway
-            return
+            return None
         if self._running:
-            self.spawn(self.register_now(wrapper), "register-broker-now")
+            return self.spawn(self.register_now(wrapper), "register-broker-now")
+        return None
 
     async def register_now(self, wrapper: dict[str, Any] | None = None) -> None:
         """``registerBrokerAll``: REGISTER_BROKER to every name server, in parallel; failures are logged

@@ -18,15 +18,18 @@ SYNC_FLUSH a put whose ``WAIT`` is true is answered once the flush thread has sy
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import random
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from rocketstream import codec
 from rocketstream.broker import transaction
-from rocketstream.broker.config import PERM_READ, PERM_WRITE
+from rocketstream.broker.config import PERM_READ, PERM_WRITE, REGISTER_BROKER_TIMEOUT_S
 from rocketstream.broker.context import BrokerContext
 from rocketstream.broker.topic_manager import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -259,12 +262,32 @@ async def _answer_when_durable(controller: BrokerContext, request: RemotingComma
 
 def send_message(controller: BrokerContext, channel: Channel,
                  request: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
-    """Codes 10 and 310 (one message) and 320 (a batch)."""
+    """Codes 10 and 310 (one message) and 320 (a batch). A send that created its topic answers after the topic's
+    registration with the name servers (``createTopicInSendMessageMethod`` registers before the send goes
+    on), so a producer's or consumer's route query that follows the answer finds the topic."""
     header = SendHeader.decode(request)
     tc, error = _msg_check(controller, channel, request, header)
     if error is not None:
         return error
     assert tc is not None
+    registration = controller.topics.announce_created()
+    answer = _send_checked(controller, channel, request, header, tc)
+    if registration is None:
+        return answer
+    return _answer_after(registration, answer)
+
+
+async def _answer_after(registration: Awaitable[Any], answer: RemotingCommand | Awaitable[RemotingCommand]
+                        ) -> RemotingCommand:
+    """``answer`` once ``registration`` (the controller's task, which logs its own failures) has ended, or
+    after REGISTER_BROKER_TIMEOUT_S (``registerBrokerAll`` waits as long for its name servers)."""
+    await asyncio.wait((asyncio.ensure_future(registration),), timeout=REGISTER_BROKER_TIMEOUT_S)
+    return await answer if inspect.isawaitable(answer) else answer
+
+
+def _send_checked(controller: BrokerContext, channel: Channel, request: RemotingCommand, header: SendHeader,
+                  tc: TopicConfig) -> RemotingCommand | Awaitable[RemotingCommand]:
+    """:func:`send_message` after ``msgCheck``."""
     queue_id = header.queue_id
     if queue_id < 0:
         queue_id = random.randrange(99999999) % max(tc.write_queue_nums, 1)

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,7 +114,9 @@ class TopicConfigManager:
     (so in every registration and answer) at once and, with ``on_new_topics``, announced on the next loop
     turn in an incremental registration carrying only them (``registerIncrementBrokerData``: the name
     server keeps the topics a registration leaves out), so a new topic is routable right away and the cost
-    does not grow with the table; the periodic registration carries the whole table.
+    does not grow with the table; the periodic registration carries the whole table. A send that created its
+    topic announces it at once (:meth:`announce_created`) and answers after the registration, as
+    ``createTopicInSendMessageMethod`` registers before the send goes on.
 
     Durability: an admin change (:meth:`update`, :meth:`create`, :meth:`delete`) is in topics.json before
     the call returns, as ``updateTopicConfig`` persists. The first topic auto-created after a quiet window
@@ -126,8 +128,8 @@ class TopicConfigManager:
     same default."""
 
     def __init__(self, table: TopicConfigTable, config: BrokerConfig,
-                 on_change: Callable[[], None] | None = None,
-                 on_new_topics: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_change: Callable[[], object] | None = None,
+                 on_new_topics: Callable[[dict[str, Any]], Awaitable[Any] | None] | None = None) -> None:
         self.table = table
         self.config = config
         self.on_change = on_change
@@ -278,11 +280,21 @@ class TopicConfigManager:
         else:           # more in this window: together at its end
             self._flush_handle = loop.call_later(wait, self._flush_due)
 
-    def _announce_increment(self) -> None:
+    def _announce_increment(self) -> Awaitable[Any] | None:
         increment, self._increment = self._increment, {}
         if increment and self.on_new_topics is not None:
-            self.on_new_topics({"dataVersion": self.data_version,
-                                "topicConfigTable": {name: tc.to_json() for name, tc in increment.items()}})
+            return self.on_new_topics({"dataVersion": self.data_version,
+                                       "topicConfigTable": {name: tc.to_json() for name, tc in increment.items()}})
+        return None
+
+    def announce_created(self) -> Awaitable[Any] | None:
+        """The topics auto-created and not announced yet, announced now rather than on the next loop turn:
+        what ``on_new_topics`` returned (the controller's registration, to await before a send's answer, as
+        ``createTopicInSendMessageMethod`` calls ``registerBrokerAll`` before the send goes on), or None
+        when none is pending."""
+        if not self._increment:
+            return None
+        return self._announce_increment()
 
     def _flush_due(self) -> None:
         """The window is over. A write that fails is logged with its error and tried again a window later

@@ -16,6 +16,7 @@ from rocketstream.broker import BrokerConfig, topic_manager
 from rocketstream.broker.topic_manager import TopicConfig, TopicConfigManager
 from rocketstream.codec import names
 from rocketstream.remoting import RemotingCommand, RequestCode, ResponseCode, json_body
+from rocketstream.remoting.server import RemotingServer
 from rocketstream.store import Message
 from rocketstream.store.meta.topic_config import TopicConfigTable
 from tests.broker.brokerutil import broker, client, heartbeat, pull, send_v2
@@ -347,3 +348,39 @@ def test_auto_created_topics_are_announced_incrementally(tmp_path):
         topics.flush()
         assert not full and "Later" in json.loads(table.path.read_text())["topicConfigTable"]
     asyncio.run(main())
+
+
+def test_a_send_that_creates_its_topic_answers_after_registering_it(tmp_path):
+    """``createTopicInSendMessageMethod`` registers a topic it created before the send goes on, so a route query
+    made after the send's answer finds it. Ours answered first and registered on the next loop turn (a test that
+    asked the name server right after the answer got TOPIC_NOT_EXIST under CI load). A name server that answers
+    each registration 0.3 s late shows the order: the send's answer must come after the registration carrying the
+    new topic was answered."""
+    registered: list[tuple[float, set[str]]] = []   # (answered at, topics in the registration)
+
+    async def register(channel, request: RemotingCommand):
+        topics = set(json_body.loads(request.body)["topicConfigSerializeWrapper"]["topicConfigTable"])
+        await asyncio.sleep(0.3)
+        registered.append((time.monotonic(), topics))
+        return request.response(ResponseCode.SUCCESS)
+
+    async def main():
+        ns = RemotingServer("127.0.0.1", 0, name="slow-namesrv", idle_timeout_s=None)
+        ns.register(RequestCode.REGISTER_BROKER, register)
+        ns.default_processor = lambda ch, req: None if req.is_oneway else req.response(ResponseCode.SUCCESS)
+        await ns.start()
+        try:
+            async with broker(tmp_path, namesrv_addr=ns.address) as b:
+                ch = await client(b)
+                r = await ch.invoke(send_v2("Fresh", b"x", queue_id=0))
+                answered = time.monotonic()
+                assert r.code == ResponseCode.SUCCESS, r
+                with_topic = [at for at, topics in registered if "Fresh" in topics]
+                assert with_topic and with_topic[0] <= answered, registered
+                # the topic is announced alone (an incremental registration), once: the next send creates nothing
+                assert (await ch.invoke(send_v2("Fresh", b"y", queue_id=0))).code == ResponseCode.SUCCESS
+                assert [topics for _, topics in registered if topics == {"Fresh"}] == [{"Fresh"}]
+                await ch.aclose()
+        finally:
+            await ns.stop()
+    run(main())
