@@ -49,7 +49,6 @@ as Spark's checkpoint does. The goal (issue 12) is <= 100 ms per trigger at 1,02
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import shutil
 import statistics
@@ -64,6 +63,7 @@ from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
 from rocketstream.spark.stream import RocketMQStreamReader
 from rocketstream.store import MessageStore
+from tests.broker_admin import create_topic
 
 TOPIC = "PlanTopic"
 GROUP = "PlanGroup"
@@ -109,7 +109,7 @@ class NetworkWriter:
         self._java_fixtures = java_fixtures
         self.target = java_fixtures._start_java(home) if broker == "java" else java_fixtures.start_ours(home)
         try:
-            _create_topic(self.target.broker_addr, TOPIC, queues)
+            create_topic(self.target.broker_addr, TOPIC, queues)
             self.producer = Producer("PlanProducer", namesrv=self.target.namesrv_addr).start()
             self._mq = lambda qid: MessageQueue(TOPIC, self.target.broker_name, qid)
             deadline = time.monotonic() + 30
@@ -138,23 +138,6 @@ class NetworkWriter:
         if producer is not None:
             producer.shutdown()
         self._java_fixtures.stop(self.target, clean=False)
-
-
-def _create_topic(broker_addr: str, topic: str, queues: int) -> None:
-    from rocketstream.remoting import RemotingCommand, RequestCode, connect
-
-    async def go():
-        ch = await connect(broker_addr)
-        try:
-            return await ch.invoke(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-                "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
-                "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}), 10)
-        finally:
-            ch.close()
-
-    resp = asyncio.run(go())
-    if resp.code != 0:
-        raise RuntimeError(f"creating {topic} on {broker_addr}: {resp.code} {resp.remark}")
 
 
 def bench(root: Path, queues: int, triggers: int, per_queue: int, mode: str = "local",

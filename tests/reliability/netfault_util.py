@@ -119,22 +119,6 @@ class Broker:
             self.server.stop(90)
 
 
-def create_topic(broker_addr: str, topic: str, queues: int) -> None:
-    from rocketstream.remoting import RemotingCommand, RequestCode, connect
-
-    async def go():
-        ch = await connect(broker_addr)
-        try:
-            return await ch.invoke(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-                "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
-                "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}), 10)
-        finally:
-            ch.close()
-
-    resp = asyncio.run(go())
-    assert resp.code == 0, resp.remark
-
-
 def broker_view(namesrv: str, addr: str, topic: str, group: str, queues: int) -> tuple[dict[int, int], dict[int, int]]:
     """The queues' max offsets and ``group``'s committed offsets (-1: none), asked of the live broker."""
     from rocketstream.client.api import MQClientAPI

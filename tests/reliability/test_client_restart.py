@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.broker_admin import create_topic
 from tests.client.interop_peers import client_api
 from tests.realbroker import peers
 from tests.reliability.client_reliutil import Member, SeqProducer, consumed_keys, dup_counter, env
@@ -38,22 +39,6 @@ def _broker(store: Path, conf: Path, port: int, ns: str, log: Path) -> peers.Ser
     return server
 
 
-def _create_topic(broker_addr: str, topic: str) -> None:
-    import asyncio
-
-    from rocketstream.remoting import RemotingCommand, RequestCode, connect
-
-    async def go():
-        ch = await connect(broker_addr)
-        try:
-            return await ch.invoke(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-                "topic": topic, "defaultTopic": "TBW102", "readQueueNums": QUEUES, "writeQueueNums": QUEUES,
-                "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}), 5)
-        finally:
-            ch.close()
-    assert asyncio.run(go()).code == 0
-
-
 def campaign(tmp_path: Path, restarts: int) -> dict:
     api = client_api()
     rng = random.Random(5)
@@ -67,7 +52,7 @@ def campaign(tmp_path: Path, restarts: int) -> dict:
                     "autoCreateSubscriptionGroup=true\n")
     broker = _broker(store, conf, br_port, ns, tmp_path / "broker-0.log")
     topic, group = "RestartT", "RestartG"
-    _create_topic(f"127.0.0.1:{br_port}", topic)
+    create_topic(f"127.0.0.1:{br_port}", topic, QUEUES)
     time.sleep(1)
     member = Member.start("consumer", ns, topic, group, tmp_path, orderly=False)
     prod = SeqProducer(api, ns, topic, QUEUES, 10**9, rate=100.0)

@@ -34,9 +34,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.broker_admin import create_topic
 from tests.reliability import netns_util
 from tests.reliability.client_reliutil import Member, body
-from tests.reliability.netfault_util import Broker, NameServer, create_topic, free_port, wait_route
+from tests.reliability.netfault_util import Broker, NameServer, free_port, wait_route
 
 QUEUES = 4
 TOPIC = "NetFaultT"

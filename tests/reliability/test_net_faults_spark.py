@@ -45,8 +45,9 @@ from spark_reliutil import (
     spawn_logged,
     verify_rows,
 )
+from tests.broker_admin import create_topic
 from tests.reliability import netns_util
-from tests.reliability.netfault_util import Broker, NameServer, broker_view, create_topic, free_port, wait_route
+from tests.reliability.netfault_util import Broker, NameServer, broker_view, free_port, wait_route
 
 QUEUES = 4
 SCHEMA = "queueId int, queueOffset long, body binary"

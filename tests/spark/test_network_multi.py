@@ -48,6 +48,7 @@ from rocketstream.spark.commits import commit_offsets
 from rocketstream.spark.network.view import resolve_network_brokers
 from rocketstream.spark.options import parse_options
 from rocketstream.spark.schema import projection_for
+from tests.broker_admin import create_topic
 from tests.client.scenario_util import produce, unique
 from tests.namesrv.conftest import start_ours as start_namesrv
 from tests.namesrv.conftest import stop_ours as stop_namesrv
@@ -136,14 +137,6 @@ def _call(addr: str, code: int, fields: dict) -> RemotingCommand:
             await ch.aclose()
 
     return asyncio.run(go())
-
-
-def create_topic(addr: str, topic: str, queues: int, perm: int = 6) -> None:
-    """UPDATE_AND_CREATE_TOPIC (``mqadmin updateTopic -b``) on one broker."""
-    resp = _call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
-        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues, "perm": perm,
-        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False})
-    assert resp.code == 0, (addr, topic, resp.code, resp.remark)
 
 
 def route(namesrv: str, topic: str) -> TopicRouteData | None:
