@@ -62,6 +62,24 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
+def thread_switches() -> dict[str, int]:
+    """Context switches (voluntary + involuntary, /proc/self/task/*/status) of this process's live threads,
+    summed by thread group as in :func:`thread_cpu`: a consume thread that waits for a lock or the GIL inside
+    its task switches many times per pulled batch instead of about once."""
+    names = {t.native_id: t.name.rstrip("0123456789_") for t in threading.enumerate()}
+    out: dict[str, int] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:   # the thread ended meanwhile
+            continue
+        name = names.get(int(task.name), "other")
+        for line in status.splitlines():
+            if "ctxt_switches:" in line:
+                out[name] = out.get(name, 0) + int(line.split()[1])
+    return out
+
+
 def thread_cpu_us(before: dict[str, float], after: dict[str, float], count: int) -> dict[str, float]:
     """CPU µs per message by thread group between two :func:`thread_cpu` samples."""
     return {k: round(1e6 * (v - before.get(k, 0.0)) / count, 2) for k, v in sorted(after.items())
@@ -166,6 +184,7 @@ def push(args) -> dict:
     last = [0.0]
     cpu = [0.0, 0.0]   # process CPU seconds at the first and the last message
     threads: list[dict[str, float]] = [{}, {}]   # thread_cpu() at the first and the last message
+    switches: list[dict[str, int]] = [{}, {}]   # thread_switches() at the first and the last message
     done = threading.Event()
     lock = threading.Lock()   # only around the first and the last message's clock readings
     success = a.ConsumeConcurrentlyStatus.CONSUME_SUCCESS
@@ -184,6 +203,7 @@ def push(args) -> dict:
                     first[0] = now
                     cpu[0] = time.process_time()
                     threads[0] = thread_cpu()
+                    switches[0] = thread_switches()
         if n >= count and not last[0]:
             now = time.perf_counter()
             with lock:
@@ -191,6 +211,7 @@ def push(args) -> dict:
                     last[0] = now
                     cpu[1] = time.process_time()
                     threads[1] = thread_cpu()
+                    switches[1] = thread_switches()
                     done.set()
         return success
 
@@ -212,6 +233,8 @@ def push(args) -> dict:
             "mib_per_s": round(sum(sizes) / secs / (1 << 20), 1) if secs else 0, "rss_mib": round(rss_mib(), 1),
             "drain_cpu_us_per_msg": round(1e6 * (cpu[1] - cpu[0]) / got, 2) if cpu[1] else None,
             "drain_thread_cpu_us_per_msg": thread_cpu_us(*threads, got) if cpu[1] else None,
+            "drain_thread_switches_per_task": {k: round((v - switches[0].get(k, 0)) / tasks, 2)
+                                               for k, v in sorted(switches[1].items())} if cpu[1] and tasks else None,
             "ok": got >= args.count}
 
 
