@@ -79,7 +79,7 @@ class ConsumeOrderlyStatus(enum.Enum):
     SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
 
 
-@dataclass
+@dataclass(slots=True)
 class ConsumeConcurrentlyContext:
     """``ConsumeConcurrentlyContext``: ``delay_level_when_next_consume`` 0 lets the broker choose (3 +
     reconsume times), -1 sends straight to the DLQ; ``ack_index`` is the last consumed message on success."""
@@ -89,7 +89,7 @@ class ConsumeConcurrentlyContext:
     ack_index: int = 2**31 - 1
 
 
-@dataclass
+@dataclass(slots=True)
 class ConsumeOrderlyContext:
     message_queue: MessageQueue
     auto_commit: bool = True

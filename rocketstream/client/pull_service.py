@@ -18,6 +18,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from rocketstream.client.allocate import MessageQueue
 from rocketstream.client.process_queue import ProcessQueue
@@ -59,6 +60,8 @@ class PullRequest:
     # PullMessageService's: the request's pull task is running ``pull`` / was asked to pull again after it
     pulling: bool = field(default=False, repr=False, compare=False)
     again: bool = field(default=False, repr=False, compare=False)
+    # the push consumer's pull of the next batch, sent before this one was decoded (PushConsumer._pull_ahead)
+    ahead: Any = field(default=None, repr=False, compare=False)
 
 
 def flow_control(pq: ProcessQueue, *, pull_threshold_for_queue: int, pull_threshold_size_for_queue_mib: int,
@@ -90,6 +93,7 @@ class PullMessageService:
         self.name = name
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inflight: set[asyncio.Task[None]] = set()
+        self._tracked: set[asyncio.Task[Any]] = set()   # pulls sent ahead (track)
         self._timers: set[asyncio.TimerHandle] = set()
         self.stopped = False
 
@@ -150,6 +154,11 @@ class PullMessageService:
         handle = loop.call_later(delay_s, fire)
         self._timers.add(handle)
 
+    def track(self, task: asyncio.Task[Any]) -> None:
+        """A task of the consumer's (a pull sent ahead) that :meth:`stop` cancels if it is still running."""
+        self._tracked.add(task)
+        task.add_done_callback(self._tracked.discard)
+
     def pending(self) -> int:
         """Pull requests started and not finished (each waits for its answer or runs ``pull``)."""
         return len(self._inflight)
@@ -159,7 +168,7 @@ class PullMessageService:
         for h in list(self._timers):
             h.cancel()
         self._timers.clear()
-        tasks = list(self._inflight)
+        tasks = [*self._inflight, *self._tracked]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

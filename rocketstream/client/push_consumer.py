@@ -26,6 +26,8 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Awaitable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from rocketstream.client.allocate import MessageQueue
@@ -40,6 +42,7 @@ from rocketstream.client.common import (
     PROPERTY_TRAN_MSG,
     Message,
     MessageExt,
+    PullResult,
     PullStatus,
     check_group,
     check_topic,
@@ -64,6 +67,7 @@ from rocketstream.client.process_queue import ProcessQueue
 from rocketstream.client.pull_decode import process_pull_result_fast as process_pull_result
 from rocketstream.client.pull_service import (
     CONSUMER_TIMEOUT_WHEN_SUSPEND_S,
+    MIB,
     PULL_TIME_DELAY_WHEN_BROKER_FLOW_CONTROL_S,
     PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S,
     PULL_TIME_DELAY_WHEN_SUSPEND_S,
@@ -102,6 +106,29 @@ SEND_BACK_TIMEOUT_S = 5.0
 _SUBSCRIPTION_NOT_YET_CODES = (ResponseCode.SUBSCRIPTION_NOT_EXIST, ResponseCode.SUBSCRIPTION_NOT_LATEST)
 EXPRESSION_TYPES = ("TAG", "SQL92")
 _CLIENT_ONLY_PROPERTIES = (PROPERTY_MIN_OFFSET, PROPERTY_MAX_OFFSET, PROPERTY_CONSUME_START_TIME)
+
+
+@dataclass(slots=True)
+class _Ahead:
+    """A pull sent ahead (:meth:`PushConsumer._pull_ahead`): its offset, subscription, broker and answer."""
+
+    offset: int
+    sub: Subscription
+    addr: str
+    task: asyncio.Task[PullResult]
+
+
+def _drop_ahead(ahead: _Ahead | None) -> None:
+    """Cancel a pull sent ahead whose answer will not be used (an answer or error already in is read, so that
+    asyncio does not report it as never retrieved)."""
+    if ahead is None:
+        return
+    task = ahead.task
+    if task.done():
+        if not task.cancelled():
+            task.exception()
+    else:
+        task.cancel()
 
 
 async def check_client_config(instance: MQClientInstance, group: str, sub: Subscription) -> None:
@@ -509,62 +536,123 @@ class PushConsumer:
                             pull_threshold_size_for_queue_mib=cfg.pull_threshold_size_for_queue,
                             consume_concurrently_max_span=cfg.consume_concurrently_max_span, orderly=self.orderly)
 
-    async def pull_message(self, pr: PullRequest) -> None:
-        """``DefaultMQPushConsumerImpl.pullMessage`` (runs on the loop, one task per pull)."""
-        pq = pr.process_queue
-        svc = self.pull_service
-        if pq.dropped:
-            return
-        pq.last_pull_timestamp = time.monotonic()
-        if self._state != "RUNNING":
-            svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
-            return
-        if self.paused:
-            svc.execute_pull_request_later(pr, PULL_TIME_DELAY_WHEN_SUSPEND_S)
-            return
-        if self._flow_controlled(pq) is not None:
-            self.flow_control_times += 1
-            svc.execute_pull_request_later(pr, PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S)
-            return
-        if self.orderly:
-            if pq.locked:
-                if not pr.locked_first:
-                    offset = await self.rebalance.compute_pull_from_where(pr.message_queue)
-                    if offset < 0:
-                        svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
-                        return
-                    pr.locked_first = True
-                    pr.next_offset = offset
-            else:
-                svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
-                return
-        mq = pr.message_queue
-        sub = self.rebalance.subscription_inner.get(mq.topic)
-        if sub is None:
-            svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
-            return
+    async def _send_pull(self, pr: PullRequest, mq: MessageQueue,
+                         sub: Subscription) -> tuple[str, Coroutine[Any, Any, PullResult]] | None:
+        """PULL_MESSAGE of ``pr.next_offset`` (``pullKernelImpl``): the broker's address and the call sending it
+        (not started); None when the broker has no address."""
+        assert self.instance is not None
         commit_offset = 0
         if self.config.message_model == CLUSTERING and self.offset_store is not None:
             mem = self.offset_store.offset_table.get(mq, -1)
             commit_offset = mem if mem > 0 else 0
-        assert self.instance is not None
         found = self.instance.find_broker_for_subscribe(mq.broker_name, self._suggested_broker.get(mq, 0))
         if found is None:
             await self.instance.update_route(mq.topic)
             found = self.instance.find_broker_for_subscribe(mq.broker_name, self._suggested_broker.get(mq, 0))
         if found is None:
-            log.warning("%s: no address of broker %s", self.group, mq.broker_name)
-            svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
-            return
+            return None
         addr, slave = found
         sys_flag = build_pull_sys_flag(commit_offset > 0 and not slave, True, False)
+        return addr, self.instance.api.pull(
+            addr, group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=pr.next_offset,
+            max_nums=self.config.pull_batch_size, sys_flag=sys_flag, commit_offset=commit_offset,
+            suspend_ms=self.config.broker_suspend_max_time_ms, subscription=sub.expression,
+            sub_version=sub.sub_version, expression_type=sub.expression_type,
+            timeout=max(CONSUMER_TIMEOUT_WHEN_SUSPEND_S, self.config.broker_suspend_max_time_ms / 1000 + 5))
+
+    async def _pull_ahead(self, pr: PullRequest, mq: MessageQueue, sub: Subscription, result: PullResult) -> bool:
+        """Send the pull after ``result`` (a found batch, not decoded yet) now, into ``pr.ahead``, when the
+        consumption is concurrent, no pull interval is set, and the flow control lets it with the batch counted
+        by its upper bounds: as many messages as offsets it covers, as many bytes as its body (records with their
+        headers), its last offset the one before ``next_begin_offset``. True when sent."""
+        cfg = self.config
+        pq = pr.process_queue
+        if self.orderly or cfg.pull_interval_ms > 0 or self.paused or pq.dropped or result.body is None:
+            return False
+        first = pr.next_offset
+        count = result.next_begin_offset - first
+        if count <= 0 or pq.msg_count + count > cfg.pull_threshold_for_queue:
+            return False
+        if (pq.msg_size + len(result.body)) // MIB > cfg.pull_threshold_size_for_queue:
+            return False
+        waiting = pq.first_offset()
+        if result.next_begin_offset - 1 - (first if waiting is None else min(waiting, first)) > \
+                cfg.consume_concurrently_max_span:
+            return False
+        next_pr = PullRequest(pr.consumer_group, mq, pq, result.next_begin_offset)
+        sent = await self._send_pull(next_pr, mq, sub)
+        if sent is None:
+            return False
+        task = asyncio.get_running_loop().create_task(sent[1])
+        self.pull_service.track(task)
+        pr.ahead = _Ahead(result.next_begin_offset, sub, sent[0], task)
+        await asyncio.sleep(0)   # the pull's task writes its request ...
+        await asyncio.sleep(0)   # ... and the channel sends it, before this batch is decoded
+        return True
+
+    async def pull_message(self, pr: PullRequest) -> None:
+        """``DefaultMQPushConsumerImpl.pullMessage`` (runs on the loop, one task per pull).
+
+        Concurrent consumption pulls one batch ahead (:meth:`_pull_ahead`): the pull after a found batch is sent
+        before that batch is decoded, when the flow control lets it even counting the batch by its upper bounds
+        (its offsets and its body's bytes); the flow control is then checked exactly, as ``pullMessage`` checks
+        it, once the batch is in the ProcessQueue, and a pull it would have held back is cancelled (its answer
+        is never used: the same offset is pulled again). This call then takes the answer of the pull sent
+        ahead instead of sending one."""
+        pq = pr.process_queue
+        svc = self.pull_service
+        ahead: _Ahead | None = pr.ahead
+        pr.ahead = None
+        if pq.dropped:
+            _drop_ahead(ahead)
+            return
+        pq.last_pull_timestamp = time.monotonic()
+        if self._state != "RUNNING":
+            _drop_ahead(ahead)
+            svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
+            return
+        if self.paused:
+            _drop_ahead(ahead)
+            svc.execute_pull_request_later(pr, PULL_TIME_DELAY_WHEN_SUSPEND_S)
+            return
+        mq = pr.message_queue
+        pulling: Awaitable[PullResult]
+        sub: Subscription
+        if ahead is not None and ahead.offset == pr.next_offset and \
+                self.rebalance.subscription_inner.get(mq.topic) is ahead.sub:
+            sub = ahead.sub   # sent with the flow control passed
+            addr, pulling = ahead.addr, ahead.task
+        else:
+            _drop_ahead(ahead)
+            if self._flow_controlled(pq) is not None:
+                self.flow_control_times += 1
+                svc.execute_pull_request_later(pr, PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S)
+                return
+            if self.orderly:
+                if pq.locked:
+                    if not pr.locked_first:
+                        offset = await self.rebalance.compute_pull_from_where(pr.message_queue)
+                        if offset < 0:
+                            svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
+                            return
+                        pr.locked_first = True
+                        pr.next_offset = offset
+                else:
+                    svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
+                    return
+            found_sub = self.rebalance.subscription_inner.get(mq.topic)
+            if found_sub is None:
+                svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
+                return
+            sub = found_sub
+            sent = await self._send_pull(pr, mq, sub)
+            if sent is None:
+                log.warning("%s: no address of broker %s", self.group, mq.broker_name)
+                svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
+                return
+            addr, pulling = sent
         try:
-            result = await self.instance.api.pull(
-                addr, group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=pr.next_offset,
-                max_nums=self.config.pull_batch_size, sys_flag=sys_flag, commit_offset=commit_offset,
-                suspend_ms=self.config.broker_suspend_max_time_ms, subscription=sub.expression,
-                sub_version=sub.sub_version, expression_type=sub.expression_type,
-                timeout=max(CONSUMER_TIMEOUT_WHEN_SUSPEND_S, self.config.broker_suspend_max_time_ms / 1000 + 5))
+            result = await pulling
         except BrokerResponseError as exc:
             if exc.code == ResponseCode.FLOW_CONTROL:
                 svc.execute_pull_request_later(pr, PULL_TIME_DELAY_WHEN_BROKER_FLOW_CONTROL_S)
@@ -580,6 +668,11 @@ class PushConsumer:
             return
         self._suggested_broker[mq] = result.suggest_which_broker_id
         if result.status is PullStatus.FOUND:
+            if await self._pull_ahead(pr, mq, sub, result):
+                if pq.dropped or self._state != "RUNNING":   # while the pull ahead was being sent
+                    _drop_ahead(pr.ahead)
+                    pr.ahead = None
+                    return
             msgs = process_pull_result(result, mq.broker_name, sub.tags_filter(), addr=addr)
             if sub.data.sql is not None:   # SQL92: the client checks the broker's filtering too
                 msgs = sub.data.filter_messages(msgs)
@@ -588,6 +681,9 @@ class PushConsumer:
                 svc.execute_pull_request_immediately(pr)
                 return
             dispatch = pq.put_messages(msgs)
+            if pr.ahead is not None and self._flow_controlled(pq) is not None:
+                _drop_ahead(pr.ahead)   # pullMessage's check, exact now: it would not pull yet
+                pr.ahead = None
             if self.consume_service is not None and not pq.dropped:
                 self.consume_service.submit_consume_request(msgs, pq, mq, dispatch)
             if self.config.pull_interval_ms > 0:

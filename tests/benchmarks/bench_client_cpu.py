@@ -11,7 +11,9 @@ of 32, a LitePullConsumer drain with pull batches of 32, a PushConsumer drain wi
 per case, the client process's and the broker's CPU µs per message and the wall msgs/s; for the drains also
 the client's CPU µs per message from the first message to the last (``drain``: without the process's start-up
 and imports, ~0.35 s, which the whole process's figure spreads over the messages), and that split by thread
-(the client's event loop, the consume threads, the main thread; 10 ms clock ticks, /proc/<pid>/task). The
+(the client's event loop, the consume threads, the main thread; 10 ms clock ticks, /proc/<pid>/task); for push
+also each thread group's context switches per consume task (about one for the consume threads when the
+hand-over is clean, many when they queue on a lock or the GIL inside their tasks). The
 event loop follows ``ROCKETSTREAM_UVLOOP`` (rocketstream/remoting/loop.py) in both processes: run it with ``=0``
 and ``=1`` in turn to compare.
 """
@@ -68,6 +70,7 @@ def main() -> int:
     cases = args.cases.split(",")
     rows: list[tuple[str, int, float, float, float, float | None]] = []
     threads: list[tuple[str, dict[str, float]]] = []
+    switches: list[tuple[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory(prefix="bench-client-cpu-") as tmp:
         served = start_ours(Path(tmp))
         pid = served.procs[0].pid
@@ -81,6 +84,8 @@ def main() -> int:
                              float(res.get("msgs_per_s", 0)), res.get("drain_cpu_us_per_msg")))
                 if res.get("drain_thread_cpu_us_per_msg"):
                     threads.append((name, res["drain_thread_cpu_us_per_msg"]))
+                if res.get("drain_thread_switches_per_task"):
+                    switches.append((name, res["drain_thread_switches_per_task"]))
             if "send" in cases:
                 case("send", args.send + 2000, "send", ns, TOPIC, "--count", str(args.send), *common)
             # the drains read what the batch case wrote (and the sends before it)
@@ -104,6 +109,9 @@ def main() -> int:
               f"{'' if drain is None else f'{drain:.1f}':>14}")
     for name, split in threads:
         print(f"{name:<8}drain µs/msg by thread: " + ", ".join(f"{k} {v:.2f}" for k, v in split.items()))
+    for name, split in switches:
+        print(f"{name:<8}context switches per consume task by thread: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in split.items()))
     return 0
 
 

@@ -21,6 +21,7 @@ the thresholds in force.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -58,6 +59,24 @@ def thread_cpu() -> dict[str, float]:
         name = names.get(int(task.name), "other")
         fields = stat[stat.rindex(")") + 2:].split()
         out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def thread_switches() -> dict[str, int]:
+    """Context switches (voluntary + involuntary, /proc/self/task/*/status) of this process's live threads,
+    summed by thread group as in :func:`thread_cpu`: a consume thread that waits for a lock or the GIL inside
+    its task switches many times per pulled batch instead of about once."""
+    names = {t.native_id: t.name.rstrip("0123456789_") for t in threading.enumerate()}
+    out: dict[str, int] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:   # the thread ended meanwhile
+            continue
+        name = names.get(int(task.name), "other")
+        for line in status.splitlines():
+            if "ctxt_switches:" in line:
+                out[name] = out.get(name, 0) + int(line.split()[1])
     return out
 
 
@@ -155,28 +174,46 @@ def send(args, batch: bool) -> dict:
 # --- consumers ---------------------------------------------------------------------------------------------
 def push(args) -> dict:
     a = api("push_consumer")
-    got = [0]
+    # The listener does what LoadGen's does: count every message with an atomic add (itertools.count's next()
+    # is one C call under the GIL, as AtomicLong.addAndGet) and read every body's length; the clocks are read
+    # only at the first and the last message. A threading.Lock taken per call, as before, made the consume
+    # threads queue on it whenever several ran at once (each one holding it could lose the GIL).
+    counter = itertools.count(1)
+    sizes: list[int] = []   # body bytes per listener call (list.append: atomic under the GIL as well)
     first = [0.0]
     last = [0.0]
     cpu = [0.0, 0.0]   # process CPU seconds at the first and the last message
     threads: list[dict[str, float]] = [{}, {}]   # thread_cpu() at the first and the last message
+    switches: list[dict[str, int]] = [{}, {}]   # thread_switches() at the first and the last message
     done = threading.Event()
-    lock = threading.Lock()
+    lock = threading.Lock()   # only around the first and the last message's clock readings
+    success = a.ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+    count = args.count
 
     def listener(msgs, context=None):
-        now = time.perf_counter()
-        with lock:
-            if got[0] == 0:
-                first[0] = now
-                cpu[0] = time.process_time()
-                threads[0] = thread_cpu()
-            got[0] += len(msgs)
-            if got[0] >= args.count and not last[0]:
-                last[0] = now
-                cpu[1] = time.process_time()
-                threads[1] = thread_cpu()
-                done.set()
-        return a.ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+        n = nbytes = 0
+        for m in msgs:
+            n = next(counter)
+            nbytes += len(m.body)
+        sizes.append(nbytes)
+        if not first[0]:
+            now = time.perf_counter()
+            with lock:
+                if not first[0]:
+                    first[0] = now
+                    cpu[0] = time.process_time()
+                    threads[0] = thread_cpu()
+                    switches[0] = thread_switches()
+        if n >= count and not last[0]:
+            now = time.perf_counter()
+            with lock:
+                if not last[0]:
+                    last[0] = now
+                    cpu[1] = time.process_time()
+                    threads[1] = thread_cpu()
+                    switches[1] = thread_switches()
+                    done.set()
+        return success
 
     c = a.PushConsumer(args.group, namesrv=args.ns, **from_first(a))
     c.subscribe(args.topic, "*")
@@ -186,15 +223,19 @@ def push(args) -> dict:
     done.wait(args.timeout_s)
     end = last[0] or time.perf_counter()
     c.shutdown()
+    got = next(counter) - 1   # the consume threads have ended: every message counted
     secs = end - first[0] if first[0] else 0
     tasks = getattr(c.consume_service.executor, "tasks", None)
-    return {"msgs": got[0], "expected": args.count, "seconds": round(secs, 3), "wall_seconds": round(end - t0, 3),
+    return {"msgs": got, "expected": args.count, "seconds": round(secs, 3), "wall_seconds": round(end - t0, 3),
             "flow_control_times": c.flow_control_times, "consume_tasks": tasks,
-            "msgs_per_consume_task": round(got[0] / tasks, 1) if tasks else None,
-            "msgs_per_s": round(got[0] / secs, 1) if secs else 0, "rss_mib": round(rss_mib(), 1),
-            "drain_cpu_us_per_msg": round(1e6 * (cpu[1] - cpu[0]) / got[0], 2) if cpu[1] else None,
-            "drain_thread_cpu_us_per_msg": thread_cpu_us(*threads, got[0]) if cpu[1] else None,
-            "ok": got[0] >= args.count}
+            "msgs_per_consume_task": round(got / tasks, 1) if tasks else None,
+            "msgs_per_s": round(got / secs, 1) if secs else 0,
+            "mib_per_s": round(sum(sizes) / secs / (1 << 20), 1) if secs else 0, "rss_mib": round(rss_mib(), 1),
+            "drain_cpu_us_per_msg": round(1e6 * (cpu[1] - cpu[0]) / got, 2) if cpu[1] else None,
+            "drain_thread_cpu_us_per_msg": thread_cpu_us(*threads, got) if cpu[1] else None,
+            "drain_thread_switches_per_task": {k: round((v - switches[0].get(k, 0)) / tasks, 2)
+                                               for k, v in sorted(switches[1].items())} if cpu[1] and tasks else None,
+            "ok": got >= args.count}
 
 
 def lite(args) -> dict:

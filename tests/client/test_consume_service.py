@@ -527,3 +527,137 @@ def test_a_refused_pull_is_retried_after_the_delay_its_code_asks_for(
         asyncio.run_coroutine_threadsafe(c.pull_message(req), loop).result(5)
     assert later == [delay]
     assert any("pull of" in r.getMessage() for r in caplog.records) is logged
+
+
+class RecordingAPI(FakeAPI):
+    """FakeAPI that logs each pull as ("pull", offset) when it is sent; a pull past ``available`` waits
+    ``hold_s`` (the broker's long polling) before NO_NEW_MSG."""
+
+    def __init__(self, available: int, events: list[tuple[str, int]], hold_s: float = 0.01) -> None:
+        super().__init__(available)
+        self.events = events
+        self.hold_s = hold_s
+
+    async def pull(self, addr: str, *, offset: int, max_nums: int, **kw: Any) -> PullResult:
+        self.events.append(("pull", offset))
+        if offset >= self.available:
+            await asyncio.sleep(self.hold_s)
+            return PullResult(PullStatus.NO_NEW_MSG, offset, 0, self.available)
+        return await super().pull(addr, offset=offset, max_nums=max_nums, **kw)
+
+
+def _pull_loop_consumer(loop: asyncio.AbstractEventLoop, api: Any, *, orderly: bool = False,
+                        **config: Any) -> PushConsumer:
+    c = PushConsumer("g", namesrv="127.0.0.1:1", **config)
+    c.instance = FakeInstance(loop, api)   # type: ignore[assignment]
+    c.orderly = orderly
+    c.offset_store = RemoteBrokerOffsetStore("g", None)   # type: ignore[arg-type]
+    c.rebalance.subscription_inner["T"] = Subscription("T", SubscriptionData.parse("*"))
+    c._state = "RUNNING"
+    return c
+
+
+def _run_pull_loop(loop: asyncio.AbstractEventLoop, c: PushConsumer, req: PullRequest, until: Any,
+                   before_shutdown: Any = None) -> None:
+    async def go() -> None:
+        c.pull_service.start()
+        c.pull_service.execute_pull_request_immediately(req)
+    asyncio.run_coroutine_threadsafe(go(), loop).result(5)
+    try:
+        wait_until(until)
+        asyncio.run_coroutine_threadsafe(c.pull_service.stop(), loop).result(5)
+    finally:
+        if before_shutdown is not None:
+            before_shutdown()
+    assert c.consume_service is not None
+    c.consume_service.shutdown(1)
+
+
+@pytest.mark.parametrize("orderly", [False, True])
+def test_concurrent_consumption_sends_the_next_pull_before_a_found_batch_is_decoded(
+        loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch, orderly: bool) -> None:
+    """A found batch's next pull goes out before the batch is decoded, and its answer is the next batch (each
+    offset pulled once); orderly consumption pulls after the decode, as pullMessage does."""
+    events: list[tuple[str, int]] = []
+
+    def decode(result: PullResult, broker_name: str, tags: Any, *, addr: str | None = None) -> list[Msg]:
+        msgs = fake_decode(result, broker_name, tags)
+        events.append(("decode", msgs[0].queue_offset))
+        return msgs
+
+    monkeypatch.setattr(push_consumer, "process_pull_result", decode)
+    api = RecordingAPI(available=96, events=events)
+    c = _pull_loop_consumer(loop, api, orderly=orderly, pull_batch_size=32)
+    consumed: list[int] = []
+
+    def listener(msgs: list[Any], ctx: Any) -> Any:
+        consumed.extend(m.queue_offset for m in msgs)
+        return ConsumeOrderlyStatus.SUCCESS if orderly else ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    if orderly:
+        c.consume_service = ConsumeMessageOrderlyService(c, listener, 2, lock_interval_s=20)  # type: ignore[arg-type]
+    else:
+        c.consume_service = ConsumeMessageConcurrentlyService(c, listener, 2)  # type: ignore[arg-type]
+    pq = ProcessQueue()
+    pq.mark_locked(True)
+    _run_pull_loop(loop, c, PullRequest("g", MQ, pq, 0, locked_first=True), lambda: len(consumed) == 96)
+    pulls = [off for kind, off in events if kind == "pull"]
+    assert pulls[:4] == [0, 32, 64, 96]                # each offset once: an answer pulled ahead is used
+    first_batch = events[:events.index(("decode", 0)) + 1]
+    if orderly:
+        assert first_batch == [("pull", 0), ("decode", 0)]
+    else:
+        assert first_batch == [("pull", 0), ("pull", 32), ("decode", 0)]
+    assert sorted(consumed) == list(range(96))
+
+
+def test_a_pull_sent_ahead_is_cancelled_when_the_exact_flow_control_holds_the_queue(
+        loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose decoded bodies are larger than its pull body (compressed records) can take the queue
+    past pull_threshold_size_for_queue though its upper bound did not: the pull sent ahead is cancelled at
+    the exact check after the put, its answer unused, and the queue waits as pullMessage makes it wait."""
+    def big(result: PullResult, broker_name: str, tags: Any, *, addr: str | None = None) -> list[Msg]:
+        return [Msg(m.queue_offset, body=bytes(48 * 1024)) for m in fake_decode(result, broker_name, tags)]
+
+    monkeypatch.setattr(push_consumer, "process_pull_result", big)
+    events: list[tuple[str, int]] = []
+    api = RecordingAPI(available=10_000, events=events)
+    c = _pull_loop_consumer(loop, api, pull_batch_size=32, pull_threshold_size_for_queue=1)
+    dropped: list[tuple[int, asyncio.Task[Any]]] = []
+    real_drop = push_consumer._drop_ahead
+
+    def drop(ahead: Any) -> None:
+        if ahead is not None:
+            dropped.append((ahead.offset, ahead.task))
+        real_drop(ahead)
+
+    monkeypatch.setattr(push_consumer, "_drop_ahead", drop)
+    release = threading.Event()
+
+    def blocked(msgs: list[Any], ctx: Any) -> Any:
+        release.wait(10)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    c.consume_service = ConsumeMessageConcurrentlyService(c, blocked, 2)  # type: ignore[arg-type]
+    pq = ProcessQueue()
+    _run_pull_loop(loop, c, PullRequest("g", MQ, pq, 0), lambda: c.flow_control_times > 0, release.set)
+    # 1.5 MiB after the first batch (1 MiB counted: not over 1), 3 MiB after the second: over, so the pull of
+    # 64, sent ahead while the second batch's pull body counted only bytes, is cancelled; then 50 ms waits
+    assert pq.msg_size == 2 * 32 * 48 * 1024 and pq.msg_count == 64
+    assert [off for off, _ in dropped] == [64] and dropped[0][1].done()   # cancelled, or answered and unused
+    assert [off for kind, off in events if kind == "pull"] == [0, 32, 64]
+
+
+def test_stopping_the_pull_service_cancels_a_pull_sent_ahead(loop: asyncio.AbstractEventLoop,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pull sent ahead after the last batch waits at the broker (long polling); stop() cancels it."""
+    monkeypatch.setattr(push_consumer, "process_pull_result", fake_decode)
+    events: list[tuple[str, int]] = []
+    api = RecordingAPI(available=32, events=events, hold_s=30)
+    c = _pull_loop_consumer(loop, api, pull_batch_size=32)
+    c.consume_service = ConsumeMessageConcurrentlyService(  # type: ignore[arg-type]
+        c, lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS, 2)
+    pq = ProcessQueue()
+    _run_pull_loop(loop, c, PullRequest("g", MQ, pq, 0), lambda: ("pull", 32) in events and pq.msg_count == 0)
+    assert not c.pull_service._tracked                 # cancelled and gone
+    assert c.offset_store is not None and c.offset_store.offset_table[MQ] == 32
