@@ -161,6 +161,10 @@ _FIXED_SIZE = _FIXED_DTYPE.itemsize  # 48
 # RECONSUMETIMES, PREPARED TRANSACTION OFFSET, BODY length: after the store host.
 _TAIL_DTYPE = np.dtype(HEADER_V4_DTYPE.descr[-3:])
 _V6_HOST_EXTRA = 12
+# BORNHOST and STOREHOST of the IPv4 header (ip then port, 8 bytes each) read as one big-endian integer each
+_HOST_KEYS_DTYPE = np.dtype({"names": ["born_key", "store_key"], "formats": [">u8", ">u8"],
+                             "offsets": [HEADER_V4_DTYPE.fields["born_ip"][1], HEADER_V4_DTYPE.fields["store_ip"][1]],
+                             "itemsize": HEADER_V4_SIZE})
 
 # Two ASCII hex digits per byte value, packed so that viewing uint16 as bytes gives "HL" in order.
 _HEX_PAIRS = HEX_PAIRS.view(np.uint16).reshape(256)
@@ -267,9 +271,9 @@ def decode_headers(buf: BufferLike, rel_positions: np.ndarray, *,
             out[name] = head[name].astype(np.int64)
         born_len = store_len = np.int64(8)
         # ip and port as one integer (the 8 stored bytes, big-endian) for host strings and offset ids
-        for side in ("born", "store"):
-            out[f"{side}_key"] = (head[f"{side}_ip"].astype(np.uint64) << np.uint64(32)) \
-                | head[f"{side}_port"].astype(np.uint32).astype(np.uint64)
+        keys = rows.view(_HOST_KEYS_DTYPE)[:, 0]
+        out["born_key"] = keys["born_key"].astype(np.uint64)
+        out["store_key"] = keys["store_key"].astype(np.uint64)
     else:
         born_len = np.where(born_v6, 8 + _V6_HOST_EXTRA, 8).astype(np.int64)
         store_len = np.where(store_v6, 8 + _V6_HOST_EXTRA, 8).astype(np.int64)
@@ -834,8 +838,8 @@ def _parse_uniform(roff: np.ndarray, blob: np.ndarray,
     entries = tuple(pattern.index(name.encode("utf-8")) for name in present)
     values, picked = _values_and_entries(blob, sep + 1, value_len, n, r, entries)
     result = pa.MapArray.from_arrays(map_offsets, keys, values)
-    columns = {name: pa.nulls(n, pa.string()) for name in wanted}
-    columns.update(zip(present, picked, strict=True))
+    found = dict(zip(present, picked, strict=True))
+    columns = {name: found[name] if name in found else pa.nulls(n, pa.string()) for name in wanted}
     return result, columns
 
 
