@@ -162,9 +162,8 @@ _FIXED_SIZE = _FIXED_DTYPE.itemsize  # 48
 _TAIL_DTYPE = np.dtype(HEADER_V4_DTYPE.descr[-3:])
 _V6_HOST_EXTRA = 12
 # BORNHOST and STOREHOST of the IPv4 header (ip then port, 8 bytes each) read as one big-endian integer each
-_HOST_KEYS_DTYPE = np.dtype({"names": ["born_key", "store_key"], "formats": [">u8", ">u8"],
-                             "offsets": [HEADER_V4_DTYPE.fields["born_ip"][1], HEADER_V4_DTYPE.fields["store_ip"][1]],
-                             "itemsize": HEADER_V4_SIZE})
+_HOST_KEYS_DTYPE = np.dtype([("before", f"V{_FIXED_SIZE}"), ("born_key", ">u8"), ("store_timestamp", "V8"),
+                             ("store_key", ">u8"), ("after", f"V{HEADER_V4_SIZE - _FIXED_SIZE - 24}")])
 
 # Two ASCII hex digits per byte value, packed so that viewing uint16 as bytes gives "HL" in order.
 _HEX_PAIRS = HEX_PAIRS.view(np.uint16).reshape(256)
