@@ -9,7 +9,6 @@ where the bad record starts. Bodies are built here by ``codec.encode_record``; n
 from __future__ import annotations
 
 import struct
-from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -342,6 +341,23 @@ def test_string_array_is_the_strings_utf8() -> None:
     assert ar.string_array([]).to_pylist() == []
 
 
+def test_properties_text_reads_as_java_decodes_utf8() -> None:
+    """ASCII properties become strings without a copy; other valid UTF-8 reads as is; bytes that are not
+    UTF-8 read with U+FFFD (Java's new String(bytes, UTF_8)); a slice is judged by its own rows."""
+    ascii_rows = [b"TAGS\x01a\x02", b"KEYS\x01k1 k2\x02", b""]
+    raw = pa.array(ascii_rows, pa.binary())
+    got = ar.properties_text(raw)
+    assert got.type == pa.string() and got.to_pylist() == [r.decode() for r in ascii_rows]
+    assert got.buffers()[2].address == raw.buffers()[2].address   # a view, not a copy
+    utf8 = ["TAGS\x01t\u00e9st\x02", "KEYS\x01\u4e2d\x02"]
+    assert ar.properties_text(pa.array([u.encode() for u in utf8], pa.binary())).to_pylist() == utf8
+    mixed = pa.array([b"TAGS\x01ok\x02", b"TAGS\x01\xff\xfe\x02", "K\x01\u00e9".encode()], pa.binary())
+    assert ar.properties_text(mixed).to_pylist() == ["TAGS\x01ok\x02", "TAGS\x01\ufffd\ufffd\x02", "K\x01\u00e9"]
+    assert ar.properties_text(mixed.slice(0, 1)).to_pylist() == ["TAGS\x01ok\x02"]
+    assert ar.properties_text(mixed.slice(1, 1)).to_pylist() == ["TAGS\x01\ufffd\ufffd\x02"]
+    assert ar.properties_text(pa.array([], pa.binary())).to_pylist() == []
+
+
 def test_bodies_from_a_receive_buffer_decode_alike() -> None:
     body = _body([{"queue_id": 0, "queue_offset": i, "compress": i % 2 == 0, "body": b"xyz" * i}
                   for i in range(8)])
@@ -443,8 +459,7 @@ def test_host_column_values() -> None:
        shape=st.sampled_from(["stride", "ascending", "any", "variable"]))
 def test_gather_segments_gives_the_slices(size: int, seed: int, n: int, shape: str) -> None:
     """Segments of one width (a constant stride, ascending with gaps, any order, overlapping) take the
-    fixed-width paths (as a small result, and as a large one: the size limit patched to 0), others
-    Arrow's take; all give exactly the slices."""
+    fixed-width gather, others Arrow's take; all give exactly the slices."""
     rng = np.random.default_rng(seed)
     data = rng.bytes(size)
     width = int(rng.integers(0, len(data) + 1))
@@ -462,9 +477,8 @@ def test_gather_segments_gives_the_slices(size: int, seed: int, n: int, shape: s
             starts = np.sort(starts)
         lengths = np.full(n, width)
     want = [data[s:s + k] for s, k in zip(starts.tolist(), lengths.tolist(), strict=True)]
-    for type_, small in ((pa.binary(), 1 << 20), (pa.string(), 1 << 20), (pa.binary(), 0)):
-        with mock.patch.object(ar, "_SMALL_GATHER", small):
-            got = ar.gather_segments(np.frombuffer(data, np.uint8), starts, lengths, type_)
+    for type_ in (pa.binary(), pa.string()):
+        got = ar.gather_segments(np.frombuffer(data, np.uint8), starts, lengths, type_)
         got.validate(full=type_ == pa.binary())
         assert got.type == type_
         assert [bytes(v.as_buffer()) for v in got] == want
@@ -476,8 +490,8 @@ def test_gather_segments_gives_the_slices(size: int, seed: int, n: int, shape: s
                                                 "compress": st.booleans()}), min_size=1, max_size=20),
        body_size=st.integers(0, 300), seed=st.integers(0, 255))
 def test_bodies_of_one_size_are_the_per_record_decoders_bodies(records, body_size, seed) -> None:
-    """One producer's bodies are all the same size: records back to back at a constant stride (the
-    strided copy), or with rows of another queue between them (the fixed-width gather)."""
+    """One producer's bodies are all the same size: records back to back at a constant stride, or with rows
+    of another queue between them (the fixed-width gather either way)."""
     for i, r in enumerate(records):
         r["body"] = bytes((seed + i + k) % 256 for k in range(body_size))
     body = _body(records)

@@ -221,15 +221,24 @@ class _BatchReader:
         if not len(offsets):
             return empty_batch(self.schema)
         file_size = self.commit_log.file_size
-        file_index = offsets // file_size
-        cuts = np.flatnonzero(file_index[1:] != file_index[:-1]) + 1
+        if int(offsets.min()) // file_size == int(offsets.max()) // file_size:   # the usual batch: one file
+            bounds = [0, len(offsets)]
+        else:
+            bounds = self._file_bounds(offsets, file_size)
         parts = []
-        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(offsets)], strict=True):
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
             parts.append(self._read_file_run(offsets[lo:hi], sizes[lo:hi], queue_offsets[lo:hi], part[lo:hi]))
         parts = [p for p in parts if p.num_rows]
         if len(parts) <= 1:
             return parts[0] if parts else empty_batch(self.schema)
         return pa.Table.from_batches(parts, schema=self.schema).combine_chunks().to_batches()[0]
+
+    @staticmethod
+    def _file_bounds(offsets: np.ndarray, file_size: int) -> list[int]:
+        """[0, cut, ..., n]: where the run of rows moves to another commit-log file."""
+        file_index = offsets // file_size
+        cuts = np.flatnonzero(file_index[1:] != file_index[:-1]) + 1
+        return [0, *cuts.tolist(), len(offsets)]
 
     def _read_file_run(self, offsets: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray,
                        part: np.ndarray) -> pa.RecordBatch:
