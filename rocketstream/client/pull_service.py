@@ -65,14 +65,26 @@ class PullRequest:
 
 
 def flow_control(pq: ProcessQueue, *, pull_threshold_for_queue: int, pull_threshold_size_for_queue_mib: int,
-                 consume_concurrently_max_span: int, orderly: bool) -> str | None:
-    """Why the next pull of ``pq`` must wait (``"count"``, ``"size"``, ``"span"``), or None to pull now."""
-    if pq.msg_count > pull_threshold_for_queue:
+                 consume_concurrently_max_span: int, orderly: bool,
+                 incoming: tuple[int, int, int, int] | None = None) -> str | None:
+    """Why the next pull of ``pq`` must wait (``"count"``, ``"size"``, ``"span"``), or None to pull now.
+    ``incoming``: (messages, bytes, first offset, last offset) of a pulled batch not in ``pq`` yet, counted as if
+    it were (a pull sent before that batch is queued)."""
+    count, size = pq.msg_count, pq.msg_size
+    if incoming is not None:
+        count, size = count + incoming[0], size + incoming[1]
+    if count > pull_threshold_for_queue:
         return "count"
-    if pq.msg_size // MIB > pull_threshold_size_for_queue_mib:
+    if size // MIB > pull_threshold_size_for_queue_mib:
         return "size"
-    if not orderly and pq.max_span() > consume_concurrently_max_span:
-        return "span"
+    if not orderly:
+        if incoming is None:
+            span = pq.max_span()
+        else:   # the batch comes after every waiting message: its last offset is the highest
+            waiting = pq.first_offset()
+            span = incoming[3] - (incoming[2] if waiting is None else min(waiting, incoming[2]))
+        if span > consume_concurrently_max_span:
+            return "span"
     return None
 
 

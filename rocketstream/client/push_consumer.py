@@ -67,7 +67,6 @@ from rocketstream.client.process_queue import ProcessQueue
 from rocketstream.client.pull_decode import process_pull_result_fast as process_pull_result
 from rocketstream.client.pull_service import (
     CONSUMER_TIMEOUT_WHEN_SUSPEND_S,
-    MIB,
     PULL_TIME_DELAY_WHEN_BROKER_FLOW_CONTROL_S,
     PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S,
     PULL_TIME_DELAY_WHEN_SUSPEND_S,
@@ -530,15 +529,17 @@ class PushConsumer:
             return False
 
     # ------------------------------------------------------------------ the pull loop
-    def _flow_controlled(self, pq: ProcessQueue) -> str | None:
+    def _flow_controlled(self, pq: ProcessQueue, incoming: tuple[int, int, int, int] | None = None) -> str | None:
+        """:func:`flow_control` with this consumer's thresholds."""
         cfg = self.config
         return flow_control(pq, pull_threshold_for_queue=cfg.pull_threshold_for_queue,
                             pull_threshold_size_for_queue_mib=cfg.pull_threshold_size_for_queue,
-                            consume_concurrently_max_span=cfg.consume_concurrently_max_span, orderly=self.orderly)
+                            consume_concurrently_max_span=cfg.consume_concurrently_max_span, orderly=self.orderly,
+                            incoming=incoming)
 
-    async def _send_pull(self, pr: PullRequest, mq: MessageQueue,
+    async def _send_pull(self, offset: int, mq: MessageQueue,
                          sub: Subscription) -> tuple[str, Coroutine[Any, Any, PullResult]] | None:
-        """PULL_MESSAGE of ``pr.next_offset`` (``pullKernelImpl``): the broker's address and the call sending it
+        """PULL_MESSAGE of ``offset`` (``pullKernelImpl``): the broker's address and the call sending it
         (not started); None when the broker has no address."""
         assert self.instance is not None
         commit_offset = 0
@@ -554,7 +555,7 @@ class PushConsumer:
         addr, slave = found
         sys_flag = build_pull_sys_flag(commit_offset > 0 and not slave, True, False)
         return addr, self.instance.api.pull(
-            addr, group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=pr.next_offset,
+            addr, group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=offset,
             max_nums=self.config.pull_batch_size, sys_flag=sys_flag, commit_offset=commit_offset,
             suspend_ms=self.config.broker_suspend_max_time_ms, subscription=sub.expression,
             sub_version=sub.sub_version, expression_type=sub.expression_type,
@@ -569,23 +570,15 @@ class PushConsumer:
         pq = pr.process_queue
         if self.orderly or cfg.pull_interval_ms > 0 or self.paused or pq.dropped or result.body is None:
             return False
-        first = pr.next_offset
-        count = result.next_begin_offset - first
-        if count <= 0 or pq.msg_count + count > cfg.pull_threshold_for_queue:
+        first, after = pr.next_offset, result.next_begin_offset
+        if after <= first or self._flow_controlled(pq, (after - first, len(result.body), first, after - 1)) is not None:
             return False
-        if (pq.msg_size + len(result.body)) // MIB > cfg.pull_threshold_size_for_queue:
-            return False
-        waiting = pq.first_offset()
-        if result.next_begin_offset - 1 - (first if waiting is None else min(waiting, first)) > \
-                cfg.consume_concurrently_max_span:
-            return False
-        next_pr = PullRequest(pr.consumer_group, mq, pq, result.next_begin_offset)
-        sent = await self._send_pull(next_pr, mq, sub)
+        sent = await self._send_pull(after, mq, sub)
         if sent is None:
             return False
         task = asyncio.get_running_loop().create_task(sent[1])
         self.pull_service.track(task)
-        pr.ahead = _Ahead(result.next_begin_offset, sub, sent[0], task)
+        pr.ahead = _Ahead(after, sub, sent[0], task)
         await asyncio.sleep(0)   # the pull's task writes its request ...
         await asyncio.sleep(0)   # ... and the channel sends it, before this batch is decoded
         return True
@@ -645,7 +638,7 @@ class PushConsumer:
                 svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)
                 return
             sub = found_sub
-            sent = await self._send_pull(pr, mq, sub)
+            sent = await self._send_pull(pr.next_offset, mq, sub)
             if sent is None:
                 log.warning("%s: no address of broker %s", self.group, mq.broker_name)
                 svc.execute_pull_request_later(pr, self.config.pull_delay_on_exception_s)

@@ -105,6 +105,24 @@ def test_flow_control_thresholds(orderly: bool) -> None:
 
 
 @settings(max_examples=100, deadline=None)
+@given(waiting=st.lists(st.integers(0, 40), max_size=8, unique=True), first=st.integers(41, 60),
+       count=st.integers(1, 12), body=st.integers(0, 3), orderly=st.booleans())
+def test_flow_control_of_an_incoming_batch_is_that_of_the_batch_put(waiting: list[int], first: int, count: int,
+                                                                     body: int, orderly: bool) -> None:
+    """``flow_control(..., incoming=...)`` (the push consumer's check before a pull sent ahead) counting a batch
+    not queued yet decides as the plain check does once the batch is in the ProcessQueue."""
+    kw = dict(pull_threshold_for_queue=10, pull_threshold_size_for_queue_mib=0, consume_concurrently_max_span=15,
+              orderly=orderly)
+    size = body * MIB // 4   # 0, 1/4, 1/2, 3/4 MiB a message: crosses the 0 MiB threshold at a whole MiB
+    pq = ProcessQueue()
+    pq.put_messages(msgs(*sorted(waiting), size=size))
+    batch = msgs(*range(first, first + count), size=size)
+    verdict = flow_control(pq, **kw, incoming=(count, count * size, first, first + count - 1))
+    pq.put_messages(batch)
+    assert verdict == flow_control(pq, **kw)
+
+
+@settings(max_examples=100, deadline=None)
 @given(ops=st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 60), max_size=12)), max_size=30))
 def test_batched_put_and_remove_keep_the_model_state(ops: list[tuple[bool, list[int]]]) -> None:
     """put_messages / remove_messages (fast paths for increasing batches and runs) against a plain model:
