@@ -457,30 +457,39 @@ def fake_decode(result: PullResult, broker_name: str, tags: Any, *, addr: str | 
     return [Msg(o, body=b"y" * 100) for o in range(start, start + n)]
 
 
+def _pull_loop_consumer(loop: asyncio.AbstractEventLoop, api: Any, *, orderly: bool = False,
+                        **config: Any) -> PushConsumer:
+    c = PushConsumer("g", namesrv="127.0.0.1:1", **config)
+    c.instance = FakeInstance(loop, api)   # type: ignore[assignment]
+    c.orderly = orderly
+    c.offset_store = RemoteBrokerOffsetStore("g", None)   # type: ignore[arg-type]
+    c.rebalance.subscription_inner["T"] = Subscription("T", SubscriptionData.parse("*"))
+    c._state = "RUNNING"
+    return c
+
+
+def _listen(c: PushConsumer, listener: Any, threads: int) -> None:
+    """``c``'s consume service for ``listener`` (orderly when ``c`` is)."""
+    if c.orderly:
+        c.consume_service = ConsumeMessageOrderlyService(c, listener, threads, lock_interval_s=20)  # type: ignore[arg-type]
+    else:
+        c.consume_service = ConsumeMessageConcurrentlyService(c, listener, threads)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("orderly", [False, True])
 def test_flow_control_holds_with_a_sleeping_listener(loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch,
                                                      orderly: bool) -> None:
     """The ProcessQueue never holds more than pull_threshold_for_queue + pull_batch_size messages."""
     monkeypatch.setattr(push_consumer, "process_pull_result", fake_decode)
     threshold, batch = 100, 32
-    c = PushConsumer("g", namesrv="127.0.0.1:1", pull_threshold_for_queue=threshold, pull_batch_size=batch,
-                     consume_thread_min=4, consume_thread_max=4)
-    api = FakeAPI(available=100_000)
-    inst = FakeInstance(loop, api)
-    c.instance = inst   # type: ignore[assignment]
-    c.orderly = orderly
-    c.offset_store = RemoteBrokerOffsetStore("g", None)   # type: ignore[arg-type]
-    c.rebalance.subscription_inner["T"] = Subscription("T", SubscriptionData.parse("*"))
-    c._state = "RUNNING"
+    c = _pull_loop_consumer(loop, FakeAPI(available=100_000), orderly=orderly, pull_threshold_for_queue=threshold,
+                            pull_batch_size=batch, consume_thread_min=4, consume_thread_max=4)
 
     def sleepy(msgs: list[Any], ctx: Any) -> Any:
         time.sleep(0.01)
         return ConsumeOrderlyStatus.SUCCESS if orderly else ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
-    if orderly:
-        c.consume_service = ConsumeMessageOrderlyService(c, sleepy, 4, lock_interval_s=20)  # type: ignore[arg-type]
-    else:
-        c.consume_service = ConsumeMessageConcurrentlyService(c, sleepy, 4)  # type: ignore[arg-type]
+    _listen(c, sleepy, 4)
     pq = ProcessQueue()
     pq.mark_locked(True)
     req = PullRequest("g", MQ, pq, 0, locked_first=True)
@@ -491,6 +500,7 @@ def test_flow_control_holds_with_a_sleeping_listener(loop: asyncio.AbstractEvent
     asyncio.run_coroutine_threadsafe(go(), loop).result(5)
     time.sleep(1.5)
     asyncio.run_coroutine_threadsafe(c.pull_service.stop(), loop).result(5)
+    assert c.consume_service is not None
     c.consume_service.shutdown(0)
     assert pq.max_count_seen > threshold                  # it did fill up ...
     assert pq.max_count_seen <= threshold + batch         # ... and never past the threshold plus one pull
@@ -515,11 +525,7 @@ def test_a_refused_pull_is_retried_after_the_delay_its_code_asks_for(
         logged: bool) -> None:
     """``pullMessage``'s onException: FLOW_CONTROL re-pulls after 20 ms, any other code after
     pull_delay_on_exception_s."""
-    c = PushConsumer("g", namesrv="127.0.0.1:1", pull_delay_on_exception_s=0.5)
-    c.instance = FakeInstance(loop, FailingAPI(code))   # type: ignore[assignment, arg-type]
-    c.offset_store = RemoteBrokerOffsetStore("g", None)   # type: ignore[arg-type]
-    c.rebalance.subscription_inner["T"] = Subscription("T", SubscriptionData.parse("*"))
-    c._state = "RUNNING"
+    c = _pull_loop_consumer(loop, FailingAPI(code), pull_delay_on_exception_s=0.5)
     later: list[float] = []
     c.pull_service.execute_pull_request_later = lambda pr, delay_s: later.append(delay_s)  # type: ignore[method-assign]
     req = PullRequest("g", MQ, ProcessQueue(), 0)
@@ -544,17 +550,6 @@ class RecordingAPI(FakeAPI):
             await asyncio.sleep(self.hold_s)
             return PullResult(PullStatus.NO_NEW_MSG, offset, 0, self.available)
         return await super().pull(addr, offset=offset, max_nums=max_nums, **kw)
-
-
-def _pull_loop_consumer(loop: asyncio.AbstractEventLoop, api: Any, *, orderly: bool = False,
-                        **config: Any) -> PushConsumer:
-    c = PushConsumer("g", namesrv="127.0.0.1:1", **config)
-    c.instance = FakeInstance(loop, api)   # type: ignore[assignment]
-    c.orderly = orderly
-    c.offset_store = RemoteBrokerOffsetStore("g", None)   # type: ignore[arg-type]
-    c.rebalance.subscription_inner["T"] = Subscription("T", SubscriptionData.parse("*"))
-    c._state = "RUNNING"
-    return c
 
 
 def _run_pull_loop(loop: asyncio.AbstractEventLoop, c: PushConsumer, req: PullRequest, until: Any,
@@ -594,10 +589,7 @@ def test_concurrent_consumption_sends_the_next_pull_before_a_found_batch_is_deco
         consumed.extend(m.queue_offset for m in msgs)
         return ConsumeOrderlyStatus.SUCCESS if orderly else ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
-    if orderly:
-        c.consume_service = ConsumeMessageOrderlyService(c, listener, 2, lock_interval_s=20)  # type: ignore[arg-type]
-    else:
-        c.consume_service = ConsumeMessageConcurrentlyService(c, listener, 2)  # type: ignore[arg-type]
+    _listen(c, listener, 2)
     pq = ProcessQueue()
     pq.mark_locked(True)
     _run_pull_loop(loop, c, PullRequest("g", MQ, pq, 0, locked_first=True), lambda: len(consumed) == 96)
