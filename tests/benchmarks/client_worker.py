@@ -28,6 +28,7 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,39 +46,37 @@ def rss_mib() -> float:
     return float("nan")
 
 
-def thread_cpu() -> dict[str, float]:
-    """CPU seconds (user+sys) of this process's live threads (/proc/self/task/*/stat), summed by their Python
-    thread names with trailing digits and '_' dropped (threads Python did not start: ``other``)."""
-    tick = os.sysconf("SC_CLK_TCK")
+def _by_thread_group(file: str, value: Callable[[str], float]) -> dict[str, float]:
+    """``value`` of each live thread's /proc/self/task/<tid>/``file``, summed by the thread's Python name with
+    trailing digits and '_' dropped (threads Python did not start: ``other``)."""
     names = {t.native_id: t.name.rstrip("0123456789_") for t in threading.enumerate()}
     out: dict[str, float] = {}
     for task in Path("/proc/self/task").iterdir():
         try:
-            stat = (task / "stat").read_text()
+            text = (task / file).read_text()
         except OSError:   # the thread ended meanwhile
             continue
         name = names.get(int(task.name), "other")
+        out[name] = out.get(name, 0) + value(text)
+    return out
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds (user+sys) of this process's live threads (stat's utime + stime), by thread group."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu(stat: str) -> float:
         fields = stat[stat.rindex(")") + 2:].split()
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-    return out
+        return (int(fields[11]) + int(fields[12])) / tick
+    return _by_thread_group("stat", cpu)
 
 
-def thread_switches() -> dict[str, int]:
-    """Context switches (voluntary + involuntary, /proc/self/task/*/status) of this process's live threads,
-    summed by thread group as in :func:`thread_cpu`: a consume thread that waits for a lock or the GIL inside
-    its task switches many times per pulled batch instead of about once."""
-    names = {t.native_id: t.name.rstrip("0123456789_") for t in threading.enumerate()}
-    out: dict[str, int] = {}
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            status = (task / "status").read_text()
-        except OSError:   # the thread ended meanwhile
-            continue
-        name = names.get(int(task.name), "other")
-        for line in status.splitlines():
-            if "ctxt_switches:" in line:
-                out[name] = out.get(name, 0) + int(line.split()[1])
-    return out
+def thread_switches() -> dict[str, float]:
+    """Context switches (voluntary + involuntary, status's ctxt_switches) of this process's live threads, by
+    thread group as in :func:`thread_cpu`: a consume thread that waits for a lock or the GIL inside its task
+    switches many times per pulled batch instead of about once."""
+    return _by_thread_group("status", lambda status: sum(
+        int(line.split()[1]) for line in status.splitlines() if "ctxt_switches:" in line))
 
 
 def thread_cpu_us(before: dict[str, float], after: dict[str, float], count: int) -> dict[str, float]:
@@ -184,7 +183,7 @@ def push(args) -> dict:
     last = [0.0]
     cpu = [0.0, 0.0]   # process CPU seconds at the first and the last message
     threads: list[dict[str, float]] = [{}, {}]   # thread_cpu() at the first and the last message
-    switches: list[dict[str, int]] = [{}, {}]   # thread_switches() at the first and the last message
+    switches: list[dict[str, float]] = [{}, {}]   # thread_switches() at the first and the last message
     done = threading.Event()
     lock = threading.Lock()   # only around the first and the last message's clock readings
     success = a.ConsumeConcurrentlyStatus.CONSUME_SUCCESS
